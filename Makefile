@@ -1,0 +1,37 @@
+# Two commands do all the set-up:  `make lab` opens the course, `make test` runs every test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8888
+STAMP  := $(VENV)/.installed
+
+.PHONY: lab test unit notebooks setup benchmark corpus release clean
+
+# The virtual environment is rebuilt only when pyproject.toml changes (idempotent).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, no browser)
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks
+
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+test: $(STAMP)  ## unit tests, then every notebook under strict nbval
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q
+
+unit: $(STAMP)  ## unit tests only (fast)
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
+
+notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/attention_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,16 @@
+"""Helpers for the multi-head attention course: the code each lesson graduates into.
+
+Shape notation used everywhere (as in ``torch.nn.MultiheadAttention``): N batch, L target length,
+S source length, E embedding size, h heads, d = E / h head size.
+"""
+
+from helpers.attention import (
+    GroupedQueryAttention,
+    MultiHeadAttention,
+    causal_mask,
+    merge_masks,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+
+# Lesson modules add their public names below, one import line each.

@@ -1,0 +1,465 @@
+"""Scaled dot-product attention, masks, multi-head and grouped-query attention.
+
+One shape notation throughout the course (the one ``torch.nn.MultiheadAttention`` uses):
+
+    N  batch size              L  target (query) length     S  source (key/value) length
+    E  embedding size          h  number of heads           d  head size, E / h
+
+Two mask conventions meet in this file, so every function says which one it takes:
+
+* ``scaled_dot_product_attention`` follows ``torch.nn.functional.scaled_dot_product_attention``:
+  a boolean ``attn_mask`` is **True where a query may attend** (True = take part).
+* ``MultiHeadAttention`` and the mask helpers follow ``torch.nn.MultiheadAttention``:
+  a boolean mask is **True where attention is blocked** (True = ignore / padding).
+
+A float mask means the same in both: it is added to the scores (``-inf`` blocks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "causal_mask",
+    "padding_mask",
+    "merge_masks",
+    "MultiHeadAttention",
+    "GroupedQueryAttention",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks (True = blocked, as in nn.MultiheadAttention)
+# ---------------------------------------------------------------------------------------------
+def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
+    """Boolean (L, L) mask that is **True where attention is blocked**: above the diagonal.
+
+    Query position ``i`` may look at key positions ``0..i`` only. This is the meaning of
+    ``attn_mask`` in ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True =
+    take part) pass ``~causal_mask(L)``.
+    """
+    if size < 1:
+        raise ValueError(f"causal_mask needs a positive size, got {size}")
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
+    """Boolean (N, S) mask that is **True at padding positions** (to be ignored).
+
+    ``lengths[n]`` is the number of real tokens in sequence ``n``; positions ``>= lengths[n]`` are
+    padding. This is the meaning of ``key_padding_mask`` in ``nn.MultiheadAttention``.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"padding_mask expects a 1-D tensor of lengths (N,), got shape {tuple(lengths.shape)}")
+    if (lengths < 0).any():
+        raise ValueError("padding_mask lengths must be non-negative")
+    max_len = int(lengths.max()) if max_len is None else max_len
+    if lengths.numel() and int(lengths.max()) > max_len:
+        raise ValueError(f"a length {int(lengths.max())} exceeds max_len={max_len}")
+    positions = torch.arange(max_len, device=lengths.device)  # (S,)
+    return positions[None, :] >= lengths[:, None]  # (N, S)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled dot-product attention, step by step (lesson 03)
+# ---------------------------------------------------------------------------------------------
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Attention written out step by step; returns ``(output, weights)``.
+
+    Same arguments and mask meaning as ``torch.nn.functional.scaled_dot_product_attention``,
+    which returns only the output.
+
+    Args:
+        query: (..., L, d) queries.
+        key:   (..., S, d) keys.
+        value: (..., S, dv) values.
+        attn_mask: broadcastable to (..., L, S). Boolean: **True = may attend** (take part).
+            Float: added to the scores (``-inf`` blocks).
+        dropout_p: probability of zeroing an attention weight (applied whenever > 0, as in torch).
+        is_causal: block keys after each query (query i sees keys 0..i); not with ``attn_mask``.
+        scale: factor for the scores; default ``1 / sqrt(d)``.
+
+    Returns:
+        output:  (..., L, dv), the weighted sums of the values.
+        weights: (..., L, S), each row sums to 1 (after dropout, the weights actually used).
+
+    A query whose every key is blocked gets all-zero weights and a zero output, as in
+    ``F.scaled_dot_product_attention`` (a plain softmax would give NaN).
+    """
+    _check_qkv(query, key, value)
+    L, S = query.size(-2), key.size(-2)
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+
+    # 1. Scores: how well each query matches each key.  (..., L, d) @ (..., d, S) -> (..., L, S)
+    scores = query @ key.transpose(-2, -1) * scale
+
+    # 2. Masks: blocked scores become -inf so that softmax gives them weight 0.
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("pass either attn_mask or is_causal=True, not both")
+        attn_mask = ~causal_mask(L, device=query.device)  # True = may attend
+    if attn_mask is not None:
+        scores = scores + _additive_mask(attn_mask, scores)
+
+    # 3. Softmax over the keys (the last dimension): every row becomes a probability distribution.
+    if attn_mask is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        # A fully blocked row would be softmax(-inf, ..., -inf) = NaN (and NaN gradients);
+        # define it as "attends to nothing": zero weights.
+        blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
+        weights = torch.softmax(scores.masked_fill(blocked_row, 0.0), dim=-1).masked_fill(blocked_row, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+
+    # 4. Weighted sum of the values.  (..., L, S) @ (..., S, dv) -> (..., L, dv)
+    return weights @ value, weights
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError(
+            "query, key and value need at least 2 dims (..., length, features); got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must have the same feature size d: query (..., L, {query.size(-1)}) "
+            f"vs key (..., S, {key.size(-1)})"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same length S: key (..., {key.size(-2)}, d) "
+            f"vs value (..., {value.size(-2)}, dv)"
+        )
+
+
+def _additive_mask(attn_mask: Tensor, scores: Tensor) -> Tensor:
+    """Turn an sdpa-style mask (bool True = take part, or float) into a float mask to add to scores."""
+    try:
+        torch.broadcast_shapes(attn_mask.shape, scores.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores.shape)} (..., L, S)"
+        ) from None
+    if attn_mask.dtype == torch.bool:
+        return torch.zeros_like(attn_mask, dtype=scores.dtype).masked_fill(~attn_mask, float("-inf"))
+    if attn_mask.is_floating_point():
+        return attn_mask.to(scores.dtype)
+    raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-head attention (lesson 04), a drop-in for torch.nn.MultiheadAttention
+# ---------------------------------------------------------------------------------------------
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention built from scratch, drop-in compatible with ``nn.MultiheadAttention``.
+
+    Same constructor, parameter names (``in_proj_weight`` or ``q/k/v_proj_weight``,
+    ``in_proj_bias``, ``out_proj.weight``, ``out_proj.bias``), so ``load_state_dict`` works in both
+    directions; same ``forward`` signature and outputs.
+
+    Shapes (``batch_first=False`` puts the length first: (L, N, E) instead of (N, L, E)):
+        query: (N, L, E)        key: (N, S, kdim)        value: (N, S, vdim)
+        key_padding_mask: (N, S), bool **True = padding, ignore**, or float added to the scores
+        attn_mask: (L, S) or (N*h, L, S), bool **True = blocked**, or float added to the scores
+        returns output (N, L, E) and weights (N, L, S) averaged over heads, or (N, h, L, S) with
+        ``average_attn_weights=False``, or None with ``need_weights=False``.
+    Unbatched inputs drop the N dimension everywhere.
+
+    Differences from torch, on purpose: ``add_bias_kv`` and ``add_zero_attn`` raise
+    ``NotImplementedError``; a query whose every key is masked gets zero weights (torch gives NaN
+    when it returns weights, zeros when it does not).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}")
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): each head gets "
+                f"embed_dim / num_heads features"
+            )
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError("add_bias_kv and add_zero_attn are not supported by this teaching module")
+        factory = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.dropout, self.batch_first = dropout, batch_first
+        # No bias_k / bias_v; kept as attributes because nn.Transformer layers read them.
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+
+        # The three input projections W_q, W_k, W_v. When all inputs have size E they are stacked
+        # in one (3E, E) matrix, exactly as torch stores them (so state dicts are interchangeable).
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        # The same initialisation as torch: Xavier-uniform projections, zero biases.
+        if self._qkv_same_embed_dim:
+            nn.init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for weight in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                nn.init.xavier_uniform_(weight)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        unbatched = query.dim() == 2
+        query, key, value, key_padding_mask = self._to_batch_first(query, key, value, key_padding_mask, unbatched)
+        N, L, _ = query.shape
+        S = key.size(1)
+        if is_causal and attn_mask is None:
+            raise ValueError("is_causal=True is a hint that attn_mask is causal: pass the causal attn_mask too")
+
+        q, k, v = self._project(query, key, value)  # (N, L, E), (N, S, E), (N, S, E)
+        q, k, v = (self._split_heads(x) for x in (q, k, v))  # (N, h, L, d), (N, h, S, d), (N, h, S, d)
+        mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)  # (N or 1, h or 1, L, S)
+        dropout_p = self.dropout if self.training else 0.0
+
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            # No weights wanted: torch's fused kernel computes the same thing faster and with less
+            # memory (it never materialises the (N, h, L, S) weights).
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            weights = None
+
+        out = self.out_proj(self._merge_heads(out))  # (N, h, L, d) -> (N, L, E) -> (N, L, E)
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)  # (N, h, L, S) -> (N, L, S)
+        if unbatched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        elif not self.batch_first:
+            out = out.transpose(0, 1)  # (N, L, E) -> (L, N, E)
+        return out, weights
+
+    # -- steps of the forward pass ---------------------------------------------------------------
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(N, T, E) -> (N, h, T, d): give each head its own slice of d = E / h features."""
+        N, T, _ = x.shape
+        return x.view(N, T, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        """(N, h, T, d) -> (N, T, E): concatenate the heads' outputs side by side."""
+        N, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(N, T, self.embed_dim)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Apply W_q, W_k, W_v (and their biases): (N, L, E), (N, S, kdim), (N, S, vdim) -> (N, ·, E)."""
+        E = self.embed_dim
+        b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(E)
+        if self._qkv_same_embed_dim:
+            if query is key and key is value:
+                # Self-attention: one (N, L, E) @ (E, 3E) product, then split into Q, K, V.
+                return F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+            w_q, w_k, w_v = self.in_proj_weight.split(E)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+
+    def _to_batch_first(self, query, key, value, key_padding_mask, unbatched):
+        """Check shapes and bring every input to (N, T, features)."""
+        expected_dims = 2 if unbatched else 3
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != expected_dims:
+                raise ValueError(
+                    f"{name} must be {'2-D (unbatched, T x E)' if unbatched else '3-D (batched)'} like the "
+                    f"query, got shape {tuple(x.shape)}"
+                )
+        for name, x, size in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
+            if x.size(-1) != size:
+                raise ValueError(f"{name} must have {size} features in its last dim, got shape {tuple(x.shape)}")
+        if unbatched:
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            if key_padding_mask is not None:
+                if key_padding_mask.dim() != 1:
+                    raise ValueError(
+                        f"unbatched input needs a 1-D key_padding_mask (S,), got shape {tuple(key_padding_mask.shape)}"
+                    )
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))  # (T, N, ·) -> (N, T, ·)
+        if key.shape[:2] != value.shape[:2]:
+            raise ValueError(
+                f"key and value must have the same batch size and length, got {tuple(key.shape)} and {tuple(value.shape)}"
+            )
+        if query.size(0) != key.size(0):
+            raise ValueError(f"query and key must have the same batch size, got {query.size(0)} and {key.size(0)}")
+        return query, key, value, key_padding_mask
+
+
+def merge_masks(
+attn_mask: Tensor | None, key_padding_mask: Tensor | None, N: int, num_heads: int, L: int, S: int, dtype: torch.dtype
+) -> Tensor | None:
+    """Combine ``nn.MultiheadAttention``-style masks into one float mask to add to the scores.
+
+    attn_mask: (L, S) or (N*h, L, S); key_padding_mask: (N, S); bool True = blocked, float = added.
+    Returns None or a float mask of shape (N or 1, h or 1, L, S), ``-inf`` where blocked.
+    """
+    mask = None
+    if attn_mask is not None:
+        if attn_mask.dim() == 2:
+            expected = (L, S)
+            ok = tuple(attn_mask.shape) == expected
+            shaped = attn_mask.view(1, 1, L, S) if ok else None
+        elif attn_mask.dim() == 3:
+            expected = (N * num_heads, L, S)
+            ok = tuple(attn_mask.shape) == expected
+            shaped = attn_mask.view(N, num_heads, L, S) if ok else None
+        else:
+            expected, ok = "(L, S) or (N*num_heads, L, S)", False
+        if not ok:
+            raise ValueError(
+                f"attn_mask should have shape {expected} = (L, S) or (N*num_heads, L, S) with L={L}, S={S}, "
+                f"N={N}, num_heads={num_heads}; got {tuple(attn_mask.shape)}"
+            )
+        mask = _blocked_to_additive(shaped, "attn_mask", dtype)
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (N, S):
+            raise ValueError(
+                f"key_padding_mask should have shape (N, S) = ({N}, {S}), got {tuple(key_padding_mask.shape)}"
+            )
+        padding = _blocked_to_additive(key_padding_mask.view(N, 1, 1, S), "key_padding_mask", dtype)
+        mask = padding if mask is None else mask + padding
+    return mask
+
+
+def _blocked_to_additive(mask: Tensor, name: str, dtype: torch.dtype) -> Tensor:
+    """Torch-MHA-style mask (bool True = blocked, or float) -> float mask added to the scores."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+    if mask.is_floating_point():
+        return mask.to(dtype)
+    raise TypeError(f"{name} must be bool (True = blocked) or floating point (added to scores), got {mask.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped-query attention (lesson 04's modern variant)
+# ---------------------------------------------------------------------------------------------
+class GroupedQueryAttention(nn.Module):
+    """Attention whose ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
+
+    ``num_kv_heads == num_heads`` is standard multi-head attention; ``num_kv_heads == 1`` is
+    multi-query attention. Fewer key/value heads shrink the key/value cache a decoder keeps by a
+    factor ``num_heads / num_kv_heads`` (see ``kv_cache_numel``).
+
+    Always batch first. Shapes: query (N, L, E), key/value (N, S, E); masks as in
+    ``MultiHeadAttention`` (True = blocked); returns output (N, L, E) and weights (N, L, S) averaged
+    over the query heads, (N, h, L, S) with ``average_attn_weights=False``, or None.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}): each key/value "
+                f"head serves a whole group of query heads"
+            )
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        kv_dim = num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def kv_cache_numel(self, seq_len: int, batch_size: int = 1) -> int:
+        """Numbers a decoder caches per layer for ``seq_len`` tokens: keys and values of every kv head."""
+        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_dim
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+            raise ValueError(
+                f"GroupedQueryAttention expects batch-first 3-D inputs (N, T, E); got {tuple(query.shape)}, "
+                f"{tuple(key.shape)}, {tuple(value.shape)}"
+            )
+        N, L, _ = query.shape
+        S = key.size(1)
+        group = self.num_heads // self.num_kv_heads
+        q = self.q_proj(query).view(N, L, self.num_heads, self.head_dim).transpose(1, 2)  # (N, h, L, d)
+        k = self.k_proj(key).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, g, S, d)
+        v = self.v_proj(value).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, g, S, d)
+        # Each kv head serves `group` consecutive query heads: repeat it so the shapes line up.
+        k = k.repeat_interleave(group, dim=1)  # (N, g, S, d) -> (N, h, S, d)
+        v = v.repeat_interleave(group, dim=1)
+        mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            if average_attn_weights:
+                weights = weights.mean(dim=1)
+        else:
+            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+        out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, h, L, d) -> (N, L, E)
+        return self.out_proj(out), weights

@@ -1,0 +1,11 @@
+"""Checks for the lessons' exercises, one module per lesson.
+
+Every check takes the learner's answer (usually a function), runs it on small inputs, and prints
+one clear verdict: a pass, a specific hint naming the likely mistake, or "not attempted yet" when
+the answer still raises ``NotImplementedError`` (as it does in a student copy).
+Each check also returns a ``Verdict`` so tests and graders can read the result.
+"""
+
+from helpers.exercises.feedback import Verdict
+
+__all__ = ["Verdict"]
