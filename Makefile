@@ -30,8 +30,14 @@ unit: $(STAMP)  ## unit tests only (fast)
 notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
 
-benchmark: $(STAMP)
+benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py
+
+corpus: $(STAMP)  ## regenerate the course's German-English corpus in data/captions (byte for byte)
+	$(BIN)/python -m helpers.corpus --out data/captions
+
+release: $(STAMP)  ## write student copies of every lesson (no solutions) to student/ (OUT=... to change)
+	$(BIN)/python -m helpers.assignments release --out $(or $(OUT),student)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
