@@ -14,3 +14,4 @@ from helpers.attention import (
 )
 
 # Lesson modules add their public names below, one import line each.
+from helpers.embeddings import PositionalEncoding, TokenEmbedding, cosine_similarity_matrix, one_hot_embedding, sinusoidal_positional_encoding
