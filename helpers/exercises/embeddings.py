@@ -1,0 +1,145 @@
+"""Checks for lesson 01's exercises: the embedding look-up and sinusoidal positional encoding.
+
+Each check calls the learner's function on small inputs, compares it with ``helpers.embeddings``,
+and when the answer is wrong, compares it with the results of the usual mistakes to name the one
+that was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from helpers.embeddings import sinusoidal_positional_encoding
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+__all__ = ["check_one_hot_lookup", "check_positional_encoding"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: an embedding look-up as one-hot vectors times the table
+# ---------------------------------------------------------------------------------------------
+def check_one_hot_lookup(one_hot_lookup: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
+    """Check ``one_hot_lookup(ids, weight)``: ids (N, L) int64, weight (V, E) -> (N, L, E)."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(1)
+        # A square table (V = E) first, so that a transposed table still fits and gives wrong numbers.
+        for vocab_size, dim in ((5, 5), (9, 4)):
+            weight = torch.randn(vocab_size, dim, generator=generator)
+            ids = torch.tensor([[0, 3, 1], [4, 4, 2]])  # (N, L) = (2, 3); id V-1 absent on purpose for V=9
+            expected = weight[ids]  # (N, L, E): what nn.Embedding returns
+            try:
+                answer = as_tensor(one_hot_lookup(ids.clone(), weight.clone()), "the result")
+            except NotImplementedError:
+                raise
+            except RuntimeError as error:
+                raise wrong(_lookup_error_hint(str(error), vocab_size, dim)) from None
+            expect_shape(answer, expected.shape, "the embeddings (N, L, E)")
+            if close(answer, expected):
+                continue
+            one_hot = torch.nn.functional.one_hot(ids, vocab_size).double()  # (N, L, V)
+            raise diagnose(
+                answer,
+                {
+                    "you multiplied by the transposed table: the one-hot rows (N, L, V) pick out rows of "
+                    "`weight` (V, E), so compute `one_hot @ weight`, not `one_hot @ weight.T`.": one_hot
+                    @ weight.double().T,
+                    "you returned the one-hot vectors themselves: multiply them by the table, "
+                    "`one_hot @ weight`, to pick out the rows.": one_hot,
+                },
+                "the shape is right but the numbers are not the rows of `weight` picked by `ids`: "
+                "build `F.one_hot(ids, num_classes=V)`, turn it into floats, then multiply by `weight`.",
+            )
+        return "one-hot vectors times the table give exactly the rows that nn.Embedding looks up."
+
+    return run_check("one-hot look-up", body)
+
+
+def _lookup_error_hint(message: str, vocab_size: int, dim: int) -> str:
+    if "Long" in message or "dtype" in message or "scalar type" in message:
+        return (
+            "`F.one_hot` returns integers (int64), and a matrix product needs floats: convert with "
+            "`.to(weight.dtype)` or `.float()` before multiplying."
+        )
+    if "shapes cannot be multiplied" in message or "size mismatch" in message or "must match" in message:
+        return (
+            f"the shapes do not fit ({message}). The one-hot vectors need one entry per vocabulary word: "
+            f"`F.one_hot(ids, num_classes=weight.shape[0])` (here V={vocab_size}), which (..., V) @ (V, E={dim}) "
+            "can multiply. Without num_classes, one_hot only counts up to the largest id it sees."
+        )
+    return f"your code raised RuntimeError: {message}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: sinusoidal positional encoding
+# ---------------------------------------------------------------------------------------------
+def check_positional_encoding(positional_encoding: Callable[[int, int], Tensor]) -> Verdict:
+    """Check ``positional_encoding(num_positions, dim)`` -> (P, E) against the paper's formula."""
+
+    def body() -> str:
+        for num_positions, dim in ((12, 8), (50, 16)):
+            expected = sinusoidal_positional_encoding(num_positions, dim, dtype=torch.float64)
+            answer = as_tensor(positional_encoding(num_positions, dim), "the encoding")
+            expect_shape(answer, (num_positions, dim), "the encoding (P, E)")
+            if close(answer, expected):
+                continue
+            raise diagnose(answer, _encoding_mistakes(num_positions, dim), _encoding_fallback(answer, expected))
+        return "every position gets the paper's sines and cosines (base 10000, interleaved sin/cos pairs)."
+
+    return run_check("sinusoidal positional encoding", body)
+
+
+def _encoding_mistakes(num_positions: int, dim: int) -> dict[str, Tensor]:
+    """The results of the usual mistakes, each keyed by the hint that names it."""
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    pair = torch.arange(0, dim, 2, dtype=torch.float64)  # 2k
+    feature = torch.arange(dim, dtype=torch.float64)  # i
+
+    def interleave(first: Tensor, second: Tensor) -> Tensor:
+        table = torch.empty(num_positions, dim, dtype=torch.float64)
+        table[:, 0::2], table[:, 1::2] = first, second
+        return table
+
+    angles = position * 10000.0 ** (-pair / dim)  # (P, E/2)
+    mistakes = {
+        "sine and cosine are swapped: even features (0, 2, 4, ...) hold the sine, odd ones the cosine. "
+        "At position 0 the row should read 0, 1, 0, 1, ...": interleave(torch.cos(angles), torch.sin(angles)),
+        "the sines and cosines are in two halves [sin ... sin, cos ... cos]. Some libraries do that, but "
+        "this lesson interleaves them: feature 2k holds sin, feature 2k + 1 holds cos of the same angle.": torch.cat(
+            [torch.sin(angles), torch.cos(angles)], dim=1
+        ),
+        "the frequencies grow instead of shrink: the exponent needs a minus sign, w_k = 10000 ** (-2k / E) "
+        "(or divide the position by 10000 ** (2k / E)).": interleave(
+            torch.sin(position * 10000.0 ** (pair / dim)), torch.cos(position * 10000.0 ** (pair / dim))
+        ),
+        "the exponent uses the feature index i instead of the pair index: both features of pair k share "
+        "one frequency, w_k = 10000 ** (-2k / E) with 2k = 0, 2, 4, ... (the same for features 2k and "
+        "2k + 1).": interleave(
+            torch.sin(position * 10000.0 ** (-feature[0::2] / dim)),
+            torch.cos(position * 10000.0 ** (-feature[1::2] / dim)),
+        ),
+        "the exponent forgot to divide by E: w_k = 10000 ** (-2k / E), not 10000 ** (-2k).": interleave(
+            torch.sin(position * 10000.0 ** (-pair)), torch.cos(position * 10000.0 ** (-pair))
+        ),
+    }
+    for base in (1000.0, 100.0, 100000.0, 10.0):
+        freq = base ** (-pair / dim)
+        mistakes[
+            f"the frequency base is wrong: your encoding matches base {base:g}, the paper (and this "
+            "lesson) uses 10000."
+        ] = interleave(torch.sin(position * freq), torch.cos(position * freq))
+    return mistakes
+
+
+def _encoding_fallback(answer: Tensor, expected: Tensor) -> str:
+    wrong_rows = (~torch.isclose(answer, expected, atol=1e-4, rtol=1e-4)).any(dim=1).nonzero().flatten()
+    wrong_cols = (~torch.isclose(answer, expected, atol=1e-4, rtol=1e-4)).any(dim=0).nonzero().flatten()
+    return (
+        f"the numbers differ from the formula at positions {wrong_rows[:5].tolist()}"
+        f"{' ...' if len(wrong_rows) > 5 else ''} and features {wrong_cols[:5].tolist()}"
+        f"{' ...' if len(wrong_cols) > 5 else ''}. Check PE[pos, 2k] = sin(pos * 10000 ** (-2k / E)) and "
+        "PE[pos, 2k + 1] = cos(pos * 10000 ** (-2k / E))."
+    )

@@ -1,0 +1,120 @@
+"""Checks for lesson 02's exercises: linear projections and the inputs of cross-attention."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+__all__ = ["check_linear_projection", "check_cross_attention_inputs"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: what nn.Linear computes, written with a matrix product
+# ---------------------------------------------------------------------------------------------
+def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
+    """Check ``linear_projection(x, weight, bias)``: x (N, L, E_in), weight (E_out, E_in), bias (E_out,)."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(2)
+        # Square weights first (a transposed weight still fits), then a projection to a smaller size.
+        for e_in, e_out in ((4, 4), (6, 3)):
+            x = torch.randn(2, 3, e_in, generator=generator)  # (N, L, E_in)
+            weight = torch.randn(e_out, e_in, generator=generator)  # (E_out, E_in), as nn.Linear stores it
+            bias = torch.randn(e_out, generator=generator)  # (E_out,)
+            expected = F.linear(x, weight, bias)  # x @ weight.T + bias
+            try:
+                answer = as_tensor(linear_projection(x.clone(), weight.clone(), bias.clone()), "the projection")
+            except NotImplementedError:
+                raise
+            except RuntimeError as error:
+                if "cannot be multiplied" in str(error) or "size mismatch" in str(error):
+                    raise wrong(
+                        f"the shapes do not fit ({error}). nn.Linear stores its weight as (E_out, E_in) = "
+                        f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
+                    ) from None
+                raise
+            expect_shape(answer, expected.shape, "the projection (N, L, E_out)")
+            if close(answer, expected):
+                continue
+            x64, w64, b64 = x.double(), weight.double(), bias.double()
+            raise diagnose(
+                answer,
+                {
+                    "the weight is used untransposed: nn.Linear stores it as (E_out, E_in) and computes "
+                    "`x @ weight.T + bias`. With a square weight `x @ weight` runs but gives other numbers.": x64
+                    @ w64
+                    + b64,
+                    "the weight is used untransposed AND the bias is missing: nn.Linear computes "
+                    "`x @ weight.T + bias`.": x64 @ w64,
+                    "the bias is missing: nn.Linear adds it after the product, `x @ weight.T + bias`.": x64 @ w64.T,
+                    "the bias is subtracted: nn.Linear adds it, `x @ weight.T + bias`.": x64 @ w64.T - b64,
+                },
+                "the shape is right but the numbers differ from nn.Linear's `x @ weight.T + bias`.",
+            )
+        return "your projection gives the same numbers as nn.Linear (x @ weight.T + bias)."
+
+    return run_check("linear projection", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: queries from the target, keys and values from the source
+# ---------------------------------------------------------------------------------------------
+def check_cross_attention_inputs(
+    cross_attention_inputs: Callable[[Tensor, Tensor, nn.Linear, nn.Linear, nn.Linear], tuple[Tensor, Tensor, Tensor]],
+) -> Verdict:
+    """Check ``cross_attention_inputs(target, source, q_proj, k_proj, v_proj) -> (q, k, v)``.
+
+    target (N, L, E) and source (N, S, E) give q (N, L, d), k (N, S, d) and v (N, S, d).
+    """
+
+    def body() -> str:
+        torch.manual_seed(3)
+        N, L, S, E, d = 2, 3, 5, 6, 4
+        target, source = torch.randn(N, L, E), torch.randn(N, S, E)
+        q_proj, k_proj, v_proj = nn.Linear(E, d), nn.Linear(E, d), nn.Linear(E, d)
+        with torch.no_grad():
+            result = cross_attention_inputs(target.clone(), source.clone(), q_proj, k_proj, v_proj)
+            if not isinstance(result, (tuple, list)) or len(result) != 3:
+                raise wrong(f"return the three tensors as a tuple `(q, k, v)`, got {type(result).__name__}")
+            q, k, v = (as_tensor(t, name) for t, name in zip(result, ("q", "k", "v")))
+            projected = {  # every projection of every sentence, to recognise which one was used
+                (name, side): as_tensor(proj(x), name)
+                for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
+                for side, x in (("target", target), ("source", source))
+            }
+        if tuple(q.shape) == (N, S, d) and tuple(k.shape) == (N, L, d):
+            raise wrong(
+                "the roles are swapped: queries come from the target sentence (what is being written, length "
+                "L), keys and values from the source sentence (what is being read, length S)."
+            )
+        expect_shape(q, (N, L, d), "q (N, L, d): one query per target token")
+        for name, tensor in (("k", k), ("v", v)):
+            if tuple(tensor.shape) == (N, L, d):
+                raise wrong(
+                    f"{name} has the target's length L={L}: in cross-attention keys and values are projections "
+                    f"of the SOURCE sentence (length S={S}), so {name} should have shape (N, S, d) = {(N, S, d)}."
+                )
+            expect_shape(tensor, (N, S, d), f"{name} (N, S, d): one per source token")
+        checks = (("q", q, "q_proj", "target"), ("k", k, "k_proj", "source"), ("v", v, "v_proj", "source"))
+        for name, tensor, proj_name, side in checks:
+            if close(tensor, projected[(proj_name, side)]):
+                continue
+            raise diagnose(
+                tensor,
+                {
+                    f"{name} was made with the wrong projection ({other}): use `{proj_name}` for {name}.": projected[
+                        (other, side)
+                    ]
+                    for other in ("q_proj", "k_proj", "v_proj")
+                    if other != proj_name
+                },
+                f"{name} has the right shape but not the numbers of `{proj_name}({side})`.",
+            )
+        return "queries come from the target, keys and values from the source, each with its own projection."
+
+    return run_check("cross-attention inputs", body)

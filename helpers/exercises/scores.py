@@ -1,0 +1,170 @@
+"""Checks for lesson 03's exercises: attention weights, and masked scaled dot-product attention.
+
+The masks here follow ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask is
+**True where a query may attend** to a key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from helpers.attention import scaled_dot_product_attention
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+__all__ = ["check_attention_weights", "check_masked_attention"]
+
+
+def _weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
+             softmax_dim: int = -1, transpose_keys: bool = True, mask_fill: float = float("-inf"),
+             mask_after_softmax: bool = False) -> Tensor:
+    """Attention weights, with switches that reproduce the usual mistakes one at a time."""
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    keys = k.transpose(-2, -1) if transpose_keys else k
+    scores = q @ keys * scale  # (..., L, S)
+    if mask is not None and not mask_after_softmax:
+        scores = scores.masked_fill(~mask, mask_fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if mask is not None and mask_after_softmax:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights
+
+
+def _not_transposed_hint(error: Exception) -> str:
+    return (
+        f"your code works for one sentence but not for a batch ({error}). `k.T` reverses EVERY dimension of a "
+        "batched (N, S, d) tensor; swap only the last two: `k.transpose(-2, -1)`, giving (N, d, S)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: attention weights softmax(Q Kᵀ / √d)
+# ---------------------------------------------------------------------------------------------
+def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
+    """Check ``attention_weights(q, k)``: q (..., L, d), k (..., S, d) -> weights (..., L, S)."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(4)
+        # Case 1: square (L = S = d), where forgetting to transpose the keys still runs.
+        # Case 2: a batch with L != S, where the shapes tell the dimensions apart.
+        cases = [(torch.randn(4, 4, generator=generator) * 2, torch.randn(4, 4, generator=generator) * 2)]
+        cases.append((torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator)))
+        for index, (q, k) in enumerate(cases):
+            expected = _weights(q.double(), k.double())
+            try:
+                answer = as_tensor(attention_weights(q.clone(), k.clone()), "the weights")
+            except NotImplementedError:
+                raise
+            except RuntimeError as error:
+                if index == 1:
+                    raise wrong(_not_transposed_hint(error)) from None
+                raise
+            expect_shape(answer, expected.shape, "the weights (..., L, S)")
+            if close(answer, expected):
+                continue
+            q64, k64 = q.double(), k.double()
+            d = q.size(-1)
+            mistakes = {
+                "the scores are not scaled: divide Q Kᵀ by √d (here √" + f"{d}" + ") before the softmax.": _weights(
+                    q64, k64, scale=1.0
+                ),
+                "the scores are divided by d instead of √d: use `/ math.sqrt(d)` (or `* d ** -0.5`).": _weights(
+                    q64, k64, scale=1.0 / d
+                ),
+                "the softmax runs over the wrong dimension: each QUERY's row (the last dimension, over the keys) "
+                "must sum to 1, so use `softmax(scores, dim=-1)`.": _weights(q64, k64, softmax_dim=-2),
+                "the keys are not transposed: the scores are Q Kᵀ, `q @ k.transpose(-2, -1)`. With L = S = d "
+                "`q @ k` runs too, but multiplies queries with the wrong numbers.": _weights(
+                    q64, k64, transpose_keys=False
+                ),
+                "the softmax is missing: these are the scaled scores; turn each row into weights with "
+                "`torch.softmax(scores, dim=-1)`.": q64 @ k64.transpose(-2, -1) / math.sqrt(d),
+            }
+            if q.size(-2) == k.size(-2) == q.size(-1):
+                mistakes["the keys are not transposed AND the scores are not scaled."] = _weights(
+                    q64, k64, scale=1.0, transpose_keys=False
+                )
+            if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
+                fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
+            else:
+                fallback = "the rows do not sum to 1: the weights of each query are a softmax over the keys."
+            raise diagnose(answer, mistakes, fallback)
+        return "softmax(Q Kᵀ / √d) over the keys, for one sentence and for a batch."
+
+    return run_check("attention weights", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: masked scaled dot-product attention (output only)
+# ---------------------------------------------------------------------------------------------
+def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verdict:
+    """Check ``masked_attention(q, k, v, mask)`` -> output (..., L, dv); mask (L, S) bool, True = may attend."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(5)
+        causal_keep = torch.ones(4, 4, dtype=torch.bool).tril()  # True = may attend (query i sees keys 0..i)
+        padding_keep = torch.tensor([True, True, True, False, False]).expand(3, 5)  # the last 2 keys are padding
+        cases = [
+            # square, so that untransposed keys still run; dv = 3 differs from S so returned weights show
+            (torch.randn(4, 4, generator=generator) * 2, torch.randn(4, 4, generator=generator) * 2,
+             torch.randn(4, 3, generator=generator), causal_keep),
+            (torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator),
+             torch.randn(2, 5, 6, generator=generator), padding_keep),
+        ]
+        for index, (q, k, v, mask) in enumerate(cases):
+            expected, expected_weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+            try:
+                answer = as_tensor(masked_attention(q.clone(), k.clone(), v.clone(), mask.clone()), "the output")
+            except NotImplementedError:
+                raise
+            except RuntimeError as error:
+                if index == 1:
+                    raise wrong(_not_transposed_hint(error)) from None
+                raise
+            if tuple(answer.shape) == tuple(expected_weights.shape):
+                raise wrong(
+                    f"the result has the shape of the weights (..., L, S) = {tuple(expected_weights.shape)}: return the "
+                    "weighted sum of the values, `weights @ v`, of shape (..., L, dv)."
+                )
+            expect_shape(answer, expected.shape, "the output (..., L, dv)")
+            if close(answer, expected):
+                continue
+            if torch.isnan(answer).any():
+                raise wrong(
+                    "your output has NaN: some query had every key blocked, so its softmax was over -inf only. "
+                    "Did you invert the mask? Here (as in F.scaled_dot_product_attention) True means MAY attend: "
+                    "fill the scores where the mask is False, `scores.masked_fill(~mask, float('-inf'))`."
+                )
+            q64, k64, v64 = q.double(), k.double(), v.double()
+            mistakes = {
+                "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum "
+                "to 1. Fill the blocked SCORES with -inf before the softmax.": _weights(
+                    q64, k64, mask, mask_after_softmax=True
+                ),
+                "the mask is inverted: here True means MAY attend (as in F.scaled_dot_product_attention), so block "
+                "where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": _weights(q64, k64, ~mask),
+                "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
+                "Use `float('-inf')`.": _weights(q64, k64, mask, mask_fill=0.0),
+                "the mask is ignored: block the scores where the mask is False before the softmax.": _weights(q64, k64),
+                "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": _weights(
+                    q64, k64, mask, scale=1.0
+                ),
+                "the softmax runs over the wrong dimension: each query's row must sum to 1, "
+                "`softmax(scores, dim=-1)`.": _weights(q64, k64, mask, softmax_dim=-2),
+            }
+            if q.size(-2) == k.size(-2) == q.size(-1):
+                mistakes[
+                    "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` "
+                    "runs too, but gives the wrong numbers."
+                ] = _weights(q64, k64, mask, transpose_keys=False)
+            raise diagnose(
+                answer,
+                {hint: weights @ v64 for hint, weights in mistakes.items()},
+                "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V.",
+            )
+        return "masked, scaled attention: the same output as F.scaled_dot_product_attention, with a causal and a padding mask."
+
+    return run_check("masked attention", body)

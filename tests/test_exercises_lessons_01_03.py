@@ -1,0 +1,300 @@
+"""The exercise checks of lessons 01-03: each usual mistake gets its own hint.
+
+Every check is fed a correct answer (pass, in float32 and float64), an answer that still raises
+NotImplementedError (not attempted), and one deliberately wrong answer per known mistake (the
+hint that names it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
+from helpers.exercises.qkv import check_cross_attention_inputs, check_linear_projection
+from helpers.exercises.scores import check_attention_weights, check_masked_attention
+
+
+def not_attempted(*args, **kwargs):
+    raise NotImplementedError()
+
+
+def assert_hint(verdict, *fragments):
+    assert verdict.status == "wrong", verdict
+    for fragment in fragments:
+        assert fragment in verdict.message, (fragment, verdict.message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 01: one-hot look-up
+# ---------------------------------------------------------------------------------------------
+def test_one_hot_lookup_correct_passes(capsys):
+    def lookup(ids, weight):
+        return F.one_hot(ids, num_classes=weight.shape[0]).to(weight.dtype) @ weight
+
+    verdict = check_one_hot_lookup(lookup)
+    assert verdict.passed, verdict
+    assert "[PASS]" in capsys.readouterr().out
+
+
+def test_one_hot_lookup_float64_and_extra_kwargs_pass():
+    def lookup(ids, weight, *, dtype=torch.float64):
+        return F.one_hot(ids, weight.shape[0]).to(dtype) @ weight.to(dtype)
+
+    assert check_one_hot_lookup(lookup).passed
+
+
+def test_one_hot_lookup_not_attempted(capsys):
+    verdict = check_one_hot_lookup(not_attempted)
+    assert verdict.status == "not attempted"
+    assert "NOT ATTEMPTED YET" in capsys.readouterr().out
+
+
+def test_one_hot_lookup_transposed_table():
+    verdict = check_one_hot_lookup(lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w.T)
+    assert_hint(verdict, "transposed table")
+
+
+def test_one_hot_lookup_integer_one_hot():
+    verdict = check_one_hot_lookup(lambda ids, w: F.one_hot(ids, w.shape[0]) @ w)
+    assert_hint(verdict, "integers", ".float()")
+
+
+def test_one_hot_lookup_missing_num_classes():
+    verdict = check_one_hot_lookup(lambda ids, w: F.one_hot(ids).float() @ w)
+    assert_hint(verdict, "num_classes=weight.shape[0]")
+
+
+def test_one_hot_lookup_returns_one_hot_only():
+    verdict = check_one_hot_lookup(lambda ids, w: F.one_hot(ids, w.shape[0]).float())
+    assert_hint(verdict, "one-hot vectors themselves")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 01: positional encoding
+# ---------------------------------------------------------------------------------------------
+def make_encoding(base=10000.0, swap=False, halves=False, sign=-1.0, index="pair", divide_by_dim=True, dtype=torch.float32):
+    def positional_encoding(num_positions, dim):
+        position = torch.arange(num_positions, dtype=dtype)[:, None]
+        exponent_index = torch.arange(0, dim, 2, dtype=dtype)
+        if index == "feature":  # i instead of 2k: odd features get the next frequency
+            even = torch.arange(0, dim, 2, dtype=dtype)
+            odd = torch.arange(1, dim, 2, dtype=dtype)
+        else:
+            even = odd = exponent_index
+        scale = dim if divide_by_dim else 1.0
+        first = torch.sin(position * base ** (sign * even / scale))
+        second = torch.cos(position * base ** (sign * odd / scale))
+        if swap:
+            first, second = torch.cos(position * base ** (sign * even / scale)), torch.sin(position * base ** (sign * odd / scale))
+        if halves:
+            return torch.cat([first, second], dim=1)
+        table = torch.zeros(num_positions, dim, dtype=dtype)
+        table[:, 0::2], table[:, 1::2] = first, second
+        return table
+
+    return positional_encoding
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_positional_encoding_correct_passes(dtype):
+    assert check_positional_encoding(make_encoding(dtype=dtype)).passed
+
+
+def test_positional_encoding_with_extra_kwargs_passes():
+    correct = make_encoding()
+
+    def positional_encoding(num_positions, dim, base=10000.0):
+        return correct(num_positions, dim)
+
+    assert check_positional_encoding(positional_encoding).passed
+
+
+def test_positional_encoding_not_attempted():
+    assert check_positional_encoding(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"swap": True}, "sine and cosine are swapped"),
+        ({"halves": True}, "two halves"),
+        ({"sign": 1.0}, "minus sign"),
+        ({"index": "feature"}, "pair index"),
+        ({"divide_by_dim": False}, "divide by E"),
+        ({"base": 1000.0}, "base 1000,"),
+        ({"base": 100.0}, "base 100,"),
+        ({"base": 100000.0}, "base 100000,"),
+    ],
+)
+def test_positional_encoding_usual_mistakes(kwargs, fragment):
+    assert_hint(check_positional_encoding(make_encoding(**kwargs)), fragment)
+
+
+def test_positional_encoding_wrong_shape_and_unknown_error():
+    assert_hint(check_positional_encoding(lambda p, e: torch.zeros(e, p)), "should have shape (12, 8)")
+    assert_hint(check_positional_encoding(lambda p, e: make_encoding()(p, e) + 0.5), "differ from the formula")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 02: linear projection
+# ---------------------------------------------------------------------------------------------
+def test_linear_projection_correct_passes():
+    assert check_linear_projection(lambda x, w, b: x @ w.T + b).passed
+    assert check_linear_projection(lambda x, w, b: x.double() @ w.double().T + b.double()).passed
+
+
+def test_linear_projection_not_attempted():
+    assert check_linear_projection(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda x, w, b: x @ w + b, "untransposed: nn.Linear"),
+        (lambda x, w, b: x @ w, "untransposed AND the bias is missing"),
+        (lambda x, w, b: x @ w.T, "the bias is missing"),
+        (lambda x, w, b: x @ w.T - b, "subtracted"),
+        (lambda x, w, b: x @ w.T + 2 * b, "differ from nn.Linear"),
+    ],
+)
+def test_linear_projection_usual_mistakes(wrong_answer, fragment):
+    assert_hint(check_linear_projection(wrong_answer), fragment)
+
+
+def test_linear_projection_non_square_untransposed_names_the_shapes():
+    # only fails on the non-square case: pretend the square case is right
+    def answer(x, w, b):
+        return x @ w.T + b if w.shape[0] == w.shape[1] else x @ w + b
+
+    assert_hint(check_linear_projection(answer), "shapes do not fit", "x @ weight.T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 02: cross-attention inputs
+# ---------------------------------------------------------------------------------------------
+def test_cross_attention_inputs_correct_passes():
+    def inputs(target, source, q_proj, k_proj, v_proj):
+        return q_proj(target), k_proj(source), v_proj(source)
+
+    assert check_cross_attention_inputs(inputs).passed
+
+
+def test_cross_attention_inputs_not_attempted():
+    assert check_cross_attention_inputs(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda t, s, q, k, v: (q(t), k(t), v(t)), "k has the target's length"),
+        (lambda t, s, q, k, v: (q(t), k(s), v(t)), "v has the target's length"),
+        (lambda t, s, q, k, v: (q(s), k(t), v(t)), "roles are swapped"),
+        (lambda t, s, q, k, v: (q(t), v(s), k(s)), "k was made with the wrong projection (v_proj)"),
+        (lambda t, s, q, k, v: (k(t), k(s), v(s)), "q was made with the wrong projection (k_proj)"),
+        (lambda t, s, q, k, v: [q(t), k(s)], "as a tuple"),
+        (lambda t, s, q, k, v: (q(t), k(s) * 2, v(s)), "not the numbers of `k_proj(source)`"),
+    ],
+)
+def test_cross_attention_inputs_usual_mistakes(wrong_answer, fragment):
+    assert_hint(check_cross_attention_inputs(wrong_answer), fragment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 03: attention weights
+# ---------------------------------------------------------------------------------------------
+def weights_answer(scale="sqrt", dim=-1, transpose=True, softmax=True, batched_t=False):
+    def attention_weights(q, k):
+        d = q.shape[-1]
+        keys = (k.T if batched_t else k.transpose(-2, -1)) if transpose else k
+        scores = q @ keys
+        scores = scores / {"sqrt": math.sqrt(d), "none": 1.0, "d": d}[scale]
+        return torch.softmax(scores, dim=dim) if softmax else scores
+
+    return attention_weights
+
+
+def test_attention_weights_correct_passes():
+    assert check_attention_weights(weights_answer()).passed
+    assert check_attention_weights(lambda q, k: F.softmax(q.double() @ k.double().mT * q.shape[-1] ** -0.5, -1)).passed
+
+
+def test_attention_weights_not_attempted():
+    assert check_attention_weights(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"scale": "none"}, "not scaled"),
+        ({"scale": "d"}, "divided by d instead of √d"),
+        ({"dim": -2}, "wrong dimension"),
+        ({"transpose": False}, "keys are not transposed"),
+        ({"softmax": False}, "softmax is missing"),
+        ({"batched_t": True}, "k.transpose(-2, -1)"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
+def test_attention_weights_usual_mistakes(kwargs, fragment):
+    assert_hint(check_attention_weights(weights_answer(**kwargs)), fragment)
+
+
+def test_attention_weights_unknown_mistake_falls_back():
+    assert_hint(check_attention_weights(lambda q, k: weights_answer()(q, k) ** 2), "do not sum to 1")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 03: masked attention
+# ---------------------------------------------------------------------------------------------
+def masked_answer(scale=True, dim=-1, transpose=True, after_softmax=False, invert=False, fill=float("-inf"),
+                  ignore_mask=False, return_weights=False):
+    def masked_attention(q, k, v, mask):
+        keys = k.transpose(-2, -1) if transpose else k
+        scores = q @ keys / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        blocked = mask if invert else ~mask
+        if not (after_softmax or ignore_mask):
+            scores = scores.masked_fill(blocked, fill)
+        weights = torch.softmax(scores, dim=dim)
+        if after_softmax:
+            weights = weights.masked_fill(blocked, 0.0)
+        return weights if return_weights else weights @ v
+
+    return masked_attention
+
+
+def test_masked_attention_correct_passes():
+    assert check_masked_attention(masked_answer()).passed
+    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)).passed
+
+
+def test_masked_attention_not_attempted():
+    assert check_masked_attention(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"after_softmax": True}, "after the softmax"),
+        ({"invert": True}, "invert the mask"),
+        ({"fill": 0.0}, "set to 0, not -inf"),
+        ({"ignore_mask": True}, "mask is ignored"),
+        ({"scale": False}, "not scaled"),
+        ({"dim": -2}, "wrong dimension"),
+        ({"transpose": False}, "keys are not transposed"),
+        ({"return_weights": True}, "shape of the weights"),
+    ],
+)
+def test_masked_attention_usual_mistakes(kwargs, fragment):
+    assert_hint(check_masked_attention(masked_answer(**kwargs)), fragment)
+
+
+def test_masked_attention_inverted_mask_without_nan_still_named():
+    # a learner who inverts the mask but guards against NaN rows (nan_to_num) is still told why
+    def answer(q, k, v, mask):
+        return torch.nan_to_num(masked_answer(invert=True)(q, k, v, mask))
+
+    verdict = check_masked_attention(answer)
+    assert verdict.status == "wrong"
