@@ -18,3 +18,4 @@ from helpers.embeddings import PositionalEncoding, TokenEmbedding, cosine_simila
 from helpers.data import ParallelCorpus, load_corpus, download_multi30k
 from helpers.tokenization import Tokenizer, train_tokenizer
 from helpers.batching import Batch, make_batches, pad
+from helpers.layers import InspectableDecoderLayer
