@@ -1,0 +1,411 @@
+"""Student copies of the lessons: the solutions come out, everything else that teaches stays.
+
+Every lesson in ``notebooks/`` is a *solution notebook*. An exercise is the body of a function,
+written between two single-hash markers on lines of their own, indented like the code they hold::
+
+    def positional_encoding(num_positions, dim):
+        # BEGIN SOLUTION
+        ...reference solution...
+        # END SOLUTION
+
+A release writes one student copy per lesson, with the same file name, into an output folder::
+
+    python -m helpers.assignments release --out DIR      # or: make release  (DIR = student/)
+    python -m helpers.assignments list                   # the exercises each lesson holds
+
+What a student copy is:
+
+* Each marked region is replaced by ``# YOUR CODE HERE`` and ``raise NotImplementedError()`` at
+  the indentation of its ``# BEGIN SOLUTION`` line (what nbgrader writes), so the cell still runs
+  and defines the function, and the lesson's check cell reports "not attempted yet".
+* Cells tagged ``solution-only`` (any cell type) are removed: use the tag for a worked answer, an
+  explanation of the solution, or a cell that only demonstrates the solved function.
+* Outputs and execution counts are cleared. Cell metadata keeps only ``tags`` (and, in raw cells,
+  the ``format``/``raw_mimetype`` that say what the raw text is); notebook metadata keeps only
+  ``kernelspec`` and ``language_info``. Widget state (``metadata.widgets``), nbgrader's records
+  and anything else a tool stored there are dropped, because any of them can carry solution text.
+
+The release refuses, naming notebook and cell, and writes nothing at all, when a notebook has an
+unbalanced marker (``BEGIN`` without ``END`` in the same cell, or ``END`` without ``BEGIN``), a
+nested region, a marker in a markdown or raw cell, or a line that looks like a marker but is not
+exactly one (``### BEGIN SOLUTION``, ``# begin solution``, ``# BEGIN SOLUTION  # hint``): nbgrader
+treats any line containing ``BEGIN SOLUTION`` as a marker and otter-grader does not accept the
+triple-hash form, so only the exact single-hash line keeps all three tools in agreement. It also
+refuses when removing a region would leave a cell that is no longer valid Python.
+
+Writing is safe to repeat: every notebook is converted in memory first, then each file is written
+to a temporary file in the output folder and moved into place (``os.replace``), so a reader never
+sees a half-written copy. Output is byte-for-byte deterministic, and an unchanged copy is not
+rewritten. Files in the output folder that the release does not produce (a teacher's notes, an
+old copy of a renamed lesson) are left alone; stale ``.ipynb`` files are listed, never deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4.rwbase import rejoin_lines
+
+__all__ = [
+    "BEGIN_MARKER",
+    "END_MARKER",
+    "PLACEHOLDER",
+    "SOLUTION_ONLY_TAG",
+    "NOTEBOOKS_DIR",
+    "ReleaseError",
+    "Exercise",
+    "strip_solutions",
+    "student_copy",
+    "find_exercises",
+    "release",
+    "main",
+]
+
+BEGIN_MARKER = "# BEGIN SOLUTION"
+END_MARKER = "# END SOLUTION"
+# What replaces a region, line by line, at the BEGIN marker's indentation (nbgrader's stub).
+PLACEHOLDER = ("# YOUR CODE HERE", "raise NotImplementedError()")
+SOLUTION_ONLY_TAG = "solution-only"
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+# Anything that a person (or nbgrader, which matches the substring "BEGIN SOLUTION") could take
+# for a marker. A line that matches this but is not exactly a marker is refused, never ignored:
+# ignoring it would publish the solution below it.
+_LOOKS_LIKE_MARKER = re.compile(r"\b(BEGIN|END)[ \t]*SOLUTION\b", re.IGNORECASE)
+_KEPT_CELL_METADATA = {"code": ("tags",), "markdown": ("tags",), "raw": ("tags", "format", "raw_mimetype")}
+_KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
+
+
+class ReleaseError(ValueError):
+    """A notebook that cannot be released safely; the message names the notebook and the cell.
+
+    ``cell_index`` counts from 0 in the *source* notebook (the cell is number ``cell_index + 1``
+    counting from the top, as a person does in JupyterLab); it is None for notebook-wide problems.
+    """
+
+    def __init__(self, notebook: str, cell_index: int | None, problem: str, cell_source: str = "") -> None:
+        self.notebook = notebook
+        self.cell_index = cell_index
+        self.problem = problem
+        if cell_index is None:
+            where = notebook
+        else:
+            first_line = next((line.strip() for line in cell_source.splitlines() if line.strip()), "")
+            where = f"{notebook}, cell index {cell_index} (cell {cell_index + 1} from the top"
+            where += f", starting {first_line[:60]!r})" if first_line else ")"
+        super().__init__(f"{where}: {problem}")
+
+
+class _MarkerProblem(Exception):
+    """A problem inside one cell's text, before we know which notebook and cell it is in."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One solution region: where it is and the function whose body it is (None at top level)."""
+
+    notebook: str
+    cell_index: int
+    function: str | None
+    lines: int  # how many solution lines the learner has to write (non-blank, markers excluded)
+
+
+def _marker_kind(line: str) -> str | None:
+    """"begin", "end" or None for an exact marker line; refuse anything that only looks like one."""
+    stripped = line.strip()
+    if stripped == BEGIN_MARKER:
+        return "begin"
+    if stripped == END_MARKER:
+        return "end"
+    if _LOOKS_LIKE_MARKER.search(line):
+        raise _MarkerProblem(
+            f"{stripped!r} looks like a solution marker but is not exactly {BEGIN_MARKER!r} or "
+            f"{END_MARKER!r} on a line of its own (one '#', one space, upper case). Write the marker "
+            "exactly: nbgrader treats any line containing 'BEGIN SOLUTION' as a marker, otter-grader "
+            "does not accept '### BEGIN SOLUTION', and a marker this tool ignored would publish the "
+            "solution below it."
+        )
+    return None
+
+
+def strip_solutions(source: str) -> tuple[str, int]:
+    """Replace each marked region of one code cell's text by the placeholder.
+
+    Returns the new text and how many regions were replaced. Raises ``_MarkerProblem`` for an
+    unbalanced, nested or malformed marker (``student_copy`` adds notebook and cell to it).
+    """
+    kept: list[str] = []
+    open_line: int | None = None  # 1-based line of the BEGIN marker of the region we are in
+    regions = 0
+    for number, line in enumerate(source.split("\n"), start=1):
+        kind = _marker_kind(line)
+        if kind == "begin":
+            if open_line is not None:
+                raise _MarkerProblem(
+                    f"line {number}: {BEGIN_MARKER!r} inside the region opened on line {open_line}; "
+                    f"regions cannot nest (nbgrader refuses them too). Close the first region with "
+                    f"{END_MARKER!r} before opening the next."
+                )
+            open_line = number
+            regions += 1
+            indent = line[: len(line) - len(line.lstrip())]  # the placeholder sits where the marker sat
+            kept.extend(indent + placeholder for placeholder in PLACEHOLDER)
+        elif kind == "end":
+            if open_line is None:
+                raise _MarkerProblem(
+                    f"line {number}: {END_MARKER!r} without a {BEGIN_MARKER!r} above it in the same cell."
+                )
+            open_line = None
+        elif open_line is None:
+            kept.append(line)
+    if open_line is not None:
+        raise _MarkerProblem(
+            f"line {open_line}: {BEGIN_MARKER!r} has no {END_MARKER!r} below it in the same cell "
+            "(a region must start and end in one code cell)."
+        )
+    return "\n".join(kept), regions
+
+
+def _python_of(cell_source: str) -> str | None:
+    """The cell as plain Python (IPython magics translated), or None if it does not parse."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # no IPython: cells with magics cannot be checked, plain ones still can
+        python = cell_source
+    else:
+        python = TransformerManager().transform_cell(cell_source)
+    try:
+        compile(python, "<cell>", "exec")
+    except SyntaxError:
+        return None
+    return python
+
+
+def _check_still_python(original: str, stripped: str) -> None:
+    """Refuse a replacement that breaks a cell which was valid Python before (bad marker indent)."""
+    if _python_of(original) is None:
+        return  # not ours to judge: the lesson's own cell does not parse
+    if _python_of(stripped) is None:
+        try:
+            compile(stripped, "<cell>", "exec")
+            detail = ""
+        except SyntaxError as error:
+            detail = f" ({error.msg}, line {error.lineno} of the student cell)"
+        raise _MarkerProblem(
+            f"without its solution the cell is no longer valid Python{detail}. Indent "
+            f"{BEGIN_MARKER!r} exactly like the first line of the code it hides: the placeholder "
+            "is written at the marker's indentation."
+        )
+
+
+def _tags(cell: NotebookNode) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def _clean_cell(cell: NotebookNode) -> NotebookNode:
+    """A copy of ``cell`` with no outputs, no execution count and only harmless metadata."""
+    cell = copy.deepcopy(cell)
+    kept_keys = _KEPT_CELL_METADATA.get(cell.cell_type, ("tags",))
+    cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in kept_keys if k in cell.metadata})
+    if cell.cell_type == "code":
+        cell.outputs = []
+        cell.execution_count = None
+    return cell
+
+
+def student_copy(notebook: NotebookNode, name: str) -> NotebookNode:
+    """The student copy of one solution notebook (the input is not modified).
+
+    ``name`` is only used in error messages (e.g. "notebooks/03_scaled_dot_product_attention.ipynb").
+    Raises ``ReleaseError`` naming the notebook and the cell for every kind of marker problem.
+    """
+    if notebook.get("nbformat") != 4:
+        raise ReleaseError(name, None, f"expected an nbformat 4 notebook, got nbformat {notebook.get('nbformat')}")
+    student = copy.deepcopy(notebook)
+    student.metadata = nbformat.from_dict(
+        {k: notebook.metadata[k] for k in _KEPT_NOTEBOOK_METADATA if k in notebook.metadata}
+    )
+    cells = []
+    needs_ids = notebook.get("nbformat_minor", 0) >= 5
+    for index, cell in enumerate(notebook.cells):
+        if SOLUTION_ONLY_TAG in _tags(cell):
+            continue  # removed whole, markers and all
+        cell = _clean_cell(cell)
+        if needs_ids and "id" not in cell:
+            cell.id = f"cell-{index}"  # nbformat would invent a random one: keep output deterministic
+        try:
+            if cell.cell_type == "code":
+                stripped, regions = strip_solutions(cell.source)
+                if regions:
+                    _check_still_python(cell.source, stripped)
+                cell.source = stripped
+            else:
+                for number, line in enumerate(cell.source.split("\n"), start=1):
+                    try:
+                        is_marker = _marker_kind(line) is not None
+                    except _MarkerProblem:
+                        is_marker = True  # a look-alike: still a marker in the wrong place
+                    if is_marker:
+                        raise _MarkerProblem(
+                            f"line {number} of this {cell.cell_type} cell holds a solution marker "
+                            f"({line.strip()!r}); markers only work in code cells. To keep a whole "
+                            f"{cell.cell_type} cell out of student copies, tag it {SOLUTION_ONLY_TAG!r}."
+                        )
+        except _MarkerProblem as problem:
+            raise ReleaseError(name, index, str(problem), notebook.cells[index].get("source", "")) from None
+        cells.append(cell)
+    student.cells = cells
+    return student
+
+
+def _enclosing_function(lines: list[str], marker_line: int) -> str | None:
+    """Name of the innermost ``def`` that encloses line ``marker_line`` (0-based), if any."""
+    indent = len(lines[marker_line]) - len(lines[marker_line].lstrip())
+    for line in reversed(lines[:marker_line]):
+        stripped = line.lstrip()
+        line_indent = len(line) - len(stripped)
+        if stripped and line_indent < indent:
+            match = re.match(r"(?:async\s+)?def\s+(\w+)", stripped)
+            if match:
+                return match.group(1)
+            indent = line_indent  # an enclosing `if`/`for`/`class`: keep looking further out
+    return None
+
+
+def find_exercises(notebook: NotebookNode, name: str) -> list[Exercise]:
+    """Every solution region of a (valid) solution notebook, in order, with its function's name."""
+    student_copy(notebook, name)  # the same validation as a release, so a listing never lies
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code" or SOLUTION_ONLY_TAG in _tags(cell):
+            continue
+        lines = cell.source.split("\n")
+        start = None
+        for number, line in enumerate(lines):
+            if line.strip() == BEGIN_MARKER:
+                start = number
+            elif line.strip() == END_MARKER and start is not None:
+                body = [text for text in lines[start + 1 : number] if text.strip()]
+                found.append(Exercise(name, index, _enclosing_function(lines, start), len(body)))
+                start = None
+    return found
+
+
+def _read(path: Path) -> NotebookNode:
+    """Read a notebook as stored, without nbformat inventing (random) cell ids along the way."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ReleaseError(str(path), None, f"cannot be read as a notebook: {error}") from None
+    if not isinstance(data, dict) or data.get("nbformat") != 4:
+        raise ReleaseError(str(path), None, "expected an nbformat 4 notebook (a JSON object with nbformat 4)")
+    return rejoin_lines(nbformat.from_dict(data))  # sources stored as lists of lines -> one string
+
+
+def _serialize(notebook: NotebookNode, name: str) -> bytes:
+    """Deterministic bytes: nbformat's writer sorts keys; we also insist the result is valid."""
+    try:
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as error:
+        raise ReleaseError(name, None, f"the student copy would not be a valid notebook: {error.message}") from None
+    return (nbformat.writes(notebook) + "\n").encode("utf-8")
+
+
+def _write_atomically(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` via a temporary file and a rename; False if it was already so."""
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a class copy must be readable
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Write the student copy of every ``*.ipynb`` in ``notebooks_dir`` into ``out_dir``.
+
+    All notebooks are converted before anything is written, so one bad notebook leaves the
+    output folder exactly as it was. Returns the paths of the student copies (sorted).
+    """
+    notebooks_dir, out_dir = Path(notebooks_dir), Path(out_dir)
+    if not notebooks_dir.is_dir():
+        raise ReleaseError(str(notebooks_dir), None, "expected a folder of lesson notebooks; it does not exist")
+    sources = sorted(notebooks_dir.glob("*.ipynb"))
+    if not sources:
+        raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
+    if out_dir.exists() and out_dir.resolve() == notebooks_dir.resolve():
+        raise ReleaseError(str(out_dir), None, "the output folder is the lessons' own folder; the release would overwrite the solutions")
+
+    contents = {source.name: _serialize(student_copy(_read(source), str(source)), str(source)) for source in sources}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for file_name, data in contents.items():
+        target = out_dir / file_name
+        changed = _write_atomically(target, data)
+        print(f"{'wrote' if changed else 'unchanged'}  {target}")
+        written.append(target)
+    stale = sorted(p.name for p in out_dir.glob("*.ipynb") if p.name not in contents)
+    if stale:
+        print(f"left untouched (no lesson of that name; delete if they are old copies): {', '.join(stale)}")
+    return written
+
+
+def _list(notebooks_dir: Path) -> None:
+    for source in sorted(notebooks_dir.glob("*.ipynb")):
+        exercises = find_exercises(_read(source), str(source))
+        print(f"{source.name}: {len(exercises)} exercise(s)")
+        for exercise in exercises:
+            function = f"{exercise.function}()" if exercise.function else "(top level)"
+            print(f"  cell index {exercise.cell_index:3d}  {function:40s} {exercise.lines} solution line(s)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``release --out DIR`` or ``list``; exit status 1 with a clear message on errors."""
+    parser = argparse.ArgumentParser(prog="python -m helpers.assignments", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
+    release_parser.add_argument("--out", required=True, type=Path, help="folder for the student copies (created if missing)")
+    list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
+    for sub in (release_parser, list_parser):
+        sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "release":
+            copies = release(args.out, args.notebooks)
+            print(f"{len(copies)} student copies in {args.out}")
+        else:
+            _list(args.notebooks)
+    except ReleaseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        if args.command == "release":
+            print("error: nothing was written; fix the notebook and run the release again.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
