@@ -104,14 +104,16 @@ def scaled_dot_product_attention(
     L, S = query.size(-2), key.size(-2)
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
 
-    # 1. Scores: how well each query matches each key.  (..., L, d) @ (..., d, S) -> (..., L, S)
-    scores = query @ key.transpose(-2, -1) * scale
+    # 1. Scores: how well each query matches each key, scaled.  (..., L, d) @ (..., d, S) -> (..., L, S)
+    #    (q * scale) @ k^T equals (q @ k^T) * scale; scaling the smaller (L, d) tensor is cheaper.
+    scores = (query * scale) @ key.transpose(-2, -1)
 
     # 2. Masks: blocked scores become -inf so that softmax gives them weight 0.
     if is_causal:
         if attn_mask is not None:
             raise ValueError("pass either attn_mask or is_causal=True, not both")
-        attn_mask = ~causal_mask(L, device=query.device)  # True = may attend
+        # Query i may attend to keys 0..i (top-left aligned when L != S, as in torch).
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()  # True = may attend
     if attn_mask is not None:
         scores = scores + _additive_mask(attn_mask, scores)
 
@@ -269,8 +271,7 @@ class MultiHeadAttention(nn.Module):
         if is_causal and attn_mask is None:
             raise ValueError("is_causal=True is a hint that attn_mask is causal: pass the causal attn_mask too")
 
-        q, k, v = self._project(query, key, value)  # (N, L, E), (N, S, E), (N, S, E)
-        q, k, v = (self._split_heads(x) for x in (q, k, v))  # (N, h, L, d), (N, h, S, d), (N, h, S, d)
+        q, k, v = self._project_heads(query, key, value)  # (N, h, L, d), (N, h, S, d), (N, h, S, d)
         mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)  # (N or 1, h or 1, L, S)
         dropout_p = self.dropout if self.training else 0.0
 
@@ -303,18 +304,23 @@ class MultiHeadAttention(nn.Module):
         N, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(N, T, self.embed_dim)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Apply W_q, W_k, W_v (and their biases): (N, L, E), (N, S, kdim), (N, S, vdim) -> (N, ·, E)."""
+    def _project_heads(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Apply W_q, W_k, W_v (and biases), then split heads: (N, T, ·) -> (N, h, T, d) each."""
         E = self.embed_dim
+        if self._qkv_same_embed_dim and query is key and key is value:
+            # Self-attention: one (N, L, E) @ (E, 3E) product for Q, K and V together, then a single
+            # copy into head-major layout, so the attention products below need no further copies.
+            N, L, _ = query.shape
+            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (N, L, 3E)
+            qkv = qkv.view(N, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).contiguous()  # (3, N, h, L, d)
+            return qkv.unbind(0)
         b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(E)
         if self._qkv_same_embed_dim:
-            if query is key and key is value:
-                # Self-attention: one (N, L, E) @ (E, 3E) product, then split into Q, K, V.
-                return F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
             w_q, w_k, w_v = self.in_proj_weight.split(E)
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # (N, ·, E)
+        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
 
     def _to_batch_first(self, query, key, value, key_padding_mask, unbatched):
         """Check shapes and bring every input to (N, T, features)."""

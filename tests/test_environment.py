@@ -1,0 +1,70 @@
+"""The set-up files agree with each other: pyproject.toml (pip) and environment.yml (conda)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# conda-forge names for the PyPI packages whose names differ.
+CONDA_NAME = {"torch": "pytorch-cpu"}
+
+
+def _name_and_spec(requirement: str) -> tuple[str, str]:
+    match = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", requirement)
+    assert match, f"cannot parse requirement {requirement!r}"
+    return match.group(1).lower(), match.group(2).replace(" ", "")
+
+
+def _pyproject() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + project["optional-dependencies"]["test"]
+    return dict(_name_and_spec(r) for r in requirements)
+
+
+def _conda() -> tuple[dict[str, str], list]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"], "use conda-forge only (the pytorch channel is deprecated)"
+    specs, pip_section = {}, []
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):
+            pip_section = dep["pip"]
+            continue
+        name, spec = _name_and_spec(dep.replace("=", "==", 1) if re.match(r"^[\w\-]+=\d", dep) else dep)
+        specs[name] = spec
+    return specs, pip_section
+
+
+def test_every_pip_dependency_is_in_the_conda_environment_with_the_same_version():
+    conda, _ = _conda()
+    for name, spec in _pyproject().items():
+        conda_name = CONDA_NAME.get(name, name)
+        assert conda_name in conda, f"{name} is in pyproject.toml but {conda_name} is missing from environment.yml"
+        if name == "torch":
+            # pyproject pins torch==2.13.*; conda pins pytorch-cpu=2.13 (the same release line).
+            assert spec == "==2.13.*" and conda[conda_name] == "==2.13", (spec, conda[conda_name])
+        else:
+            assert conda[conda_name] == spec, f"{name}: pyproject says {spec!r}, environment.yml says {conda[conda_name]!r}"
+
+
+def test_conda_environment_has_nothing_pyproject_lacks():
+    conda, pip_section = _conda()
+    known = {CONDA_NAME.get(n, n) for n in _pyproject()} | {"python", "pip"}
+    assert set(conda) <= known, f"only in environment.yml: {sorted(set(conda) - known)}"
+    assert pip_section == ["-e ."], "the course package itself is installed with pip from this folder"
+
+
+def test_python_versions_agree():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    conda, _ = _conda()
+    minimum = project["requires-python"].removeprefix(">=")
+    assert conda["python"].lstrip("=") >= minimum
+
+
+def test_torch_is_pinned_to_the_cpu_release_line():
+    # An open range lets pip pick a newer, multi-GB CUDA build instead of the local CPU wheel.
+    assert _pyproject()["torch"] == "==2.13.*"
