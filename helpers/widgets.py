@@ -6,3 +6,74 @@ figure with the default settings before showing the widget (GitHub does not run 
 """
 
 from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from helpers.plotting import attention_heatmap
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 03: how d_k and a temperature change the sharpness of attention
+# ---------------------------------------------------------------------------------------------
+SHARPNESS_TOKENS = ("A", "mother", "and", "her", "little", "son")
+
+
+def sharpness_weights(d_k: int = 64, temperature: float = 1.0, scaled: bool = True, seed: int = 0,
+                      num_tokens: int = len(SHARPNESS_TOKENS)) -> Tensor:
+    """Self-attention weights of random queries and keys with head size ``d_k``: (L, L).
+
+    Queries and keys have entries drawn from N(0, 1) (what trained projections roughly give), so the
+    raw scores have variance d_k. ``scaled`` divides them by sqrt(d_k); ``temperature`` divides
+    them once more: above 1 the weights spread out, below 1 they sharpen.
+    """
+    if d_k < 1 or num_tokens < 1:
+        raise ValueError(f"d_k and num_tokens must be positive, got {d_k} and {num_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_tokens, d_k, generator=generator)  # (L, d_k)
+    k = torch.randn(num_tokens, d_k, generator=generator)  # (L, d_k)
+    scores = q @ k.T  # (L, L)
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    return torch.softmax(scores / temperature, dim=-1)
+
+
+def sharpness_figure(d_k: int = 64, temperature: float = 1.0, scaled: bool = True, seed: int = 0) -> Figure:
+    """Heatmap of ``sharpness_weights`` with the running example's tokens, on the fixed 0-1 scale."""
+    weights = sharpness_weights(d_k, temperature, scaled, seed)
+    fig, ax = plt.subplots(figsize=(5.2, 4.2), constrained_layout=True)
+    scaling = "/ √d_k" if scaled else "unscaled"
+    attention_heatmap(
+        weights, SHARPNESS_TOKENS, SHARPNESS_TOKENS, ax=ax, annotate=True,
+        title=f"d_k = {d_k}, {scaling}, T = {temperature:g}: largest weight {weights.max(-1).values.mean():.2f}",
+    )
+    ax.title.set_fontsize(10)
+    return fig
+
+
+def show_sharpness(d_k: int = 64, temperature: float = 1.0, scaled: bool = True) -> Tensor:
+    """The widget's callback: draw ``sharpness_figure`` and return the weights it shows."""
+    sharpness_figure(d_k, temperature, scaled)
+    plt.show()
+    return sharpness_weights(d_k, temperature, scaled)
+
+
+def temperature_explorer():
+    """A d_k slider, a temperature slider and a scaling switch that redraw the attention heatmap.
+
+    Children, in order: d_k, temperature, scaled (then the output area); ``ui.result`` holds the
+    weights drawn last.
+    """
+    import ipywidgets as widgets
+
+    return widgets.interactive(
+        show_sharpness,
+        d_k=widgets.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k"),
+        temperature=widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature"),
+        scaled=widgets.Checkbox(value=True, description="divide by √d_k"),
+    )
