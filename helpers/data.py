@@ -266,21 +266,26 @@ def download_multi30k(
     cache_dir: str | Path | None = None,
     splits: tuple[str, ...] = SPLITS,
     *,
-    base_url: str = MULTI30K_URL,
-    checksums: Mapping[str, str] = MULTI30K_SHA256,
-    timeout: float = DOWNLOAD_TIMEOUT,
+    base_url: str | None = None,
+    checksums: Mapping[str, str] | None = None,
+    timeout: float | None = None,
     progress: bool = True,
 ) -> Path:
     """Download the Multi30k files of ``splits`` into ``cache_dir`` (default: the cache), checking SHA-256.
 
     Files already there with the right checksum are kept. Each file is written to a temporary file in
     the same folder, flushed to disk, checked, and only then renamed into place, so an interrupted or
-    corrupt download never leaves a half-written file under the real name. ``base_url``, ``checksums``
-    and ``timeout`` exist for tests. Returns the folder.
+    corrupt download never leaves a half-written file under the real name. ``base_url`` (a mirror),
+    ``checksums`` and ``timeout`` default to this module's ``MULTI30K_URL``, ``MULTI30K_SHA256`` and
+    ``DOWNLOAD_TIMEOUT``, read at call time so that tests can point them at a local server. Returns the
+    folder.
 
     Raises :class:`ChecksumError` (nothing kept) on a mismatch and :class:`DownloadError` when the server
     cannot be reached or answers with an error; both messages say how to use a local folder instead.
     """
+    base_url = MULTI30K_URL if base_url is None else base_url
+    checksums = MULTI30K_SHA256 if checksums is None else checksums
+    timeout = DOWNLOAD_TIMEOUT if timeout is None else timeout
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "multi30k"
     folder.mkdir(parents=True, exist_ok=True)
     for file_name in multi30k_files(splits):
@@ -321,6 +326,7 @@ def _download_file(url: str, target: Path, expected_sha256: str, timeout: float,
                 f"checksum mismatch for {target.name} from {url}: expected SHA-256 {expected_sha256}, "
                 f"got {actual}; the download was deleted. {_LOCAL_FOLDER_HINT}"
             )
+        os.chmod(temp_path, 0o644)  # mkstemp makes it private; a cache may be shared
         os.replace(temp_path, target)  # atomic on one file system: the real name appears only when complete
     finally:
         temp_path.unlink(missing_ok=True)
