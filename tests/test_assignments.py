@@ -1,0 +1,563 @@
+"""Student copies (helpers/assignments.py) and the check infrastructure they rely on.
+
+Three parts:
+
+* the release tool on small fixture notebooks built here with nbformat (every rule and every
+  refusal, the command line, determinism, re-running over an existing folder);
+* the real lessons in notebooks/, parametrized over whatever lessons exist when tests are
+  collected: each releases, leaks nothing, and follows the exercise convention;
+* helpers/exercises/feedback.py, which turns a learner's answer into PASS / hint / not attempted.
+
+Executing the student copies is in test_student_copies.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbformat import v4
+
+from helpers import assignments
+from helpers.assignments import ReleaseError, find_exercises, release, student_copy
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PLACEHOLDER_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()"}
+MARKER_LINES = {"# BEGIN SOLUTION", "# END SOLUTION"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixture notebooks
+# ---------------------------------------------------------------------------------------------
+EXERCISE_CELL = '''def double(x):
+    """Twice ``x``."""
+    # BEGIN SOLUTION
+    result = x * 2  # the secret of doubling
+    return result
+    # END SOLUTION
+
+
+class Scaler:
+    def scale(self, x, factor):
+        if factor:
+            # BEGIN SOLUTION
+            return [value * factor for value in x]
+            # END SOLUTION
+        return x'''
+
+EXERCISE_CELL_STUDENT = '''def double(x):
+    """Twice ``x``."""
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+class Scaler:
+    def scale(self, x, factor):
+        if factor:
+            # YOUR CODE HERE
+            raise NotImplementedError()
+        return x'''
+
+
+def lesson(*cells: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A solution notebook with a kernelspec and (stale, solution-bearing) widget state."""
+    notebook = v4.new_notebook(cells=list(cells))
+    notebook.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+        "language_info": {"name": "python"},
+        "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"w": {"value": "result = x * 2"}}}},
+        "nbgrader": {"notes": "return result"},
+    }
+    return notebook
+
+
+def full_lesson() -> nbformat.NotebookNode:
+    """Every feature at once: exercises, a check, outputs, metadata, solution-only cells."""
+    return lesson(
+        v4.new_markdown_cell("# Doubling\nWrite `double`."),
+        v4.new_code_cell(
+            EXERCISE_CELL,
+            execution_count=1,
+            metadata={"tags": ["exercise"], "nbgrader": {"solution": True, "checksum": "x"}, "scrolled": True},
+        ),
+        v4.new_code_cell(
+            "print('[PASS] double:', double(2))",
+            execution_count=2,
+            outputs=[v4.new_output("stream", name="stdout", text="[PASS] double: 4\n")],
+        ),
+        v4.new_markdown_cell("The trick: `result = x * 2` and then `return result`.", metadata={"tags": ["solution-only"]}),
+        v4.new_code_cell("double(21)  # demo of the solved function", metadata={"tags": ["solution-only", "x"]}),
+        v4.new_raw_cell("raw text", metadata={"format": "text/x-python", "secret": "return result"}),
+        v4.new_code_cell(
+            "# NBVAL_IGNORE_OUTPUT\nprint(sum(range(4)))",
+            execution_count=3,
+            metadata={"tags": ["keep-me"]},
+            outputs=[v4.new_output("execute_result", data={"text/plain": "6"}, execution_count=3)],
+        ),
+    )
+
+
+def write(notebook: nbformat.NotebookNode, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "helpers.assignments", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The leak rule, written independently of helpers.assignments so a bug there cannot hide a leak
+# ---------------------------------------------------------------------------------------------
+def _text(source: str | list[str]) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def secret_lines(source_notebook: dict) -> set[str]:
+    """Lines a student copy must never contain, from a solution notebook's JSON.
+
+    Rule: a line is secret when it occurs in the source notebook ONLY as solution text: inside a
+    ``# BEGIN SOLUTION`` / ``# END SOLUTION`` region or in a cell tagged ``solution-only``, and in
+    no other cell source of that notebook (stripped, blank lines ignored). A line such as
+    ``return x`` that the lesson also shows outside the solutions is public already, so finding it
+    in the student copy proves nothing; every line that exists only in solutions must vanish.
+    Marker and placeholder lines are the tool's own and never secret. (Outputs of the source
+    notebook do not make a line public: a student copy has no outputs.)
+    """
+    inside: set[str] = set()
+    outside: set[str] = set()
+    for cell in source_notebook["cells"]:
+        lines = [line.strip() for line in _text(cell["source"]).splitlines() if line.strip()]
+        if "solution-only" in cell.get("metadata", {}).get("tags", []):
+            inside.update(lines)
+            continue
+        in_region = False
+        for line in lines:
+            if cell["cell_type"] == "code" and line == "# BEGIN SOLUTION":
+                in_region = True
+            elif cell["cell_type"] == "code" and line == "# END SOLUTION":
+                in_region = False
+            else:
+                (inside if in_region else outside).add(line)
+    return inside - outside - PLACEHOLDER_LINES - MARKER_LINES
+
+
+def _strings(value: object, where: str):
+    """Every string in a JSON value (dict keys included), with a path saying where it sits."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{where}.{key} (key)", str(key)
+            yield from _strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+
+
+def _substantive(line: str) -> bool:
+    # Substring search only for lines long enough to be code: `)` inside "Python 3 (ipykernel)"
+    # is not a leak, `result = x * 2` inside a traceback is.
+    return len(line) >= 8 and re.search(r"[A-Za-z_]", line) is not None
+
+
+def find_leaks(student_notebook: dict, secrets: set[str]) -> list[str]:
+    """Where secret lines appear in a student file's JSON: anywhere, sources, outputs or metadata.
+
+    Cell sources are compared line by line (a secret is a whole stripped line, so a public line
+    that merely contains it, e.g. ``return x`` inside ``return x + 1``, is not a leak). Every other
+    string (outputs, tracebacks, metadata, widget state, keys) is searched for each substantive
+    secret as a substring, because there a line can be embedded in longer text.
+    """
+    found = []
+    for index, cell in enumerate(student_notebook.get("cells", [])):
+        for line in _text(cell.get("source", "")).splitlines():
+            if line.strip() in secrets:
+                found.append(f"cells[{index}].source: {line.strip()!r}")
+        rest = {key: value for key, value in cell.items() if key != "source"}
+        for where, text in _strings(rest, f"cells[{index}]"):
+            found.extend(f"{where}: {secret!r}" for secret in secrets if _substantive(secret) and secret in text)
+    rest = {key: value for key, value in student_notebook.items() if key != "cells"}
+    for where, text in _strings(rest, "notebook"):
+        found.extend(f"{where}: {secret!r}" for secret in secrets if _substantive(secret) and secret in text)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# What a student copy contains (fixtures)
+# ---------------------------------------------------------------------------------------------
+def test_each_region_becomes_the_placeholder_at_the_marker_indentation():
+    copy = student_copy(lesson(v4.new_code_cell(EXERCISE_CELL)), "fixture.ipynb")
+    assert copy.cells[0].source == EXERCISE_CELL_STUDENT
+
+
+def test_student_exercise_cell_still_defines_the_function_which_raises_not_implemented():
+    namespace: dict = {}
+    exec(student_copy(lesson(v4.new_code_cell(EXERCISE_CELL)), "fixture.ipynb").cells[0].source, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["double"](3)
+    with pytest.raises(NotImplementedError):
+        namespace["Scaler"]().scale([1], 2)
+    assert namespace["Scaler"]().scale([1], 0) == [1]  # code after the region is kept
+
+
+def test_cells_tagged_solution_only_are_removed_and_others_kept_in_order():
+    copy = student_copy(full_lesson(), "fixture.ipynb")
+    sources = [cell.source for cell in copy.cells]
+    assert len(copy.cells) == 5
+    assert not any("The trick" in s or "demo of the solved" in s for s in sources)
+    assert sources[0].startswith("# Doubling") and sources[-1].endswith("print(sum(range(4)))")
+    assert [cell.cell_type for cell in copy.cells] == ["markdown", "code", "code", "raw", "code"]
+
+
+def test_outputs_counts_widget_state_and_tool_metadata_are_cleared():
+    copy = student_copy(full_lesson(), "fixture.ipynb")
+    for cell in copy.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+    assert copy.cells[1].metadata == {"tags": ["exercise"]}  # nbgrader checksum, scrolled: gone
+    assert copy.cells[3].metadata == {"format": "text/x-python"}  # raw cell keeps what its text is
+    assert copy.cells[4].metadata == {"tags": ["keep-me"]}
+    assert set(copy.metadata) == {"kernelspec", "language_info"}  # widgets and nbgrader notes gone
+    assert copy.metadata.kernelspec.name == "python3"
+
+
+def test_the_source_notebook_is_not_modified():
+    source = full_lesson()
+    before = nbformat.writes(source)
+    student_copy(source, "fixture.ipynb")
+    assert nbformat.writes(source) == before
+
+
+def test_a_cell_without_markers_is_kept_verbatim():
+    text = "def helper(x):\n    # a comment that mentions no marker\n    return x + 1\n"
+    assert student_copy(lesson(v4.new_code_cell(text)), "fixture.ipynb").cells[0].source == text
+
+
+def test_find_exercises_names_the_function_of_each_region():
+    found = find_exercises(full_lesson(), "fixture.ipynb")
+    assert [(e.cell_index, e.function, e.lines) for e in found] == [(1, "double", 2), (1, "scale", 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: notebook and cell named, nothing written
+# ---------------------------------------------------------------------------------------------
+BAD_CELLS = {
+    "begin without end": (v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n"), "has no '# END SOLUTION'"),
+    "end without begin": (v4.new_code_cell("def f():\n    return 1\n    # END SOLUTION\n"), "without a '# BEGIN SOLUTION'"),
+    "nested": (
+        v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n    # END SOLUTION\n"),
+        "cannot nest",
+    ),
+    "marker in markdown": (v4.new_markdown_cell("Answer:\n# BEGIN SOLUTION\nx = 1\n# END SOLUTION"), "markdown cell"),
+    "marker in raw": (v4.new_raw_cell("# BEGIN SOLUTION\nx = 1\n# END SOLUTION"), "raw cell"),
+    "triple hash": (v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"), "otter-grader"),
+    "lower case": (v4.new_code_cell("def f():\n    # begin solution\n    return 1\n    # end solution\n"), "looks like a solution marker"),
+    "trailing text": (v4.new_code_cell("def f():\n    # BEGIN SOLUTION (easy)\n    return 1\n    # END SOLUTION\n"), "looks like a solution marker"),
+    "marker indented wrong": (
+        v4.new_code_cell("def f():\n# BEGIN SOLUTION\n    return 1\n# END SOLUTION\n"),
+        "no longer valid Python",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CELLS))
+def test_refuses_a_bad_marker_naming_notebook_and_cell(case):
+    bad_cell, phrase = BAD_CELLS[case]
+    # A solution-only cell comes first: the index a teacher is told is the one in their notebook.
+    notebook = lesson(
+        v4.new_markdown_cell("intro"), v4.new_code_cell("x = 1", metadata={"tags": ["solution-only"]}), bad_cell
+    )
+    with pytest.raises(ReleaseError) as raised:
+        student_copy(notebook, "notebooks/07_bad.ipynb")
+    message = str(raised.value)
+    assert "notebooks/07_bad.ipynb" in message and "cell index 2 (cell 3 from the top" in message
+    assert phrase in message
+    assert raised.value.cell_index == 2
+
+
+def test_a_marker_inside_a_solution_only_cell_is_fine_because_the_cell_goes():
+    notebook = lesson(v4.new_markdown_cell("### BEGIN SOLUTION\nnotes", metadata={"tags": ["solution-only"]}))
+    assert student_copy(notebook, "fixture.ipynb").cells == []
+
+
+def test_one_bad_notebook_means_nothing_is_written(tmp_path):
+    source = tmp_path / "notebooks"
+    write(full_lesson(), source / "01_good.ipynb")
+    write(lesson(v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n")), source / "02_bad.ipynb")
+    out = tmp_path / "student"
+    out.mkdir()
+    (out / "01_good.ipynb").write_text("an old copy\n")
+    with pytest.raises(ReleaseError, match="02_bad.ipynb, cell index 0"):
+        release(out, source)
+    assert folder_bytes(out) == {"01_good.ipynb": b"an old copy\n"}
+
+
+def test_refuses_to_write_over_the_lessons_themselves(tmp_path):
+    source = tmp_path / "notebooks"
+    write(full_lesson(), source / "01_x.ipynb")
+    before = folder_bytes(source)
+    with pytest.raises(ReleaseError, match="overwrite the solutions"):
+        release(source / ".." / "notebooks", source)
+    assert folder_bytes(source) == before
+
+
+def test_refuses_an_empty_or_missing_lessons_folder(tmp_path):
+    with pytest.raises(ReleaseError, match="does not exist"):
+        release(tmp_path / "out", tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReleaseError, match="found none"):
+        release(tmp_path / "out", tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: command line, determinism, re-running, interruption
+# ---------------------------------------------------------------------------------------------
+def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path):
+    source = tmp_path / "notebooks"
+    write(full_lesson(), source / "01_full.ipynb")
+    write(lesson(v4.new_code_cell(EXERCISE_CELL)), source / "02_small.ipynb")
+    out = tmp_path / "student"
+    out.mkdir()
+    (out / "README-class.txt").write_text("teacher's note\n")
+    (out / "00_old_lesson.ipynb").write_text("{}\n")
+
+    first = run_cli("release", "--out", out, "--notebooks", source)
+    assert first.returncode == 0, first.stderr
+    copies = folder_bytes(out)
+    second = run_cli("release", "--out", out, "--notebooks", source)
+    assert second.returncode == 0, second.stderr
+    assert folder_bytes(out) == copies  # same bytes twice, nothing added
+    assert "unchanged" in second.stdout and "wrote" not in second.stdout
+    assert "00_old_lesson.ipynb" in second.stdout  # a stale copy is reported ...
+    assert copies["00_old_lesson.ipynb"] == b"{}\n" and copies["README-class.txt"] == b"teacher's note\n"  # ... kept
+    assert sorted(copies) == ["00_old_lesson.ipynb", "01_full.ipynb", "02_small.ipynb", "README-class.txt"]
+
+    fresh = tmp_path / "fresh"
+    assert run_cli("release", "--out", fresh, "--notebooks", source).returncode == 0
+    assert folder_bytes(fresh) == {name: data for name, data in copies.items() if name.endswith(("_full.ipynb", "_small.ipynb"))}
+    student = nbformat.read(out / "02_small.ipynb", as_version=4)
+    nbformat.validate(student)
+    assert student.cells[0].source == EXERCISE_CELL_STUDENT
+
+
+def test_cell_ids_missing_from_the_source_do_not_make_output_random(tmp_path):
+    notebook = json.loads(nbformat.writes(full_lesson()))
+    for cell in notebook["cells"]:
+        del cell["id"]
+    source = tmp_path / "notebooks"
+    source.mkdir()
+    (source / "01_no_ids.ipynb").write_text(json.dumps(notebook))
+    release(tmp_path / "a", source)
+    release(tmp_path / "b", source)
+    assert folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b")
+
+
+def test_command_line_reports_a_bad_notebook_and_fails(tmp_path):
+    source = tmp_path / "notebooks"
+    write(lesson(v4.new_markdown_cell("x"), v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n")), source / "03_bad.ipynb")
+    result = run_cli("release", "--out", tmp_path / "student", "--notebooks", source)
+    assert result.returncode == 1
+    assert "03_bad.ipynb, cell index 1" in result.stderr and "nothing was written" in result.stderr
+    assert not (tmp_path / "student").exists()
+
+
+def test_an_interrupted_write_leaves_the_old_copy_whole_and_no_temporary_files(tmp_path, monkeypatch):
+    source = tmp_path / "notebooks"
+    write(full_lesson(), source / "01_full.ipynb")
+    out = tmp_path / "student"
+    out.mkdir()
+    (out / "01_full.ipynb").write_text("the copy from last week\n")
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(assignments.os, "replace", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        release(out, source)
+    assert folder_bytes(out) == {"01_full.ipynb": b"the copy from last week\n"}
+
+
+def test_student_copies_are_readable_by_others(tmp_path):
+    source = tmp_path / "notebooks"
+    write(full_lesson(), source / "01_full.ipynb")
+    (copy,) = release(tmp_path / "student", source)
+    assert copy.stat().st_mode & 0o444 == 0o444 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Leak test: the rule itself, then the fixture release
+# ---------------------------------------------------------------------------------------------
+def test_secret_lines_follow_the_rule():
+    source = lesson(
+        v4.new_code_cell("def f(x):\n    # BEGIN SOLUTION\n    y = x + 1\n    return y\n    # END SOLUTION\n"),
+        v4.new_code_cell("def g(y):\n    return y\n"),  # `return y` is public: the lesson shows it here
+        v4.new_markdown_cell("answer: z = 3", metadata={"tags": ["solution-only"]}),
+    )
+    assert secret_lines(json.loads(nbformat.writes(source))) == {"y = x + 1", "answer: z = 3"}
+
+
+def test_the_leak_finder_finds_solutions_in_sources_outputs_and_metadata():
+    """The leak test must be able to fail: plant solution text everywhere a tool could leave it."""
+    secrets = {"result = x * 2  # the secret of doubling", ")"}
+    leaky = json.loads(nbformat.writes(full_lesson()))  # the source itself: everything leaks
+    leaky["cells"][2]["outputs"] = [
+        {"output_type": "error", "ename": "E", "evalue": "", "traceback": ["----> 3 result = x * 2  # the secret of doubling"]}
+    ]
+    leaky["metadata"]["widgets"] = {"state": "x; result = x * 2  # the secret of doubling"}
+    places = find_leaks(leaky, secrets)
+    assert any(p.startswith("cells[1].source") for p in places)
+    assert any(p.startswith("cells[2].outputs") for p in places)
+    assert any(p.startswith("notebook.metadata.widgets") for p in places)
+    assert not any(p.endswith("')'") for p in places)  # too short to search inside other text
+
+
+def test_fixture_release_leaks_nothing(tmp_path):
+    source = write(full_lesson(), tmp_path / "notebooks" / "01_full.ipynb")
+    (copy,) = release(tmp_path / "student", source.parent)
+    secrets = secret_lines(json.loads(source.read_text()))
+    assert {"result = x * 2  # the secret of doubling", "return [value * factor for value in x]"} <= secrets
+    assert find_leaks(json.loads(copy.read_text()), secrets) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The real lessons (whatever exists in notebooks/ when the tests are collected)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(params=LESSONS, ids=[path.stem for path in LESSONS])
+def released_lesson(request, tmp_path):
+    """(source JSON, student JSON) for one lesson, released through the public API."""
+    source_dir = tmp_path / "notebooks"
+    source_dir.mkdir()
+    (source_dir / request.param.name).write_bytes(request.param.read_bytes())
+    (copy,) = release(tmp_path / "student", source_dir)
+    return request.param, json.loads(request.param.read_text()), json.loads(copy.read_text())
+
+
+def test_lesson_student_copy_leaks_no_solution_line(released_lesson):
+    path, source, student = released_lesson
+    secrets = secret_lines(source)
+    assert secrets, f"{path.name} has no solution lines at all: where are its exercises?"
+    assert find_leaks(student, secrets) == []
+
+
+def test_lesson_student_copy_has_no_outputs_counts_or_widget_state(released_lesson):
+    path, _, student = released_lesson
+    assert set(student["metadata"]) <= {"kernelspec", "language_info"}
+    assert student["metadata"]["kernelspec"]["name"] == "python3"
+    for cell in student["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+def test_lesson_exercises_follow_the_course_convention(released_lesson):
+    """At least two exercises, each the body of a function, each followed by a check cell."""
+    path, source, student = released_lesson
+    notebook = nbformat.reads(json.dumps(source), as_version=4)
+    exercises = find_exercises(notebook, path.name)
+    assert len(exercises) >= 2, f"{path.name}: {len(exercises)} exercise(s), the course asks for at least two"
+    for exercise in exercises:
+        assert exercise.function, f"{path.name} cell index {exercise.cell_index}: a solution region outside a function body"
+        following = [c for c in notebook.cells[exercise.cell_index + 1 :] if c.cell_type == "code"]
+        following = [c for c in following if "solution-only" not in c.metadata.get("tags", [])]
+        assert following and re.search(r"\bcheck_\w+\(", following[0].source), (
+            f"{path.name} cell index {exercise.cell_index}: the next code cell should call a check from helpers.exercises"
+        )
+    for cell in student["cells"]:
+        if cell["cell_type"] == "code" and "raise NotImplementedError()" in _text(cell["source"]):
+            compile(_text(cell["source"]), f"{path.name} student cell", "exec")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers/exercises/feedback.py: the verdicts a student sees
+# ---------------------------------------------------------------------------------------------
+def _learner_not_attempted():
+    raise NotImplementedError()
+
+
+def test_run_check_reports_a_pass(capsys):
+    verdict = run_check("doubling", lambda: "twice the input, as it should be.")
+    assert verdict == Verdict("doubling", "pass", "twice the input, as it should be.") and verdict.passed
+    assert capsys.readouterr().out == "[PASS] doubling: twice the input, as it should be.\n"
+
+
+def test_run_check_reports_the_hint_of_a_wrong_answer(capsys):
+    def body() -> str:
+        raise wrong("you added instead of multiplying.")
+
+    verdict = run_check("doubling", body)
+    assert verdict.status == "wrong" and not verdict.passed
+    assert capsys.readouterr().out == "[NOT YET] doubling: you added instead of multiplying.\n"
+
+
+def test_run_check_reports_not_attempted_for_a_student_copy(capsys):
+    verdict = run_check("doubling", lambda: _learner_not_attempted())
+    assert verdict.status == "not attempted"
+    out = capsys.readouterr().out
+    assert out.startswith("[NOT ATTEMPTED YET] doubling: ") and "NotImplementedError" in out
+
+
+def test_run_check_turns_a_crash_in_learner_code_into_a_hint(capsys):
+    verdict = run_check("doubling", lambda: str(1 / 0))
+    assert verdict.status == "wrong" and "ZeroDivisionError" in verdict.message
+    assert capsys.readouterr().out.startswith("[NOT YET] doubling: your code raised ZeroDivisionError")
+
+
+def test_run_check_lets_an_interrupt_through():
+    def body() -> str:
+        raise KeyboardInterrupt  # a learner stopping a slow answer must really stop it
+
+    with pytest.raises(KeyboardInterrupt):
+        run_check("slow", body)
+
+
+def test_as_tensor_accepts_lists_and_either_dtype_and_names_what_it_got():
+    assert as_tensor([1, 2], "x").dtype == torch.float64
+    assert torch.equal(as_tensor(torch.ones(2, dtype=torch.float32), "x"), torch.ones(2, dtype=torch.float64))
+    with pytest.raises(Exception, match="the result should be a tensor, got str"):
+        as_tensor("abc", "the result")
+
+
+def test_expect_shape_names_both_shapes():
+    expect_shape(torch.zeros(2, 3), (2, 3), "scores")
+    with pytest.raises(Exception, match=r"scores \(L, S\) should have shape \(2, 3\), got \(3, 2\)"):
+        expect_shape(torch.zeros(3, 2), (2, 3), "scores (L, S)")
+
+
+def test_close_accepts_float32_answers_within_tolerance_only():
+    exact = torch.linspace(0, 1, 7, dtype=torch.float64)
+    assert close(exact.float(), exact)
+    assert not close(exact + 1e-2, exact)
+    assert not close(exact[:6], exact)  # a shape mismatch is never close
+
+
+def test_diagnose_names_the_first_matching_mistake_else_the_fallback():
+    expected = torch.tensor([2.0, 4.0])
+    mistakes = {"you added 1": torch.tensor([2.0, 3.0]), "you squared": torch.tensor([1.0, 4.0])}
+    assert str(diagnose(torch.tensor([1.0, 4.0]), mistakes, "numbers differ")) == "you squared"
+    assert str(diagnose(expected + 5, mistakes, "numbers differ")) == "numbers differ"
