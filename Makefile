@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8888
+IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
 .PHONY: lab test unit notebooks setup benchmark corpus release clean
@@ -16,8 +17,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, no browser)
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir=notebooks
+lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, IP=127.0.0.1; no browser)
+	$(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+
+# Jupyter refuses to run as root unless told to (containers and CI machines often are root).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
