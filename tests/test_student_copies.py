@@ -1,0 +1,245 @@
+"""Student copies run top to bottom: only the exercises fail, and every check says "not attempted".
+
+SLOW: ``test_lesson_student_copy_runs_failing_only_in_exercises`` executes the student copy of
+every lesson in notebooks/ once more (nbclient, kernel ``python3``, errors allowed), on top of the
+nbval run of the lessons themselves. To keep the overhead low, the lessons selected for a run
+are executed two at a time in a small thread pool as soon as the first of them is needed, and
+matplotlib uses the Agg backend (figures are not rendered). Lessons that do not exist yet are
+simply not parametrized. Run only this file with
+``.venv/bin/python -m pytest tests/test_student_copies.py -q``; skip it locally with
+``-k "not runs_failing_only"``.
+
+What "the copy works" means, checked by ``problems_after_running``:
+
+* an exercise cell (one that held a solution region) may fail only with ``NotImplementedError``;
+* every check cell (the next code cell after an exercise, and any cell calling a ``check_*``
+  function of helpers/exercises/)
+  runs without an error and prints at least one verdict, all of them "[NOT ATTEMPTED YET]";
+* every other cell runs without an error (cells the lesson marks as raising on purpose, with
+  ``NBVAL_RAISES_EXCEPTION`` or the ``raises-exception`` tag, excepted): later cells must use the
+  reference code in helpers/, never the learner's function.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import pkgutil
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbformat import NotebookNode, v4
+
+from helpers.assignments import student_copy
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+LESSONS = sorted(NOTEBOOKS.glob("*.ipynb"))
+CELL_TIMEOUT_S = 900  # generous: lesson 06 trains a model in one cell on a busy 2-core runner
+VERDICT = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\]", re.MULTILINE)
+
+
+def _course_check_names() -> set[str]:
+    """Names of the course's exercise checks: every public ``check_*`` in helpers/exercises/."""
+    import helpers.exercises
+
+    names = set()
+    for module in pkgutil.iter_modules(helpers.exercises.__path__):
+        try:
+            imported = importlib.import_module(f"helpers.exercises.{module.name}")
+        except Exception:  # a broken check module shows up when its lesson runs; don't hide this file
+            continue
+        names.update(name for name in dir(imported) if name.startswith("check_"))
+    return names
+
+
+# A cell that calls one of the course's checks (not one that defines a check_ function).
+CHECK_CALL = re.compile(r"(?<!def )\b(" + ("|".join(map(re.escape, sorted(_course_check_names()))) or "(?!)") + r")\s*\(")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a notebook and judging the run
+# ---------------------------------------------------------------------------------------------
+def execute(notebook: NotebookNode, cwd: Path) -> NotebookNode:
+    """Run every cell top to bottom (errors recorded, not raised) in a fresh python3 kernel."""
+    client = NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(cwd)}},  # where the lesson runs: relative data paths work
+    )
+    client.execute(env={**os.environ, "MPLBACKEND": "Agg"})
+    return notebook
+
+
+def _tags(cell: NotebookNode) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def _raises_on_purpose(cell: NotebookNode) -> bool:
+    first = cell.source.lstrip().split("\n", 1)[0]
+    return "raises-exception" in _tags(cell) or "NBVAL_RAISES_EXCEPTION" in first
+
+
+def _stdout(cell: NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream" and o.name == "stdout")
+
+
+def problems_after_running(source: NotebookNode, executed: NotebookNode) -> list[str]:
+    """Everything wrong with an executed student copy of ``source`` (an empty list if all is well).
+
+    Cells are matched by position after dropping the source's ``solution-only`` cells, so this
+    does not trust the release tool to say which cells were exercises.
+    """
+    kept = [cell for cell in source.cells if "solution-only" not in _tags(cell)]
+    if len(kept) != len(executed.cells):
+        return [f"the student copy has {len(executed.cells)} cells, expected {len(kept)}"]
+    code = [(i, src, run) for i, (src, run) in enumerate(zip(kept, executed.cells)) if src.cell_type == "code"]
+    exercises = {i for i, src, _ in code if any(line.strip() == "# BEGIN SOLUTION" for line in src.source.split("\n"))}
+    checks = {i for i, src, _ in code if CHECK_CALL.search(src.source) and i not in exercises}
+    for position, (i, _, _) in enumerate(code):
+        if i in exercises and position + 1 < len(code):
+            checks.add(code[position + 1][0])
+
+    problems = []
+    for i, src, run in code:
+        where = f"cell {i} ({src.source.strip().splitlines()[0][:50]!r})" if src.source.strip() else f"cell {i}"
+        if run.get("execution_count") is None:
+            problems.append(f"{where} never ran")
+        errors = [o for o in run.outputs if o.output_type == "error"]
+        if i in exercises:
+            problems += [f"{where} is an exercise but raised {e.ename}: {e.evalue}" for e in errors if e.ename != "NotImplementedError"]
+        elif not _raises_on_purpose(src):
+            problems += [f"{where} raised {e.ename}: {e.evalue}" for e in errors]
+        if i in checks:
+            verdicts = VERDICT.findall(_stdout(run))
+            if not verdicts:
+                problems.append(f"{where} is a check cell but printed no verdict")
+            problems += [f"{where} printed [{v}] instead of [NOT ATTEMPTED YET]" for v in verdicts if v != "NOT ATTEMPTED YET"]
+    if not exercises:
+        problems.append("no exercise cells: nothing in this notebook was released as an exercise")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge on hand-made runs (fast; proves each rule can fail)
+# ---------------------------------------------------------------------------------------------
+EXERCISE = "def double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION"
+STUDENT_EXERCISE = "def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+CHECK = "check_double(double)"
+NOT_ATTEMPTED = "[NOT ATTEMPTED YET] doubling: replace `raise NotImplementedError()` with your code.\n"
+
+
+def _run_cell(source: str, stdout: str = "", error: tuple[str, str] | None = None, count: int | None = 1) -> NotebookNode:
+    outputs = [v4.new_output("stream", name="stdout", text=stdout)] if stdout else []
+    if error:
+        outputs.append(v4.new_output("error", ename=error[0], evalue=error[1], traceback=[]))
+    return v4.new_code_cell(source, outputs=outputs, execution_count=count)
+
+
+def _judge(*cells: NotebookNode) -> list[str]:
+    source = v4.new_notebook(cells=[v4.new_code_cell(EXERCISE), v4.new_code_cell(CHECK), v4.new_code_cell("later = 1")])
+    return problems_after_running(source, v4.new_notebook(cells=list(cells)))
+
+
+def test_a_good_run_has_no_problems():
+    assert _judge(_run_cell(STUDENT_EXERCISE), _run_cell(CHECK, NOT_ATTEMPTED), _run_cell("later = 1")) == []
+
+
+def test_an_exercise_cell_may_raise_not_implemented_but_nothing_else():
+    assert _judge(_run_cell(STUDENT_EXERCISE, error=("NotImplementedError", "")), _run_cell(CHECK, NOT_ATTEMPTED), _run_cell("later = 1")) == []
+    problems = _judge(_run_cell(STUDENT_EXERCISE, error=("NameError", "torch")), _run_cell(CHECK, NOT_ATTEMPTED), _run_cell("later = 1"))
+    assert problems and "raised NameError" in problems[0]
+
+
+def test_a_later_cell_using_the_learners_function_is_a_problem():
+    later = _run_cell("later = 1", error=("NotImplementedError", ""))
+    problems = _judge(_run_cell(STUDENT_EXERCISE), _run_cell(CHECK, NOT_ATTEMPTED), later)
+    assert problems == ["cell 2 ('later = 1') raised NotImplementedError: "]
+
+
+@pytest.mark.parametrize(
+    "check_run, expected",
+    [
+        (_run_cell(CHECK, "[PASS] doubling: fine\n"), "printed [PASS] instead of [NOT ATTEMPTED YET]"),
+        (_run_cell(CHECK, "[NOT YET] doubling: your code raised NameError\n"), "printed [NOT YET]"),
+        (_run_cell(CHECK, "hello\n"), "printed no verdict"),
+        (_run_cell(CHECK, error=("AttributeError", "no check_double")), "raised AttributeError"),
+        (_run_cell(CHECK, NOT_ATTEMPTED, count=None), "never ran"),
+    ],
+    ids=["passes", "wrong", "no-verdict", "crashes", "not-run"],
+)
+def test_a_check_cell_must_say_not_attempted_and_not_crash(check_run, expected):
+    problems = _judge(_run_cell(STUDENT_EXERCISE), check_run, _run_cell("later = 1"))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_copy_with_a_different_number_of_cells_is_a_problem():
+    assert "expected 3" in _judge(_run_cell(STUDENT_EXERCISE), _run_cell(CHECK, NOT_ATTEMPTED))[0]
+
+
+def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
+    """End to end on a tiny lesson whose check uses the course's own feedback module."""
+    source = v4.new_notebook(
+        cells=[
+            v4.new_markdown_cell("# Doubling"),
+            v4.new_code_cell(
+                "from helpers.exercises.feedback import run_check, wrong\n\n"
+                "def check_double(double):\n"
+                "    def body():\n"
+                "        if double(3) != 6:\n"
+                "            raise wrong('double(3) should be 6')\n"
+                "        return 'double works.'\n"
+                "    return run_check('doubling', body)"
+            ),
+            v4.new_code_cell(EXERCISE),
+            v4.new_code_cell(CHECK),
+            v4.new_code_cell("print(sum(range(4)))  # the rest of the lesson"),
+            v4.new_code_cell("double(2)  # shows the solved function", metadata={"tags": ["solution-only"]}),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    executed = execute(student_copy(source, "fixture.ipynb"), ROOT)
+    assert problems_after_running(source, executed) == []
+    assert _stdout(executed.cells[3]).startswith("[NOT ATTEMPTED YET] doubling")
+    assert _stdout(executed.cells[4]) == "6\n"
+    # The judge sees through a copy that still holds the solution: its check passes.
+    solved = execute(nbformat.from_dict(copy.deepcopy({**source, "cells": source.cells[:5]})), ROOT)
+    assert any("printed [PASS]" in problem for problem in problems_after_running(source, solved))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every lesson's student copy (SLOW)
+# ---------------------------------------------------------------------------------------------
+RUN_TEST = "test_lesson_student_copy_runs_failing_only_in_exercises"
+
+
+@pytest.fixture(scope="module")
+def lesson_runs(request):
+    """Start running the student copy of every selected lesson, two at a time; {name: Future}."""
+    selected = [
+        item.callspec.params["lesson"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == RUN_TEST and hasattr(item, "callspec")
+    ]
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="student-copy")
+    runs: dict[str, Future] = {}
+    for path in selected:
+        source = nbformat.read(path, as_version=4)
+        runs[path.name] = pool.submit(execute, student_copy(source, str(path)), NOTEBOOKS)
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
+def test_lesson_student_copy_runs_failing_only_in_exercises(lesson, lesson_runs):
+    """SLOW: the lesson's student copy, executed top to bottom, fails only where the learner writes."""
+    executed = lesson_runs[lesson.name].result()
+    problems = problems_after_running(nbformat.read(lesson, as_version=4), executed)
+    assert problems == [], f"{lesson.name} student copy:\n" + "\n".join(problems)
