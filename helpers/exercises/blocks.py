@@ -1,0 +1,231 @@
+"""Checks for lesson 05's exercises: a residual block (post-norm and pre-norm); a decoder layer's forward.
+
+Shapes (batch first): N batch, L target length, S source length, E embedding size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from helpers.attention import causal_mask
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+__all__ = ["check_residual_block", "check_decoder_layer_forward", "StandInDropout"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: a residual block, post-norm or pre-norm
+# ---------------------------------------------------------------------------------------------
+def _block(x: Tensor, sublayer, norm, variant: str) -> Tensor:
+    """The right answers ("post", "pre") and the usual wrong ones, by name."""
+    return {
+        "post": lambda: norm(x + sublayer(x)),  # the original transformer, PyTorch's default
+        "pre": lambda: x + sublayer(norm(x)),
+        "no residual post": lambda: norm(sublayer(x)),
+        "no residual pre": lambda: sublayer(norm(x)),
+        "no norm": lambda: x + sublayer(x),
+        "normed residual": lambda: norm(x) + sublayer(norm(x)),
+        "norm twice": lambda: norm(x + sublayer(norm(x))),
+        "norm sublayer only": lambda: x + norm(sublayer(x)),
+    }[variant]()
+
+
+def _block_inputs() -> tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]:
+    generator = torch.Generator().manual_seed(50)
+    E = 6
+    x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
+    weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
+
+    def sublayer(t: Tensor) -> Tensor:  # any function (N, L, E) -> (N, L, E) will do
+        return torch.tanh(t @ weight)
+
+    norm = nn.LayerNorm(E, dtype=torch.float64)
+    with torch.no_grad():  # non-trivial scale and shift, so a missing norm is visible
+        norm.weight.copy_(1 + 0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
+        norm.bias.copy_(0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
+    return x, sublayer, norm
+
+
+def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
+    """Check ``residual_block(x, sublayer, norm, norm_first)`` -> (N, L, E) for both settings of norm_first."""
+
+    def body() -> str:
+        x, sublayer, norm = _block_inputs()
+        for norm_first, right, other in [(False, "post", "pre"), (True, "pre", "post")]:
+            answer = as_tensor(residual_block(x.clone(), sublayer, norm, norm_first), f"residual_block(..., norm_first={norm_first})")
+            expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first}) (N, L, E)")
+            with torch.no_grad():
+                expected = _block(x, sublayer, norm, right)
+                if close(answer, expected):
+                    continue
+                which = "post-norm (norm_first=False)" if not norm_first else "pre-norm (norm_first=True)"
+                formula = "norm(x + sublayer(x))" if not norm_first else "x + sublayer(norm(x))"
+                mistakes = {
+                    f"with norm_first={norm_first} you computed the other variant. {which} is {formula}.": _block(x, sublayer, norm, other),
+                    f"the residual is missing: add the block's input x back, {formula}.": _block(
+                        x, sublayer, norm, "no residual post" if not norm_first else "no residual pre"
+                    ),
+                    f"the LayerNorm is missing: {which} is {formula}.": _block(x, sublayer, norm, "no norm"),
+                    "the residual path carries the NORMALISED x: in pre-norm only the sublayer's input is normalised; "
+                    "add the original x, x + sublayer(norm(x)), so the residual path stays a clean identity.": _block(
+                        x, sublayer, norm, "normed residual"
+                    ),
+                    "the sum is normalised as well: pre-norm normalises only the sublayer's input, "
+                    "x + sublayer(norm(x)); the output is not normalised.": _block(x, sublayer, norm, "norm twice"),
+                    "only the sublayer's output is normalised: post-norm normalises the SUM, norm(x + sublayer(x)).": _block(
+                        x, sublayer, norm, "norm sublayer only"
+                    ),
+                }
+            raise diagnose(answer, mistakes, f"the shape is right but the numbers differ from {which}, {formula}.")
+        return "post-norm norm(x + sublayer(x)) and pre-norm x + sublayer(norm(x))."
+
+    return run_check("residual block", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the decoder layer's forward pass (post-norm, PyTorch's default)
+# ---------------------------------------------------------------------------------------------
+class StandInDropout(nn.Module):
+    """Multiplies by a fixed factor: stands in for a dropout so a check can see where it was applied."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.factor
+
+    def extra_repr(self) -> str:
+        return f"factor={self.factor}"
+
+
+_DROPOUT_FACTORS = {"dropout": 0.9, "dropout1": 0.8, "dropout2": 0.7, "dropout3": 0.6}
+
+
+def _decoder_inputs():
+    """A batch-first post-norm decoder layer with stand-in dropouts, and inputs with L != S."""
+    torch.manual_seed(51)
+    E, h, N, L, S = 8, 2, 2, 4, 5
+    layer = nn.TransformerDecoderLayer(E, h, dim_feedforward=16, dropout=0.0, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    for name, factor in _DROPOUT_FACTORS.items():
+        setattr(layer, name, StandInDropout(factor))
+    layer.train()  # training mode, so the dropouts (here: the stand-ins) are used, as when training
+    generator = torch.Generator().manual_seed(52)
+    tgt = torch.randn(N, L, E, generator=generator, dtype=torch.float64)
+    memory = torch.randn(N, S, E, generator=generator, dtype=torch.float64)
+    memory_padding = torch.tensor([[False] * S, [False] * (S - 2) + [True] * 2])  # True = padding
+    return layer, tgt, memory, causal_mask(L), memory_padding
+
+
+def _decoder_variant(layer: nn.TransformerDecoderLayer, tgt, memory, tgt_mask, memory_padding, mistake: str = "") -> Tensor:
+    """The decoder layer's post-norm forward written out, with one named mistake switched on."""
+    drop = {name: (lambda t: t) if mistake in (f"no {name}", "no dropouts") else getattr(layer, name) for name in _DROPOUT_FACTORS}
+    activation = (lambda t: t) if mistake == "no activation" else layer.activation
+    residual = {i: mistake != f"no residual {i}" for i in (1, 2, 3)}
+
+    def self_block(x):
+        mask = None if mistake == "no causal mask" else tgt_mask
+        return drop["dropout1"](layer.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0])
+
+    def cross_block(x):
+        source = x if mistake == "cross over target" else memory
+        padding = None if mistake in ("no memory padding", "cross over target") else memory_padding
+        return drop["dropout2"](layer.multihead_attn(x, source, source, key_padding_mask=padding, need_weights=False)[0])
+
+    def ff_block(x):
+        return drop["dropout3"](layer.linear2(drop["dropout"](activation(layer.linear1(x)))))
+
+    blocks = [(self_block, layer.norm1, 1), (cross_block, layer.norm2, 2), (ff_block, layer.norm3, 3)]
+    if mistake == "cross before self":
+        blocks[0], blocks[1] = (cross_block, layer.norm1, 1), (self_block, layer.norm2, 2)
+    x = tgt
+    for block, norm, i in blocks:
+        if mistake == "pre-norm":
+            x = x + block(norm(x))
+        else:
+            x = norm((x if residual[i] else 0) + block(x))
+    return x
+
+
+def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) -> Verdict:
+    """Check ``decoder_layer_forward(layer, tgt, memory, tgt_mask, memory_key_padding_mask)`` -> (N, L, E).
+
+    ``layer`` is a batch-first, post-norm ``nn.TransformerDecoderLayer``; the answer must equal
+    ``layer(tgt, memory, tgt_mask=..., memory_key_padding_mask=...)``, written with the layer's parts.
+    The check swaps the layer's dropouts for stand-ins that scale by fixed factors, so it can tell
+    where each one was applied.
+    """
+
+    def body() -> str:
+        layer, tgt, memory, tgt_mask, memory_padding = _decoder_inputs()
+        called_whole_layer = []
+        hook = layer.register_forward_pre_hook(lambda module, args: called_whole_layer.append(True))
+        try:
+            result = decoder_layer_forward(layer, tgt.clone(), memory.clone(), tgt_mask.clone(), memory_padding.clone())
+        except TypeError as error:
+            if "tuple" in str(error):
+                raise wrong(
+                    f"nn.MultiheadAttention returns a tuple (output, weights) ({error}): take the output, "
+                    "`layer.self_attn(x, x, x, ...)[0]`."
+                ) from None
+            raise
+        finally:
+            hook.remove()
+        if called_whole_layer:
+            raise wrong("you called the layer itself: write the three sub-blocks with its parts (layer.self_attn, ...).")
+        answer = as_tensor(result, "the output")
+        expect_shape(answer, tgt.shape, "the output (N, L, E)")
+        with torch.no_grad():
+            expected = layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=memory_padding)
+            if close(answer, expected):
+                return "masked self-attention, cross-attention over the memory, feed-forward; each dropout, residual and norm in place."
+            variant = lambda mistake: _decoder_variant(layer, tgt, memory, tgt_mask, memory_padding, mistake)  # noqa: E731
+            mistakes = {
+                "the norms are applied first (pre-norm). This layer is post-norm (norm_first=False, PyTorch's default): "
+                "x = norm(x + block(x)).": variant("pre-norm"),
+                "the causal mask is not used: pass `attn_mask=tgt_mask` to the self-attention, or each target token "
+                "sees the words after it.": variant("no causal mask"),
+                "the memory's padding mask is not used: pass `key_padding_mask=memory_key_padding_mask` to the "
+                "cross-attention.": variant("no memory padding"),
+                "the cross-attention attends over the target: its queries come from x, but its keys and values are "
+                "the encoder's `memory`.": variant("cross over target"),
+                "the sub-blocks are in the wrong order: masked self-attention first, then cross-attention, then "
+                "feed-forward.": variant("cross before self"),
+                "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": variant("no residual 1"),
+                "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, memory)).": variant(
+                    "no residual 2"
+                ),
+                "the residual around the feed-forward network is missing: x = layer.norm3(x + feed_forward(x)).": variant(
+                    "no residual 3"
+                ),
+                "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": variant("no activation"),
+                "no dropout is applied: each sub-block's output goes through its own dropout (dropout1, dropout2, "
+                "dropout3) before the residual sum, and the feed-forward network has `layer.dropout` after the "
+                "activation.": variant("no dropouts"),
+                "layer.dropout1 is missing: apply it to the self-attention's output before adding the residual.": variant(
+                    "no dropout1"
+                ),
+                "layer.dropout2 is missing: apply it to the cross-attention's output before adding the residual.": variant(
+                    "no dropout2"
+                ),
+                "layer.dropout3 is missing: apply it to the feed-forward output before adding the residual.": variant(
+                    "no dropout3"
+                ),
+                "the feed-forward network's inner dropout is missing: linear2(dropout(activation(linear1(x)))).": variant(
+                    "no dropout"
+                ),
+            }
+        raise diagnose(
+            answer,
+            mistakes,
+            "the shape is right but the numbers differ from nn.TransformerDecoderLayer's. Check each sub-block: "
+            "x = norm(x + dropout_i(block(x))).",
+        )
+
+    return run_check("decoder layer forward", body)

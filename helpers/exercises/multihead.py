@@ -1,0 +1,271 @@
+"""Checks for lesson 04's exercises: splitting into heads and merging back; the multi-head forward pass.
+
+Shapes (batch first, as in the lesson): N batch, T length, L target length, S source length,
+E embedding size, h heads, d = E / h head size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+
+__all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference steps, with switches that reproduce the usual mistakes one at a time
+# ---------------------------------------------------------------------------------------------
+def _split(x: Tensor, h: int, how: str = "right") -> Tensor:
+    """(N, T, E) -> (N, h, T, d), or one of the usual wrong ways."""
+    N, T, E = x.shape
+    d = E // h
+    if how == "right":
+        return x.view(N, T, h, d).transpose(1, 2)  # (N, T, h, d) -> (N, h, T, d)
+    if how == "no transpose":
+        return x.reshape(N, h, T, d)  # same shape, but the numbers of tokens and heads get mixed
+    if how == "interleaved":
+        return x.view(N, T, d, h).permute(0, 3, 1, 2)  # head i gets features i, i+h, i+2h, ...
+    raise ValueError(how)
+
+
+def _merge(x: Tensor, how: str = "right") -> Tensor:
+    """(N, h, T, d) -> (N, T, E), or one of the usual wrong ways."""
+    N, h, T, d = x.shape
+    if how == "right":
+        return x.transpose(1, 2).reshape(N, T, h * d)  # (N, T, h, d) -> (N, T, E)
+    if how == "no transpose":
+        return x.reshape(N, T, h * d)
+    if how == "reversed":
+        return x.flip(1).transpose(1, 2).reshape(N, T, h * d)
+    if how == "interleaved":
+        return x.permute(0, 2, 3, 1).reshape(N, T, h * d)  # (N, T, d, h): features of the heads interleaved
+    raise ValueError(how)
+
+
+def _reference_mha(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    projections: dict[str, nn.Linear],
+    h: int,
+    *,
+    split: str = "right",
+    merge: str = "right",
+    out_proj: bool = True,
+    scale_by: str = "d",
+    softmax_dim: int = -1,
+    swap_kv: bool = False,
+    kv_from_query: bool = False,
+    one_head: bool = False,
+) -> Tensor:
+    """Multi-head attention (no masks, no dropout) in float64: (N, L, E), (N, S, E), (N, S, E) -> (N, L, E)."""
+    p = {name: (lin.weight.double(), None if lin.bias is None else lin.bias.double()) for name, lin in projections.items()}
+    lin = lambda x, name: torch.nn.functional.linear(x.double(), *p[name])  # noqa: E731
+    q, k, v = lin(query, "q"), lin(key, "k"), lin(value, "v")  # (N, L, E), (N, S, E), (N, S, E)
+    if swap_kv:
+        k, v = lin(value, "k"), lin(key, "v")
+    if kv_from_query:
+        k, v = lin(query, "k"), lin(query, "v")
+    heads = 1 if one_head else h
+    q, k, v = (_split(x, heads, split) for x in (q, k, v))  # (N, h, T, d)
+    d = q.size(-1)
+    scale = {"d": math.sqrt(d), "E": math.sqrt(query.size(-1)), "none": 1.0, "d_per_head": math.sqrt(query.size(-1) // h)}[scale_by]
+    weights = torch.softmax(q @ k.transpose(-2, -1) / scale, dim=softmax_dim)  # (N, h, L, S)
+    out = _merge(weights @ v, merge)  # (N, h, L, d) -> (N, L, E)
+    return lin(out, "o") if out_proj else out
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1a: split the embedding into heads
+# ---------------------------------------------------------------------------------------------
+def _split_cases() -> list[tuple[Tensor, int]]:
+    generator = torch.Generator().manual_seed(40)
+    # N, T, E, h chosen so that N, T, h and d all differ: a swapped dimension shows in the shape.
+    return [(torch.randn(2, 3, 8, generator=generator), 4), (torch.randn(3, 5, 12, generator=generator), 2)]
+
+
+def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
+    """Check ``split_heads(x, num_heads)``: (N, T, E) -> (N, h, T, d) with head i holding features i*d..(i+1)*d-1."""
+
+    def body() -> str:
+        for x, h in _split_cases():
+            N, T, E = x.shape
+            d = E // h
+            answer = as_tensor(split_heads(x.clone(), h), "split_heads(x, num_heads)")
+            if tuple(answer.shape) == (N, T, h, d):
+                raise wrong(
+                    f"the shape is (N, T, h, d) = {(N, T, h, d)}: you split the features but the heads are still dim 2. "
+                    "Swap the token and head dimensions with `.transpose(1, 2)` to get (N, h, T, d)."
+                )
+            expect_shape(answer, (N, h, T, d), "split_heads(x) for x of shape (N, T, E) (N, h, T, d)")
+            if close(answer, _split(x.double(), h)):
+                continue
+            raise diagnose(
+                answer,
+                {
+                    "reshape without transpose: `x.reshape(N, h, T, d)` has the right shape, but it cuts the flat list of "
+                    "numbers in the wrong places, so one 'head' gets features of several tokens. First `view(N, T, h, d)` "
+                    "(each token's E features -> h groups of d), then `.transpose(1, 2)`.": _split(x.double(), h, "no transpose"),
+                    "the heads get interleaved features (head 0 gets features 0, h, 2h, ...): view the last dimension as "
+                    "(h, d), not (d, h), so that head i gets the contiguous block of features i*d to (i+1)*d - 1, "
+                    "as nn.MultiheadAttention does.": _split(x.double(), h, "interleaved"),
+                },
+                "the shape is right but the numbers are not in place: head i of token t should be x[:, t, i*d:(i+1)*d].",
+            )
+        return "(N, T, E) -> view (N, T, h, d) -> transpose (N, h, T, d): each head gets its own block of d features."
+
+    return run_check("split into heads", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1b: merge the heads back (concatenate)
+# ---------------------------------------------------------------------------------------------
+def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> Verdict:
+    """Check ``merge_heads(x)``: (N, h, T, d) -> (N, T, E), heads side by side in order 0..h-1."""
+
+    def body() -> str:
+        for x, h in _split_cases():
+            heads = _split(x, h).contiguous()  # (N, h, T, d), as the attention step produces it
+            N, _, T, d = heads.shape
+            try:
+                answer = as_tensor(merge_heads(heads.clone()), "merge_heads(x)")
+            except RuntimeError as error:
+                if "view" in str(error):
+                    raise wrong(
+                        "`.view` fails after `.transpose`: transposing does not move the numbers in memory, so the tensor "
+                        "is no longer contiguous. Use `.reshape(N, T, E)` (or `.contiguous().view(N, T, E)`)."
+                    ) from None
+                raise
+            if tuple(answer.shape) == (N, T, h, d):
+                raise wrong(
+                    f"the shape is (N, T, h, d) = {(N, T, h, d)}: the heads are in place but not yet concatenated. "
+                    "Flatten the last two dimensions: `.reshape(N, T, h * d)`."
+                )
+            expect_shape(answer, (N, T, h * d), "merge_heads(x) for x of shape (N, h, T, d) (N, T, E)")
+            if close(answer, x.double()):
+                continue
+            raise diagnose(
+                answer,
+                {
+                    "merge without transpose: `x.reshape(N, T, E)` (or `.view`) straight from (N, h, T, d) glues numbers "
+                    "of different tokens together. First `.transpose(1, 2)` to (N, T, h, d), then reshape to (N, T, E).": _merge(
+                        heads.double(), "no transpose"
+                    ),
+                    "the heads are concatenated in the wrong order (last head first): keep heads 0, 1, ..., h-1 in order, "
+                    "as the output projection's columns expect.": _merge(heads.double(), "reversed"),
+                    "the heads' features are interleaved (permuted to (N, T, d, h)): concatenate whole heads side by side, "
+                    "transpose to (N, T, h, d) and then flatten.": _merge(heads.double(), "interleaved"),
+                },
+                "the shape is right but the numbers are not in place: merging should undo the split exactly, "
+                "merge_heads(split_heads(x)) == x.",
+            )
+        return "(N, h, T, d) -> transpose (N, T, h, d) -> reshape (N, T, E): merge undoes split exactly."
+
+    return run_check("merge the heads", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the multi-head attention forward pass
+# ---------------------------------------------------------------------------------------------
+def _projections(E: int, generator: torch.Generator) -> dict[str, nn.Linear]:
+    projections = {}
+    for name in "qkvo":
+        linear = nn.Linear(E, E)
+        with torch.no_grad():
+            linear.weight.copy_(torch.randn(E, E, generator=generator) / math.sqrt(E))
+            linear.bias.copy_(0.1 * torch.randn(E, generator=generator))
+        projections[name] = linear
+    return projections
+
+
+def _mha_cases() -> list[tuple[Tensor, Tensor, Tensor, dict[str, nn.Linear], int]]:
+    generator = torch.Generator().manual_seed(41)
+    cases = []
+    # Self-attention (L = S), then cross-attention with L != S and distinct key and value inputs.
+    for N, L, S, E, h, self_attention in [(2, 4, 4, 8, 2, True), (2, 3, 5, 12, 3, False)]:
+        query = 2 * torch.randn(N, L, E, generator=generator)
+        key = query if self_attention else 2 * torch.randn(N, S, E, generator=generator)
+        value = query if self_attention else 2 * torch.randn(N, S, E, generator=generator)
+        cases.append((query, key, value, _projections(E, generator), h))
+    return cases
+
+
+def reference_multi_head_attention(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads) -> Tensor:
+    """The exercise's answer computed by ``torch.nn.MultiheadAttention`` (batch first, no masks)."""
+    E = query.size(-1)
+    mha = nn.MultiheadAttention(E, num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([q_proj.weight, k_proj.weight, v_proj.weight]))
+        mha.in_proj_bias.copy_(torch.cat([q_proj.bias, k_proj.bias, v_proj.bias]))
+        mha.out_proj.weight.copy_(out_proj.weight)
+        mha.out_proj.bias.copy_(out_proj.bias)
+        return mha(query.double(), key.double(), value.double(), need_weights=False)[0]
+
+
+def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> Verdict:
+    """Check ``multi_head_attention(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads)``.
+
+    query (N, L, E), key and value (N, S, E), four ``nn.Linear(E, E)`` projections -> output (N, L, E),
+    compared with ``torch.nn.MultiheadAttention`` holding the same weights.
+    """
+
+    def body() -> str:
+        for index, (query, key, value, proj, h) in enumerate(_mha_cases()):
+            N, L, E = query.shape
+            expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
+            try:
+                result = multi_head_attention(query.clone(), key.clone(), value.clone(), proj["q"], proj["k"], proj["v"], proj["o"], h)
+            except RuntimeError as error:
+                if index == 1:
+                    raise wrong(
+                        f"your code works for self-attention but not for cross-attention, where the queries (length L = {L}) "
+                        f"and the keys/values (length S = {key.size(1)}) differ ({error}). Use `key`/`value` for K and V "
+                        "and split each with its own length."
+                    ) from None
+                raise
+            if isinstance(result, tuple):
+                raise wrong("return only the output tensor (N, L, E), not a tuple.")
+            answer = as_tensor(result, "the output")
+            expect_shape(answer, (N, L, E), "the output (N, L, E)")
+            if close(answer, expected):
+                continue
+            args = (query, key, value, proj, h)
+            mistakes = {
+                "the output projection is missing: after merging the heads, apply `out_proj` so the heads' results are "
+                "mixed into one (N, L, E) output.": _reference_mha(*args, out_proj=False),
+                "the heads are split with reshape but no transpose, which mixes tokens and heads: "
+                "`view(N, T, h, d).transpose(1, 2)`.": _reference_mha(*args, split="no transpose"),
+                "the heads are merged by reshaping (N, h, L, d) straight to (N, L, E), which mixes tokens and heads: "
+                "`.transpose(1, 2)` first, then reshape.": _reference_mha(*args, merge="no transpose"),
+                "the heads are concatenated in the wrong order: keep heads 0..h-1 in order before `out_proj`.": _reference_mha(
+                    *args, merge="reversed"
+                ),
+                "the heads get interleaved features: split the last dimension as (h, d) so head i gets features "
+                "i*d..(i+1)*d-1.": _reference_mha(*args, split="interleaved", merge="interleaved"),
+                f"the scores are divided by √E (√{E}) instead of √d, the size of one head (√{E // h}).": _reference_mha(
+                    *args, scale_by="E"
+                ),
+                "the scores are not scaled: divide Q Kᵀ by √d, d = E / h.": _reference_mha(*args, scale_by="none"),
+                "the softmax runs over the queries: it must run over the keys, `dim=-1`.": _reference_mha(*args, softmax_dim=-2),
+                "this is one wide head over all E features: split Q, K and V into h heads of d = E / h first.": _reference_mha(
+                    *args, one_head=True, scale_by="d_per_head"
+                ),
+                "this is one wide head scaled by √E: split Q, K and V into h heads of d = E / h first.": _reference_mha(
+                    *args, one_head=True
+                ),
+            }
+            if index == 1:
+                mistakes["keys and values are swapped: K = k_proj(key), V = v_proj(value)."] = _reference_mha(*args, swap_kv=True)
+                mistakes[
+                    "K and V are computed from `query`: that is self-attention. In cross-attention the queries come from "
+                    "`query`, the keys and values from `key` and `value`: K = k_proj(key), V = v_proj(value)."
+                ] = _reference_mha(*args, kv_from_query=True)
+            raise diagnose(answer, mistakes, "the shape is right but the numbers differ from nn.MultiheadAttention's.")
+        return "the same output as nn.MultiheadAttention, for self-attention and for cross-attention with L != S."
+
+    return run_check("multi-head attention", body)

@@ -1,0 +1,273 @@
+"""Every check of lessons 04-05 passes a right answer, says "not attempted" for a student copy's
+stub, and names each usual mistake when fed a deliberately wrong implementation of it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from helpers.exercises.blocks import _decoder_inputs, _decoder_variant, check_decoder_layer_forward, check_residual_block
+from helpers.exercises.multihead import (
+    _mha_cases,
+    _reference_mha,
+    check_merge_heads,
+    check_multi_head_attention,
+    check_split_heads,
+    reference_multi_head_attention,
+)
+
+
+def _not_attempted(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 04, exercise 1: split and merge
+# ---------------------------------------------------------------------------------------------
+def split_right(x: Tensor, num_heads: int) -> Tensor:
+    N, T, E = x.shape
+    return x.view(N, T, num_heads, E // num_heads).transpose(1, 2)
+
+
+def merge_right(x: Tensor) -> Tensor:
+    N, h, T, d = x.shape
+    return x.transpose(1, 2).reshape(N, T, h * d)
+
+
+SPLIT_MISTAKES = {
+    "reshape without transpose": lambda x, h: x.reshape(x.size(0), h, x.size(1), x.size(2) // h),
+    "transpose(1, 2)": lambda x, h: x.view(x.size(0), x.size(1), h, x.size(2) // h),  # forgot the transpose
+    "interleaved": lambda x, h: x.view(x.size(0), x.size(1), x.size(2) // h, h).permute(0, 3, 1, 2),
+    "should have shape": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 3, 1),  # (N, h, d, T)
+    "not in place": lambda x, h: split_right(x, h).flip(2),  # tokens reversed: no known mistake
+}
+
+
+@pytest.mark.parametrize("hint,split", list(SPLIT_MISTAKES.items()))
+def test_split_check_names_each_mistake(hint, split):
+    verdict = check_split_heads(split)
+    assert verdict.status == "wrong" and hint in verdict.message
+
+
+def test_split_check_passes_right_answers_and_spots_stubs():
+    assert check_split_heads(split_right).passed
+    # Any correct formulation passes: unflatten + permute, float64 output.
+    assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3).double()).passed
+    assert check_split_heads(_not_attempted).status == "not attempted"
+
+
+MERGE_MISTAKES = {
+    "merge without transpose": lambda x: x.reshape(x.size(0), x.size(2), -1),
+    "`.view` fails after `.transpose`": lambda x: x.transpose(1, 2).view(x.size(0), x.size(2), -1),
+    "wrong order": lambda x: merge_right(x.flip(1)),
+    "interleaved": lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1),
+    "not yet concatenated": lambda x: x.transpose(1, 2),
+    "merge_heads(split_heads(x)) == x": lambda x: merge_right(x) * 2,
+}
+
+
+@pytest.mark.parametrize("hint,merge", list(MERGE_MISTAKES.items()))
+def test_merge_check_names_each_mistake(hint, merge):
+    verdict = check_merge_heads(merge)
+    assert verdict.status == "wrong" and hint in verdict.message
+
+
+def test_merge_check_passes_right_answers_and_spots_stubs():
+    assert check_merge_heads(merge_right).passed
+    assert check_merge_heads(lambda x: torch.cat(x.unbind(1), dim=-1)).passed  # concatenation written out
+    assert check_merge_heads(_not_attempted).status == "not attempted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 04, exercise 2: the forward pass
+# ---------------------------------------------------------------------------------------------
+def mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads, *, split=split_right, merge=merge_right,
+        use_out_proj=True, scale=None, softmax_dim=-1, swap_kv=False, heads=None):
+    """A learner-style implementation, with knobs that introduce one mistake at a time."""
+    h = num_heads if heads is None else heads
+    q, k, v = q_proj(query), k_proj(key), v_proj(value)
+    if swap_kv:
+        k, v = k_proj(value), v_proj(key)
+    q, k, v = split(q, h), split(k, h), split(v, h)  # (N, h, T, d)
+    d = q.size(-1)
+    scale = math.sqrt(d) if scale is None else scale(query.size(-1), d)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / scale, dim=softmax_dim)
+    out = merge(weights @ v)
+    return out_proj(out) if use_out_proj else out
+
+
+def mha_with_torch_sdpa(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
+    q, k, v = (split_right(p(x), num_heads) for p, x in ((q_proj, query), (k_proj, key), (v_proj, value)))
+    return out_proj(merge_right(F.scaled_dot_product_attention(q, k, v)))
+
+
+MHA_MISTAKES = {
+    "output projection is missing": dict(use_out_proj=False),
+    "split with reshape but no transpose": dict(split=SPLIT_MISTAKES["reshape without transpose"]),
+    "reshaping (N, h, L, d) straight to (N, L, E)": dict(merge=MERGE_MISTAKES["merge without transpose"]),
+    "concatenated in the wrong order": dict(merge=MERGE_MISTAKES["wrong order"]),
+    "interleaved features": dict(split=SPLIT_MISTAKES["interleaved"], merge=MERGE_MISTAKES["interleaved"]),
+    "divided by √E": dict(scale=lambda E, d: math.sqrt(E)),
+    "not scaled": dict(scale=lambda E, d: 1.0),
+    "softmax runs over the queries": dict(softmax_dim=-2),
+    "one wide head over all E features": dict(heads=1, scale=lambda E, d: math.sqrt(E / {8: 2, 12: 3}[E])),
+    "one wide head scaled by √E": dict(heads=1),
+    "keys and values are swapped": dict(swap_kv=True),
+}
+
+
+@pytest.mark.parametrize("hint,knobs", list(MHA_MISTAKES.items()))
+def test_mha_check_names_each_mistake(hint, knobs):
+    verdict = check_multi_head_attention(lambda *args: mha(*args, **knobs))
+    assert verdict.status == "wrong" and hint in verdict.message
+
+
+def test_mha_check_explains_self_attention_only_code():
+    # Uses the query for K and V: computes self-attention where cross-attention was asked for.
+    verdict = check_multi_head_attention(lambda q, k, v, *rest: mha(q, q, q, *rest))
+    assert verdict.status == "wrong" and "computed from `query`" in verdict.message
+    # Splits K and V with the query's length L: runs when L = S, crashes for cross-attention.
+    def split_with_query_length(query, key, value, q_proj, k_proj, v_proj, out_proj, h):
+        N, L, E = query.shape
+        q, k, v = (p(x).view(N, L, h, E // h).transpose(1, 2) for p, x in ((q_proj, query), (k_proj, key), (v_proj, value)))
+        return out_proj(merge_right(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // h), dim=-1) @ v))
+
+    verdict = check_multi_head_attention(split_with_query_length)
+    assert verdict.status == "wrong" and "works for self-attention but not for cross-attention" in verdict.message
+
+
+def test_mha_check_other_answers():
+    assert check_multi_head_attention(mha).passed
+    assert check_multi_head_attention(mha_with_torch_sdpa).passed
+    assert check_multi_head_attention(_not_attempted).status == "not attempted"
+    assert "not a tuple" in check_multi_head_attention(lambda *a: (mha(*a), None)).message
+    assert "differ from nn.MultiheadAttention" in check_multi_head_attention(lambda *a: mha(*a) + 0.01).message
+
+
+def test_reference_equals_torch_multihead_attention():
+    """The switchable reference the hints rest on is nn.MultiheadAttention when no switch is on."""
+    for query, key, value, proj, h in _mha_cases():
+        expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
+        torch.testing.assert_close(_reference_mha(query, key, value, proj, h), expected)
+        torch.testing.assert_close(expected, nn.functional.multi_head_attention_forward(
+            query.double().transpose(0, 1), key.double().transpose(0, 1), value.double().transpose(0, 1), query.size(-1), h,
+            torch.cat([proj[c].weight for c in "qkv"]).double(), torch.cat([proj[c].bias for c in "qkv"]).double(),
+            None, None, False, 0.0, proj["o"].weight.double(), proj["o"].bias.double(), need_weights=False,
+        )[0].transpose(0, 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 05, exercise 1: residual block
+# ---------------------------------------------------------------------------------------------
+def block_right(x, sublayer, norm, norm_first):
+    return x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+
+
+BLOCK_MISTAKES = {
+    "computed the other variant": lambda x, s, n, first: block_right(x, s, n, not first),
+    "ignores norm_first -> other variant": lambda x, s, n, first: n(x + s(x)),  # always post-norm
+    "residual is missing": lambda x, s, n, first: s(n(x)) if first else n(s(x)),
+    "LayerNorm is missing": lambda x, s, n, first: x + s(x),
+    "carries the NORMALISED x": lambda x, s, n, first: n(x) + s(n(x)) if first else n(x + s(x)),
+    "the sum is normalised as well": lambda x, s, n, first: n(x + s(n(x))) if first else n(x + s(x)),
+    "only the sublayer's output is normalised": lambda x, s, n, first: x + s(n(x)) if first else x + n(s(x)),
+    "differ from": lambda x, s, n, first: block_right(x, s, n, first) + 1,
+}
+
+
+@pytest.mark.parametrize("hint,block", list(BLOCK_MISTAKES.items()))
+def test_residual_check_names_each_mistake(hint, block):
+    verdict = check_residual_block(block)
+    expected = "computed the other variant" if hint.startswith("ignores") else hint
+    assert verdict.status == "wrong" and expected in verdict.message
+
+
+def test_residual_check_other_answers():
+    assert check_residual_block(block_right).passed
+    assert check_residual_block(lambda x, s, n, first: (x + s(n(x)) if first else n(x + s(x))).float()).passed
+    assert check_residual_block(_not_attempted).status == "not attempted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 05, exercise 2: decoder layer forward
+# ---------------------------------------------------------------------------------------------
+def decoder_right(layer, tgt, memory, tgt_mask, memory_key_padding_mask, *, mistake=""):
+    """A learner-style answer; ``mistake`` breaks one thing (written independently of the check's variants)."""
+    x = tgt
+    drop = lambda name: (lambda t: t) if mistake in (f"no {name}", "no dropouts") else getattr(layer, name)  # noqa: E731
+    act = (lambda t: t) if mistake == "no activation" else layer.activation
+
+    def sa(x):
+        mask = None if mistake == "no causal" else tgt_mask
+        return drop("dropout1")(layer.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0])
+
+    def ca(x):
+        src = x if mistake == "cross over target" else memory
+        kpm = None if mistake in ("no memory padding", "cross over target") else memory_key_padding_mask
+        return drop("dropout2")(layer.multihead_attn(x, src, src, key_padding_mask=kpm, need_weights=False)[0])
+
+    def ff(x):
+        return drop("dropout3")(layer.linear2(drop("dropout")(act(layer.linear1(x)))))
+
+    if mistake == "pre-norm":
+        x = x + sa(layer.norm1(x))
+        x = x + ca(layer.norm2(x))
+        return x + ff(layer.norm3(x))
+    if mistake == "cross first":
+        x = layer.norm1(x + ca(x))
+        x = layer.norm2(x + sa(x))
+    else:
+        x = layer.norm1((0 if mistake == "no residual 1" else x) + sa(x))
+        x = layer.norm2((0 if mistake == "no residual 2" else x) + ca(x))
+    return layer.norm3((0 if mistake == "no residual 3" else x) + ff(x))
+
+
+DECODER_MISTAKES = {
+    "pre-norm": "norms are applied first",
+    "no causal": "causal mask is not used",
+    "no memory padding": "padding mask is not used",
+    "cross over target": "attends over the target",
+    "cross first": "wrong order",
+    "no residual 1": "residual around the self-attention",
+    "no residual 2": "residual around the cross-attention",
+    "no residual 3": "residual around the feed-forward",
+    "no activation": "no activation",
+    "no dropouts": "no dropout is applied",
+    "no dropout1": "dropout1 is missing",
+    "no dropout2": "dropout2 is missing",
+    "no dropout3": "dropout3 is missing",
+    "no dropout": "inner dropout is missing",
+}
+
+
+@pytest.mark.parametrize("mistake,hint", list(DECODER_MISTAKES.items()))
+def test_decoder_check_names_each_mistake(mistake, hint):
+    verdict = check_decoder_layer_forward(lambda *args: decoder_right(*args, mistake=mistake))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def test_decoder_check_other_answers():
+    assert check_decoder_layer_forward(decoder_right).passed
+    assert check_decoder_layer_forward(_not_attempted).status == "not attempted"
+    whole = check_decoder_layer_forward(lambda layer, t, m, tm, mk: layer(t, m, tgt_mask=tm, memory_key_padding_mask=mk))
+    assert "called the layer itself" in whole.message
+    no_index = check_decoder_layer_forward(
+        lambda layer, t, m, tm, mk: layer.norm1(t + layer.self_attn(t, t, t, attn_mask=tm))
+    )
+    assert "returns a tuple" in no_index.message
+    assert "differ from nn.TransformerDecoderLayer" in check_decoder_layer_forward(
+        lambda *a: decoder_right(*a) * 1.01
+    ).message
+
+
+def test_decoder_variant_without_mistake_is_the_stock_layer():
+    layer, tgt, memory, tgt_mask, padding = _decoder_inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            _decoder_variant(layer, tgt, memory, tgt_mask, padding),
+            layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=padding),
+        )
