@@ -111,8 +111,8 @@ def make_batches(
     The budget counts padding too, since padding costs memory and time like any token: a batch of N
     pairs whose longest source has S ids and longest target T ids uses ``N * max(S, T) <= max_tokens``.
     Every pair appears in exactly one batch. With ``shuffle``, pairs of equal length are mixed and the
-    batch order is shuffled, both from ``seed`` (same seed, same batches); without it, batches go
-    from shortest to longest.
+    batch order is shuffled, both from ``seed`` (same seed, same batches: pass ``seed=epoch`` for a new
+    order each epoch); without it, batches go from shortest to longest.
     """
     if len(src_ids) != len(tgt_ids):
         raise ValueError(f"src_ids has {len(src_ids)} sequences but tgt_ids has {len(tgt_ids)}")

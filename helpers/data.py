@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import os
 import re
 import tempfile
@@ -97,8 +98,11 @@ class ParallelCorpus:
     def __len__(self) -> int:
         return len(self.de)
 
-    def __getitem__(self, index: int) -> tuple[str, str]:
-        """The pair ``(German, English)`` at ``index``."""
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | ParallelCorpus:
+        """The pair ``(German, English)`` at ``index``; a slice gives a smaller corpus (``corpus[:1000]``)."""
+        if isinstance(index, slice):
+            gold = self.alignments[index] if self.alignments is not None else None
+            return ParallelCorpus(self.name, self.split, self.de[index], self.en[index], gold)
         return self.de[index], self.en[index]
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
@@ -140,6 +144,8 @@ def read_lines(path: str | Path) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
     stripped = [line.strip() for line in lines]
+    if not stripped:
+        raise CorpusError(f"{path}: the file is empty; expected one sentence per line")
     for number, line in enumerate(stripped, start=1):
         if not line:
             raise CorpusError(f"{path}: line {number} is empty; every line must hold one sentence")
@@ -313,7 +319,7 @@ def _download_file(url: str, target: Path, expected_sha256: str, timeout: float,
                             bar.update(len(block))
             except urllib.error.HTTPError as error:
                 raise DownloadError(f"could not download {url}: HTTP {error.code} {error.reason}. {_LOCAL_FOLDER_HINT}") from error
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
                 reason = getattr(error, "reason", error)
                 raise DownloadError(
                     f"could not download {url} (no network? {reason}). {_LOCAL_FOLDER_HINT}"
@@ -355,6 +361,7 @@ def load_corpus(
         data_dir: the folder holding the files. Default for ``captions``: the repository's
             ``data/captions``; for ``multi30k``: ``$MULTI30K_DIR`` if set, else the download cache.
         download: for ``multi30k``, fetch missing files (checksummed) into ``data_dir`` / the cache.
+            Ignored for ``captions``, which ships with the course.
 
     Returns:
         a :class:`ParallelCorpus`; ``alignments`` is ``None`` for Multi30k.

@@ -129,6 +129,8 @@ class Tokenizer:
         which count whitespace tokens: ``"Freien."`` is one whitespace token but two ids."""
         encoding = self.backend.encode(_check_text(text))
         words = list(re.finditer(r"\S+", text))
+        if not words and encoding.offsets:
+            raise ValueError(f"{text!r} has tokens but no words (nothing but spaces)")
         starts = [word.start() for word in words]
         index = []
         for _start, end in encoding.offsets:
@@ -136,7 +138,7 @@ class Tokenizer:
             position = bisect.bisect_right(starts, last) - 1
             if text[last].isspace():
                 position += 1  # a bare space marker belongs to the word after it
-            index.append(min(max(position, 0), len(words) - 1))
+            index.append(min(max(position, 0), len(words) - 1))  # a trailing space joins the last word
         return index
 
     # -- saving with a checkpoint ---------------------------------------------------------------

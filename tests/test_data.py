@@ -363,3 +363,15 @@ def test_committed_captions_corpus_loads_with_valid_alignments():
             n_de, n_en = len(de.split()), len(en.split())
             assert alignment, (de, en)
             assert all(0 <= i < n_de and 0 <= j < n_en for i, j in alignment)
+
+
+def test_empty_file_and_slicing(tmp_path):
+    folder = copy_captions(tmp_path)
+    (folder / "val.en").write_text("")
+    with pytest.raises(CorpusError, match=r"val\.en: the file is empty"):
+        load_corpus("captions", "val", data_dir=folder)
+    train = load_corpus("captions", "train", data_dir=CAPTIONS_FIXTURE)
+    head = train[:2]
+    assert isinstance(head, ParallelCorpus) and len(head) == 2
+    assert head.pairs() == train.pairs()[:2] and head.alignments == train.alignments[:2]
+    assert train[-1] == (train.de[2], train.en[2])

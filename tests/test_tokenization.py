@@ -227,3 +227,11 @@ def test_bpe_on_multi30k_round_trips_the_test_split():
     assert exact / len(test) > 0.99  # only sentences with characters never seen in training may differ
     index = tokenizer.word_index(test.de[10])  # the running example: 12 whitespace tokens
     assert index == sorted(index) and set(index) == set(range(12))
+
+
+def test_word_index_edge_cases(bpe_de):
+    assert bpe_de.word_index("") == [] == bpe_de.encode("", add_special=False)
+    index = bpe_de.word_index("Ein Hund ")  # a trailing space joins the last word
+    assert len(index) == len(bpe_de.encode("Ein Hund ", add_special=False)) and index[-1] == 1
+    with pytest.raises(ValueError, match="no words"):
+        bpe_de.word_index("   ")
