@@ -12,6 +12,7 @@ A release writes one student copy per lesson, with the same file name, into an o
 
     python -m helpers.assignments release --out DIR      # or: make release  (DIR = student/)
     python -m helpers.assignments list                   # the exercises each lesson holds
+    python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
 
 What a student copy is:
 
@@ -58,6 +59,8 @@ from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
 
 __all__ = [
+    "CheckResult",
+    "check_submission",
     "BEGIN_MARKER",
     "END_MARKER",
     "PLACEHOLDER",
@@ -374,6 +377,60 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
     return written
 
 
+# ---------------------------------------------------------------------------------------------
+# Checking handed-in copies with the course's own checks
+# ---------------------------------------------------------------------------------------------
+# The line feedback.Verdict prints: "[PASS] exercise: message".
+_VERDICT_LINE = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\] (.+?): (.*)$", re.MULTILINE)
+_STATUS = {"PASS": "pass", "NOT YET": "wrong", "NOT ATTEMPTED YET": "not attempted"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One verdict printed while a handed-in notebook ran: status is "pass", "wrong" or "not attempted"."""
+
+    notebook: str
+    exercise: str
+    status: str
+    message: str
+
+
+def check_submission(path: str | Path, cwd: str | Path | None = None, timeout_s: int = 600) -> list[CheckResult]:
+    """Run a handed-in notebook top to bottom and collect the verdicts its check cells print.
+
+    This executes the student's code: run it in a container or an account with nothing to lose.
+    ``cwd`` is where the kernel starts (default: the course's notebooks/ folder, so the lessons'
+    relative data paths work); errors in cells are recorded, not raised, so one bad cell does not
+    hide the verdicts after it.
+    """
+    from nbclient import NotebookClient  # only this command needs a kernel
+
+    path = Path(path)
+    notebook = _read(path)
+    workdir = Path(cwd) if cwd is not None else (NOTEBOOKS_DIR if NOTEBOOKS_DIR.is_dir() else path.parent)
+    client = NotebookClient(
+        notebook, timeout=timeout_s, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute(env={**os.environ, "MPLBACKEND": "Agg"})  # figures are not needed to read verdicts
+    results = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+                for mark, exercise, message in _VERDICT_LINE.findall(output.get("text", "")):
+                    results.append(CheckResult(path.name, exercise, _STATUS[mark], message))
+    return results
+
+
+def _check(paths: Sequence[Path], timeout_s: int) -> None:
+    print("notebook\texercise\tstatus\tmessage")
+    for path in paths:
+        results = check_submission(path, timeout_s=timeout_s)
+        for result in results:
+            print(f"{result.notebook}\t{result.exercise}\t{result.status}\t{result.message}")
+        passed = sum(result.status == "pass" for result in results)
+        print(f"# {path}: {passed} of {len(results)} checks passed", file=sys.stderr)
+
+
 def _list(notebooks_dir: Path) -> None:
     for source in sorted(notebooks_dir.glob("*.ipynb")):
         exercises = find_exercises(_read(source), str(source))
@@ -384,7 +441,7 @@ def _list(notebooks_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``release --out DIR`` or ``list``; exit status 1 with a clear message on errors."""
+    """Command line: ``release --out DIR``, ``list`` or ``check FILE...``; exit status 1 on errors."""
     parser = argparse.ArgumentParser(prog="python -m helpers.assignments", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
@@ -392,11 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
     for sub in (release_parser, list_parser):
         sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)")
+    check_parser = commands.add_parser("check", help="run handed-in notebooks and print every check's verdict (tab-separated)")
+    check_parser.add_argument("submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)")
+    check_parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
             copies = release(args.out, args.notebooks)
             print(f"{len(copies)} student copies in {args.out}")
+        elif args.command == "check":
+            _check(args.submissions, args.timeout)
         else:
             _list(args.notebooks)
     except ReleaseError as error:

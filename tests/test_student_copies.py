@@ -35,7 +35,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode, v4
 
-from helpers.assignments import student_copy
+from helpers.assignments import check_submission, student_copy
+from helpers.assignments import main as assignments_main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -243,3 +244,42 @@ def test_lesson_student_copy_runs_failing_only_in_exercises(lesson, lesson_runs)
     executed = lesson_runs[lesson.name].result()
     problems = problems_after_running(nbformat.read(lesson, as_version=4), executed)
     assert problems == [], f"{lesson.name} student copy:\n" + "\n".join(problems)
+
+
+def test_checking_a_handed_in_copy_reports_each_verdict(tmp_path, capsys):
+    """``python -m helpers.assignments check``: a student answered one exercise of two."""
+    check_cell = (
+        "from helpers.exercises.feedback import run_check, wrong\n\n"
+        "def check_function(name, function, argument, expected):\n"
+        "    def body():\n"
+        "        if function(argument) != expected:\n"
+        "            raise wrong(f'{name}({argument}) should be {expected}')\n"
+        "        return f'{name} works.'\n"
+        "    return run_check(name, body)"
+    )
+    source = v4.new_notebook(
+        cells=[
+            v4.new_code_cell(check_cell),
+            v4.new_code_cell(EXERCISE),
+            v4.new_code_cell("check_function('double', double, 3, 6)"),
+            v4.new_code_cell("def square(x):\n    # BEGIN SOLUTION\n    return x * x\n    # END SOLUTION"),
+            v4.new_code_cell("check_function('square', square, 3, 9)"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    handed_in = student_copy(source, "fixture.ipynb")
+    handed_in.cells[1].source = handed_in.cells[1].source.replace("raise NotImplementedError()", "return x + x")
+    path = tmp_path / "alice_01.ipynb"
+    nbformat.write(handed_in, path)
+
+    results = check_submission(path, cwd=ROOT)
+    assert [(r.exercise, r.status) for r in results] == [("double", "pass"), ("square", "not attempted")]
+
+    wrong_answer = tmp_path / "bob_01.ipynb"
+    handed_in.cells[1].source = handed_in.cells[1].source.replace("return x + x", "return x + 2")
+    nbformat.write(handed_in, wrong_answer)
+    assert assignments_main(["check", str(wrong_answer)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "notebook\texercise\tstatus\tmessage"
+    assert table[1] == "bob_01.ipynb\tdouble\twrong\tdouble(3) should be 6"
+    assert table[2].startswith("bob_01.ipynb\tsquare\tnot attempted\t")
