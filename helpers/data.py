@@ -128,6 +128,17 @@ def read_lines(path: str | Path) -> list[str]:
     teach the model to translate nothing).
     """
     path = Path(path)
+    stripped = [line.strip() for line in _read_text_lines(path)]
+    if not stripped:
+        raise CorpusError(f"{path}: the file is empty; expected one sentence per line")
+    for number, line in enumerate(stripped, start=1):
+        if not line:
+            raise CorpusError(f"{path}: line {number} is empty; every line must hold one sentence")
+    return stripped
+
+
+def _read_text_lines(path: Path) -> list[str]:
+    """Lines of a UTF-8 file, gunzipped if its name ends in ``.gz``; errors name the file (and line)."""
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
@@ -143,13 +154,7 @@ def read_lines(path: str | Path) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
-    stripped = [line.strip() for line in lines]
-    if not stripped:
-        raise CorpusError(f"{path}: the file is empty; expected one sentence per line")
-    for number, line in enumerate(stripped, start=1):
-        if not line:
-            raise CorpusError(f"{path}: line {number} is empty; every line must hold one sentence")
-    return stripped
+    return lines
 
 
 def parse_alignment(line: str) -> Alignment:
@@ -169,15 +174,11 @@ def read_alignments(path: str | Path, de: list[str], en: list[str]) -> list[Alig
     Unlike sentence files, an alignment line may be empty (a pair with no aligned words).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise CorpusError(f"{path}: not valid UTF-8 ({error.reason})") from error
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = _read_text_lines(path)
     if len(lines) != len(de):
-        raise CorpusError(f"{path}: {len(lines)} lines, but the sentence files have {len(de)}; they must match line for line")
+        raise CorpusError(
+            f"{path}: {len(lines)} lines, but the sentence files have {len(de)}; they must match line for line"
+        )
     alignments = []
     for number, (line, source, target) in enumerate(zip(lines, de, en), start=1):
         try:
@@ -231,7 +232,8 @@ def read_parallel(folder: str | Path, file_split: str, name: str, split: str, al
 # Multi30k: local folder or checksummed download
 # ---------------------------------------------------------------------------------------------
 def default_cache_dir() -> Path:
-    """Where downloads go: ``$ATTENTION_COURSE_CACHE``, else ``$XDG_CACHE_HOME/attention-course``, else ``~/.cache/attention-course``."""
+    """Where downloads go: ``$ATTENTION_COURSE_CACHE``, else ``$XDG_CACHE_HOME/attention-course``,
+    else ``~/.cache/attention-course``."""
     if os.environ.get("ATTENTION_COURSE_CACHE"):
         return Path(os.environ["ATTENTION_COURSE_CACHE"])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

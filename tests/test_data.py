@@ -375,3 +375,13 @@ def test_empty_file_and_slicing(tmp_path):
     assert isinstance(head, ParallelCorpus) and len(head) == 2
     assert head.pairs() == train.pairs()[:2] and head.alignments == train.alignments[:2]
     assert train[-1] == (train.de[2], train.en[2])
+
+
+def test_gzipped_alignments_read_the_same(tmp_path):
+    folder = copy_captions(tmp_path)
+    align = folder / "train.align"
+    (folder / "train.align.gz").write_bytes(gzip.compress(align.read_bytes()))
+    align.unlink()
+    assert load_corpus("captions", "train", data_dir=folder).alignments == load_corpus(
+        "captions", "train", data_dir=CAPTIONS_FIXTURE
+    ).alignments
