@@ -16,6 +16,6 @@ from helpers.attention import (
 # Lesson modules add their public names below, one import line each.
 from helpers.embeddings import PositionalEncoding, TokenEmbedding, cosine_similarity_matrix, one_hot_embedding, sinusoidal_positional_encoding
 from helpers.data import ParallelCorpus, load_corpus, download_multi30k
-from helpers.tokenization import Tokenizer, train_tokenizer
+from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.batching import Batch, make_batches, pad
 from helpers.layers import InspectableDecoderLayer

@@ -198,6 +198,22 @@ def train_tokenizer(
     return Tokenizer(backend, kind)
 
 
+def train_tokenizers(
+    corpus, kind: str = "bpe", vocab_size: int | None = None, min_frequency: int = 2
+) -> tuple[Tokenizer, Tokenizer]:
+    """A German and an English tokenizer trained on a *training* split (a :class:`~helpers.data.ParallelCorpus`).
+
+    Refuses any other split: a tokenizer that has seen the test sentences makes test scores look better
+    than they are.
+    """
+    if getattr(corpus, "split", None) != "train":
+        raise ValueError(f"train tokenizers on the training split only, got split {getattr(corpus, 'split', None)!r}")
+    return (
+        train_tokenizer(corpus.de, kind, vocab_size, min_frequency),
+        train_tokenizer(corpus.en, kind, vocab_size, min_frequency),
+    )
+
+
 def _check_text(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"expected a str, got {type(text).__name__}")

@@ -11,7 +11,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.tokenization import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer, train_tokenizer
+from helpers.tokenization import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    Tokenizer,
+    train_tokenizer,
+    train_tokenizers,
+)
 
 GERMAN = [
     "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien.",
@@ -235,3 +244,15 @@ def test_word_index_edge_cases(bpe_de):
     assert len(index) == len(bpe_de.encode("Ein Hund ", add_special=False)) and index[-1] == 1
     with pytest.raises(ValueError, match="no words"):
         bpe_de.word_index("   ")
+
+
+def test_train_tokenizers_uses_the_training_split_only():
+    from helpers.data import ParallelCorpus
+
+    train = ParallelCorpus("x", "train", GERMAN[:5], ENGLISH)
+    de, en = train_tokenizers(train, kind="word", min_frequency=1)
+    assert de.decode(de.encode(GERMAN[1])) == GERMAN[1]
+    assert en.decode(en.encode(ENGLISH[1])) == ENGLISH[1]
+    assert de.encode("dog", add_special=False) == [UNK_ID] and en.encode("Hund", add_special=False) == [UNK_ID]
+    with pytest.raises(ValueError, match="training split only, got split 'test'"):
+        train_tokenizers(ParallelCorpus("x", "test", GERMAN[:5], ENGLISH))
