@@ -69,7 +69,8 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """The same batch on ``device``."""
-        return Batch(*(t.to(device) for t in (self.src, self.tgt, self.src_padding_mask, self.tgt_padding_mask, self.indices)))
+        tensors = (self.src, self.tgt, self.src_padding_mask, self.tgt_padding_mask, self.indices)
+        return Batch(*(tensor.to(device) for tensor in tensors))
 
 
 def pad(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:

@@ -320,7 +320,9 @@ def _download_file(url: str, target: Path, expected_sha256: str, timeout: float,
                             digest.update(block)
                             bar.update(len(block))
             except urllib.error.HTTPError as error:
-                raise DownloadError(f"could not download {url}: HTTP {error.code} {error.reason}. {_LOCAL_FOLDER_HINT}") from error
+                raise DownloadError(
+                    f"could not download {url}: HTTP {error.code} {error.reason}. {_LOCAL_FOLDER_HINT}"
+                ) from error
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
                 reason = getattr(error, "reason", error)
                 raise DownloadError(

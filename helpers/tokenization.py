@@ -110,7 +110,8 @@ class Tokenizer:
         """Readable labels, one per id of ``encode(text, add_special)``: words without ``▁``, and a
         sub-word piece that continues a word marked ``##`` (``Fußball`` → ``Fuß``, ``##ball``)."""
         encoding = self.backend.encode(_check_text(text))
-        labels = [_label(piece, continues) for piece, continues in zip(encoding.tokens, _continues_word(text, encoding))]
+        continues = _continues_word(text, encoding)
+        labels = [_label(piece, inside) for piece, inside in zip(encoding.tokens, continues)]
         return [BOS, *labels, EOS] if add_special else labels
 
     def id_tokens(self, ids: Iterable[int]) -> list[str]:

@@ -112,7 +112,7 @@ def test_batches_do_not_interleave_in_length():
     src, tgt = random_pairs(400, seed=5)
     sizes = [max(len(s), len(t)) for s, t in zip(src, tgt)]
     batches = make_batches(src, tgt, max_tokens=250, seed=2)
-    ranges = sorted((min(sizes[i] for i in b.indices.tolist()), max(sizes[i] for i in b.indices.tolist())) for b in batches)
+    ranges = sorted((min(sizes[i] for i in b.indices), max(sizes[i] for i in b.indices)) for b in batches)
     for (_, high), (low, _) in zip(ranges, ranges[1:]):
         assert high <= low
 

@@ -59,7 +59,8 @@ def word_de() -> Tokenizer:
 def test_special_tokens_have_fixed_ids_in_both_kinds(bpe_de, word_de):
     for tokenizer in (bpe_de, word_de):
         assert [tokenizer.backend.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
-        assert (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id) == (PAD_ID, BOS_ID, EOS_ID, UNK_ID)
+        specials = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id)
+        assert specials == (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
         ids = tokenizer.encode("Ein Hund läuft.")
         assert ids[0] == BOS_ID and ids[-1] == EOS_ID
         assert ids[1:-1] == tokenizer.encode("Ein Hund läuft.", add_special=False)
