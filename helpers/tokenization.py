@@ -9,7 +9,8 @@ How text becomes tokens, for both kinds:
    and punctuation is split off (``Freien.`` → ``▁Freien`` ``.``). Case is kept: *Sohn* and *sohn* differ
    in German.
 3. The model: **word** keeps whole pieces (a piece unseen in training becomes ``<unk>``); **bpe** splits
-   rare words into frequent sub-word pieces (``▁Fuß`` ``ball`` ``spieler``), so nothing is unknown.
+   rare words into frequent sub-word pieces (``▁Fuß`` ``ball`` ``spieler``), so only a character never
+   seen in training is unknown.
 
 Because the ``▁`` markers record where the spaces were, decoding is exact: join the pieces and turn
 ``▁`` back into spaces. ``decode(encode(text)) == text`` for any text made of known pieces, with no
@@ -115,13 +116,21 @@ class Tokenizer:
         return [BOS, *labels, EOS] if add_special else labels
 
     def id_tokens(self, ids: Iterable[int]) -> list[str]:
-        """Readable labels for ids (e.g. a model's output): ``▁`` removed, specials kept as ``<eos>`` etc."""
+        """Readable labels for ids (e.g. a model's output), as :meth:`tokens` writes them: ``▁`` removed,
+        a piece that continues a word marked ``##``, specials kept as ``<bos>``, ``<eos>``, ..."""
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         labels = []
+        previous = ""
         for token_id in ids:
             piece = self.id_to_token(token_id)
-            labels.append(piece if piece in SPECIAL_TOKENS else _label(piece, continues=False))
+            if piece in SPECIAL_TOKENS:
+                labels.append(piece)
+            else:
+                # no space marker, and letters on both sides of the seam: the piece continues a word
+                continues = not piece.startswith(SPACE) and piece[:1].isalnum() and previous[-1:].isalnum()
+                labels.append(_label(piece, continues))
+            previous = piece
         return labels
 
     def word_index(self, text: str) -> list[int]:

@@ -257,3 +257,10 @@ def test_train_tokenizers_uses_the_training_split_only():
     assert de.encode("dog", add_special=False) == [UNK_ID] and en.encode("Hund", add_special=False) == [UNK_ID]
     with pytest.raises(ValueError, match="training split only, got split 'test'"):
         train_tokenizers(ParallelCorpus("x", "test", GERMAN[:5], ENGLISH))
+
+
+@pytest.mark.parametrize("text", ["Der Straßenfußballspieler läuft, weil es regnet.", GERMAN[0], "Ein Hund läuft im Park ."])
+def test_labels_from_ids_match_labels_from_text(bpe_de, word_de, text):
+    for tokenizer in (bpe_de, word_de):
+        ids = tokenizer.encode(text)
+        assert tokenizer.id_tokens(ids) == tokenizer.tokens(text, add_special=True)
