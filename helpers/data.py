@@ -309,28 +309,10 @@ def _download_file(url: str, target: Path, expected_sha256: str, timeout: float,
     handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     temp_path = Path(temp_name)
     try:
-        digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    total = int(response.headers.get("Content-Length") or 0) or None
-                    with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=not progress) as bar:
-                        for block in iter(lambda: response.read(1 << 16), b""):
-                            out.write(block)
-                            digest.update(block)
-                            bar.update(len(block))
-            except urllib.error.HTTPError as error:
-                raise DownloadError(
-                    f"could not download {url}: HTTP {error.code} {error.reason}. {_LOCAL_FOLDER_HINT}"
-                ) from error
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
-                reason = getattr(error, "reason", error)
-                raise DownloadError(
-                    f"could not download {url} (no network? {reason}). {_LOCAL_FOLDER_HINT}"
-                ) from error
+            actual = _fetch(url, out, timeout, progress, label=target.name)
             out.flush()
-            os.fsync(out.fileno())
-        actual = digest.hexdigest()
+            os.fsync(out.fileno())  # on disk before the rename, so a crash cannot leave a hollow file
         if actual != expected_sha256:
             raise ChecksumError(
                 f"checksum mismatch for {target.name} from {url}: expected SHA-256 {expected_sha256}, "
@@ -339,7 +321,37 @@ def _download_file(url: str, target: Path, expected_sha256: str, timeout: float,
         os.chmod(temp_path, 0o644)  # mkstemp makes it private; a cache may be shared
         os.replace(temp_path, target)  # atomic on one file system: the real name appears only when complete
     finally:
-        temp_path.unlink(missing_ok=True)
+        temp_path.unlink(missing_ok=True)  # after a failure; after success the name is already gone
+
+
+def _fetch(url: str, out, timeout: float, progress: bool, label: str) -> str:
+    """Stream ``url`` into the open binary file ``out``; return the SHA-256 of what arrived.
+
+    Every network failure becomes a :class:`DownloadError` that says how to work from a local folder.
+    """
+    digest = hashlib.sha256()
+    received = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress) as bar:
+                for block in iter(lambda: response.read(1 << 16), b""):
+                    out.write(block)
+                    digest.update(block)
+                    received += len(block)
+                    bar.update(len(block))
+    except urllib.error.HTTPError as error:
+        raise DownloadError(
+            f"could not download {url}: HTTP {error.code} {error.reason}. {_LOCAL_FOLDER_HINT}"
+        ) from error
+    except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", error)
+        raise DownloadError(f"could not download {url} (no network? {reason}). {_LOCAL_FOLDER_HINT}") from error
+    if total is not None and received != total:
+        raise DownloadError(
+            f"could not download {url}: the connection closed after {received} of {total} bytes. {_LOCAL_FOLDER_HINT}"
+        )
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -388,3 +388,51 @@ def test_gzipped_alignments_read_the_same(tmp_path):
     assert load_corpus("captions", "train", data_dir=folder).alignments == load_corpus(
         "captions", "train", data_dir=CAPTIONS_FIXTURE
     ).alignments
+
+
+class _CutOffHandler(http.server.BaseHTTPRequestHandler):
+    """Promises 1000 bytes, sends 10, hangs up: a connection lost half-way."""
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"\x1f\x8b" + b"\0" * 8)
+        self.wfile.flush()
+        self.close_connection = True
+
+
+def test_connection_lost_half_way_keeps_nothing(tmp_path):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutOffHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    cache = tmp_path / "cache"
+    try:
+        with pytest.raises(DownloadError, match=r"val\.de\.gz: the connection closed after 10 of 1000 bytes"):
+            download_multi30k(
+                cache, ("val",), base_url=f"http://127.0.0.1:{httpd.server_address[1]}",
+                checksums=fixture_checksums(), progress=True,  # the progress bar path runs too
+            )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+    assert list(cache.iterdir()) == []
+
+
+def test_a_server_that_never_answers_times_out(tmp_path):
+    """A listening socket that never replies: the short timeout turns a hang into a clear error."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        cache = tmp_path / "cache"
+        with pytest.raises(DownloadError, match="no network") as error:
+            download_multi30k(
+                cache, ("val",), base_url=f"http://127.0.0.1:{silent.getsockname()[1]}",
+                checksums=fixture_checksums(), timeout=0.5, progress=False,
+            )
+        assert "timed out" in str(error.value)
+    assert list(cache.iterdir()) == []
