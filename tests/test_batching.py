@@ -170,3 +170,20 @@ def test_invariants_hold_for_any_lengths(lengths, budget, seed):
         assert len(batch) * max(batch.src.shape[1], batch.tgt.shape[1]) <= budget
         assert torch.equal(batch.src_padding_mask, batch.src == PAD_ID)
         assert torch.equal(batch.tgt_padding_mask, batch.tgt == PAD_ID)
+
+
+def test_corpus_to_batches_and_back():
+    """The whole data path: corpus → tokenizers (training split) → ids → batches → the same sentences."""
+    from pathlib import Path
+
+    from helpers.data import load_corpus
+    from helpers.tokenization import train_tokenizers
+
+    corpus = load_corpus("multi30k", "train", data_dir=Path(__file__).resolve().parent / "fixtures" / "multi30k")
+    tok_de, tok_en = train_tokenizers(corpus, kind="bpe", min_frequency=1)
+    batches = make_batches(tok_de.encode_batch(corpus.de), tok_en.encode_batch(corpus.en), max_tokens=30, seed=0)
+    assert len(batches) > 1
+    for batch in batches:
+        assert tok_de.decode_batch(batch.src) == [corpus.de[i] for i in batch.indices]
+        assert tok_en.decode_batch(batch.tgt) == [corpus.en[i] for i in batch.indices]
+        assert tok_en.decode_batch(batch.tgt_out) == [corpus.en[i] for i in batch.indices]  # <bos> dropped
