@@ -77,3 +77,56 @@ def temperature_explorer():
         temperature=widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature"),
         scaled=widgets.Checkbox(value=True, description="divide by √d_k"),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 04 (and 06): browse attention heads one at a time
+# ---------------------------------------------------------------------------------------------
+def _as_layers_of_heads(weights: Tensor) -> Tensor:
+    """(h, L, S) or (layers, h, L, S) -> (layers, h, L, S), detached on the CPU."""
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    if weights.dim() == 3:
+        weights = weights.unsqueeze(0)
+    if weights.dim() != 4:
+        raise ValueError(f"expected (h, L, S) or (layers, h, L, S) attention weights, got shape {tuple(weights.shape)}")
+    return weights
+
+
+def head_figure(weights: Tensor, query_tokens, key_tokens, layer: int = 0, head: int = 0) -> Figure:
+    """One head's (L, S) weights from ``weights`` (h, L, S) or (layers, h, L, S), with token labels.
+
+    Drawn on the fixed 0-1 scale, so switching heads never changes the colours' meaning.
+    """
+    weights = _as_layers_of_heads(weights)
+    layers, heads = weights.shape[:2]
+    if not (0 <= layer < layers and 0 <= head < heads):
+        raise ValueError(f"layer must be in 0..{layers - 1} and head in 0..{heads - 1}, got layer={layer}, head={head}")
+    L, S = weights.shape[2:]
+    fig, ax = plt.subplots(figsize=(0.45 * S + 2.8, 0.4 * L + 1.6), constrained_layout=True)
+    where = f"layer {layer}, head {head}" if layers > 1 else f"head {head}"
+    attention_heatmap(weights[layer, head], query_tokens, key_tokens, ax=ax, title=where)
+    return fig
+
+
+def show_head(weights: Tensor, query_tokens, key_tokens, layer: int = 0, head: int = 0) -> Tensor:
+    """The head browser's callback: draw ``head_figure`` and return the (L, S) weights it shows."""
+    head_figure(weights, query_tokens, key_tokens, layer, head)
+    plt.show()
+    return _as_layers_of_heads(weights)[layer, head]
+
+
+def head_browser(weights: Tensor, query_tokens, key_tokens):
+    """Sliders for the layer and the head that redraw one head's heatmap.
+
+    Children, in order: the layer slider (only for (layers, h, L, S) weights with several layers),
+    the head slider, then the output area; ``ui.result`` holds the (L, S) weights drawn last.
+    """
+    import ipywidgets as widgets
+
+    stacked = _as_layers_of_heads(weights)
+    layers, heads = stacked.shape[:2]
+    return widgets.interactive(
+        lambda layer, head: show_head(stacked, query_tokens, key_tokens, layer, head),
+        layer=widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer") if layers > 1 else widgets.fixed(0),
+        head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head"),
+    )
