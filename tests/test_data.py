@@ -366,6 +366,7 @@ def test_committed_captions_corpus_loads_with_valid_alignments():
             n_de, n_en = len(de.split()), len(en.split())
             assert alignment, (de, en)
             assert all(0 <= i < n_de and 0 <= j < n_en for i, j in alignment)
+    assert RUNNING_EXAMPLE in load_corpus("captions", "test").de
 
 
 def test_empty_file_and_slicing(tmp_path):

@@ -264,3 +264,19 @@ def test_labels_from_ids_match_labels_from_text(bpe_de, word_de, text):
     for tokenizer in (bpe_de, word_de):
         ids = tokenizer.encode(text)
         assert tokenizer.id_tokens(ids) == tokenizer.tokens(text, add_special=True)
+
+
+CAPTIONS_TRAIN = Path(__file__).resolve().parents[1] / "data" / "captions" / "train.de"
+
+
+@pytest.mark.skipif(not CAPTIONS_TRAIN.is_file(), reason="data/captions not generated yet")
+def test_bpe_on_the_course_corpus_round_trips_its_test_split():
+    from helpers.data import load_corpus
+
+    tok_de, tok_en = train_tokenizers(load_corpus("captions", "train"), kind="bpe")
+    test = load_corpus("captions", "test")
+    for tokenizer, texts in ((tok_de, test.de), (tok_en, test.en)):
+        assert [tokenizer.decode(ids) for ids in tokenizer.encode_batch(texts)] == texts
+    # every gold alignment index names a whitespace token that word_index can reach
+    for de, alignment in zip(test.de[:200], test.alignments[:200]):
+        assert {i for i, _ in alignment} <= set(tok_de.word_index(de))
