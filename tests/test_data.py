@@ -82,7 +82,7 @@ def test_surrounding_spaces_and_crlf_are_stripped(tmp_path):
 def test_parse_alignment():
     assert parse_alignment("0-0 2-1  1-3\n") == [(0, 0), (2, 1), (1, 3)]
     assert parse_alignment("") == []
-    for bad in ("0-", "a-1", "1:2", "-1-2"):
+    for bad in ("0-", "a-1", "1:2", "-1-2", "0-01-1"):
         with pytest.raises(ValueError, match="i-j"):
             parse_alignment(bad)
 
