@@ -13,6 +13,7 @@ A release writes one student copy per lesson, with the same file name, into an o
     python -m helpers.assignments release --out DIR      # or: make release  (DIR = student/)
     python -m helpers.assignments list                   # the exercises each lesson holds
     python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
+    python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks, one assignment per lesson
 
 What a student copy is:
 
@@ -71,6 +72,7 @@ __all__ = [
     "strip_solutions",
     "student_copy",
     "find_exercises",
+    "nbgrader_source",
     "release",
     "main",
 ]
@@ -378,6 +380,70 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
 
 
 # ---------------------------------------------------------------------------------------------
+# nbgrader: the same lessons as nbgrader source notebooks
+# ---------------------------------------------------------------------------------------------
+def _graded_check(source: str) -> str | None:
+    """The check cell's text with an ``assert <verdict>.passed`` added, or None if it has no check call.
+
+    nbgrader scores a test cell by whether it raises; the course's checks print a verdict and
+    return it, so the grade cell asserts on what the check returned.
+    """
+    python = _python_of(source)
+    if python is None or python.strip() != source.strip():
+        return None  # magics or invalid Python: leave it to the teacher
+    import ast
+
+    tree = ast.parse(source)
+    last = tree.body[-1] if tree.body else None
+    call = getattr(last, "value", None)
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")):
+        return None
+    fail = "the check above did not pass: read its verdict"
+    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
+        return f"{source.rstrip()}\nassert {last.targets[0].id}.passed, {fail!r}"
+    if isinstance(last, ast.Expr):
+        lines = source.rstrip().split("\n")
+        before = "\n".join(lines[: last.lineno - 1])
+        text = ast.get_source_segment(source, last)
+        return f"{before}\n_verdict = {text}\nassert _verdict.passed, {fail!r}".lstrip("\n")
+    return None
+
+
+def nbgrader_source(notebook: NotebookNode, name: str) -> NotebookNode:
+    """The lesson as an nbgrader *source* notebook: solutions kept, cells marked for nbgrader.
+
+    ``solution-only`` cells are removed (nbgrader does not know the tag), each exercise cell
+    becomes an "Autograded answer" cell, and the check cell after it an "Autograder tests" cell
+    worth one point that asserts the check passed. Raises ``ReleaseError`` like a release does,
+    and when an exercise is not followed by a check cell it can turn into a test.
+    """
+    student_copy(notebook, name)  # the same marker validation as a release
+    graded = copy.deepcopy(notebook)
+    graded.cells = [cell for cell in graded.cells if SOLUTION_ONLY_TAG not in _tags(cell)]
+    origin = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in _tags(cell)]
+    exercises = {exercise.cell_index: exercise for exercise in find_exercises(notebook, name)}
+    code_positions = [position for position, cell in enumerate(graded.cells) if cell.cell_type == "code"]
+    for position, cell in enumerate(graded.cells):
+        exercise = exercises.get(origin[position])
+        if exercise is None:
+            continue
+        label = f"{exercise.function or 'exercise'}-{origin[position]}"
+        cell.metadata["nbgrader"] = {
+            "grade": False, "grade_id": f"{label}-answer", "locked": False, "schema_version": 3, "solution": True, "task": False,
+        }
+        later = [p for p in code_positions if p > position]
+        test = _graded_check(graded.cells[later[0]].source) if later else None
+        if test is None:
+            raise ReleaseError(name, origin[position], "this exercise is not followed by a code cell that calls a check_...() function, so nbgrader would have nothing to grade it with", notebook.cells[origin[position]].source)
+        check = graded.cells[later[0]]
+        check.source = test
+        check.metadata["nbgrader"] = {
+            "grade": True, "grade_id": f"{label}-check", "locked": True, "points": 1, "schema_version": 3, "solution": False, "task": False,
+        }
+    return graded
+
+
+# ---------------------------------------------------------------------------------------------
 # Checking handed-in copies with the course's own checks
 # ---------------------------------------------------------------------------------------------
 # The line feedback.Verdict prints: "[PASS] exercise: message".
@@ -431,6 +497,17 @@ def _check(paths: Sequence[Path], timeout_s: int) -> None:
         print(f"# {path}: {passed} of {len(results)} checks passed", file=sys.stderr)
 
 
+def _nbgrader(out_dir: Path, notebooks_dir: Path) -> None:
+    sources = sorted(notebooks_dir.glob("*.ipynb"))
+    if not sources:
+        raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
+    contents = {source: _serialize(nbgrader_source(_read(source), str(source)), str(source)) for source in sources}
+    for source, data in contents.items():
+        target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
+        target.parent.mkdir(parents=True, exist_ok=True)
+        print(f"{'wrote' if _write_atomically(target, data) else 'unchanged'}  {target}")
+
+
 def _list(notebooks_dir: Path) -> None:
     for source in sorted(notebooks_dir.glob("*.ipynb")):
         exercises = find_exercises(_read(source), str(source))
@@ -441,13 +518,15 @@ def _list(notebooks_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``release --out DIR``, ``list`` or ``check FILE...``; exit status 1 on errors."""
+    """Command line: ``release``, ``list``, ``nbgrader`` or ``check``; exit status 1 on errors."""
     parser = argparse.ArgumentParser(prog="python -m helpers.assignments", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
     release_parser.add_argument("--out", required=True, type=Path, help="folder for the student copies (created if missing)")
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
-    for sub in (release_parser, list_parser):
+    nbgrader_parser = commands.add_parser("nbgrader", help="write nbgrader source notebooks, one assignment folder per lesson")
+    nbgrader_parser.add_argument("--out", required=True, type=Path, help="nbgrader's source/ folder (e.g. course/source)")
+    for sub in (release_parser, list_parser, nbgrader_parser):
         sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)")
     check_parser = commands.add_parser("check", help="run handed-in notebooks and print every check's verdict (tab-separated)")
     check_parser.add_argument("submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)")
@@ -457,13 +536,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "release":
             copies = release(args.out, args.notebooks)
             print(f"{len(copies)} student copies in {args.out}")
+        elif args.command == "nbgrader":
+            _nbgrader(args.out, args.notebooks)
         elif args.command == "check":
             _check(args.submissions, args.timeout)
         else:
             _list(args.notebooks)
     except ReleaseError as error:
         print(f"error: {error}", file=sys.stderr)
-        if args.command == "release":
+        if args.command in ("release", "nbgrader"):
             print("error: nothing was written; fix the notebook and run the release again.", file=sys.stderr)
         return 1
     return 0

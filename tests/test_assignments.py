@@ -491,6 +491,7 @@ def test_lesson_exercises_follow_the_course_convention(released_lesson):
     for cell in student["cells"]:
         if cell["cell_type"] == "code" and "raise NotImplementedError()" in _text(cell["source"]):
             compile(_text(cell["source"]), f"{path.name} student cell", "exec")
+    assignments.nbgrader_source(notebook, path.name)  # the teacher's nbgrader route works too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,3 +562,56 @@ def test_diagnose_names_the_first_matching_mistake_else_the_fallback():
     mistakes = {"you added 1": torch.tensor([2.0, 3.0]), "you squared": torch.tensor([1.0, 4.0])}
     assert str(diagnose(torch.tensor([1.0, 4.0]), mistakes, "numbers differ")) == "you squared"
     assert str(diagnose(expected + 5, mistakes, "numbers differ")) == "numbers differ"
+
+
+# ---------------------------------------------------------------------------------------------
+# nbgrader source notebooks (nbgrader itself is not a dependency: we check what it reads)
+# ---------------------------------------------------------------------------------------------
+def _graded_fixture() -> nbformat.NotebookNode:
+    return lesson(
+        v4.new_code_cell(EXERCISE_CELL.split("\n\n\nclass")[0]),
+        v4.new_markdown_cell("Now check it."),
+        v4.new_code_cell("_ = check_double(double)"),
+        v4.new_code_cell("def triple(x):\n    # BEGIN SOLUTION\n    return 3 * x\n    # END SOLUTION"),
+        v4.new_code_cell("triple(1)", metadata={"tags": ["solution-only"]}),
+        v4.new_code_cell("print('checking')\ncheck_triple(\n    triple,\n)"),
+    )
+
+
+def test_nbgrader_source_marks_answers_and_turns_checks_into_graded_tests():
+    graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
+    assert len(graded.cells) == 5  # the solution-only cell is gone
+    answer, check = graded.cells[0].metadata.nbgrader, graded.cells[2].metadata.nbgrader
+    assert answer == {"grade": False, "grade_id": "double-0-answer", "locked": False, "schema_version": 3, "solution": True, "task": False}
+    assert check["grade"] and check["points"] == 1 and check["locked"] and check["grade_id"] == "double-0-check"
+    assert "# BEGIN SOLUTION" in graded.cells[0].source  # nbgrader strips the solution itself
+    assert graded.cells[2].source.startswith("_ = check_double(double)\nassert _.passed, ")
+    assert graded.cells[4].source.startswith("print('checking')\n_verdict = check_triple(\n    triple,\n)\nassert _verdict.passed")
+    assert graded.cells[4].metadata.nbgrader["grade_id"] == "triple-3-check"
+
+
+@pytest.mark.parametrize("status, raises", [("pass", False), ("wrong", True), ("not attempted", True)])
+def test_a_graded_check_cell_fails_exactly_when_the_check_does_not_pass(status, raises):
+    graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
+    namespace = {"double": None, "check_double": lambda f: Verdict("doubling", status, "...")}
+    if raises:
+        with pytest.raises(AssertionError, match="did not pass"):
+            exec(graded.cells[2].source, namespace)
+    else:
+        exec(graded.cells[2].source, namespace)
+
+
+def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
+    notebook = lesson(v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"), v4.new_code_cell("f"))
+    with pytest.raises(ReleaseError, match="fixture.ipynb, cell index 0.*check_"):
+        assignments.nbgrader_source(notebook, "fixture.ipynb")
+
+
+def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path):
+    source = write(_graded_fixture(), tmp_path / "notebooks" / "01_double.ipynb")
+    result = run_cli("nbgrader", "--out", tmp_path / "course" / "source", "--notebooks", source.parent)
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "course" / "source" / "01_double" / "01_double.ipynb"
+    graded = nbformat.read(written, as_version=4)
+    nbformat.validate(graded)
+    assert graded.cells[0].metadata.nbgrader["solution"] is True
