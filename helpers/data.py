@@ -386,7 +386,13 @@ def load_corpus(
     _check_split(split)
     if name == "captions":
         folder = Path(data_dir).expanduser() if data_dir is not None else CAPTIONS_DIR
-        return read_parallel(folder, split, name, split, alignments=True)
+        try:
+            return read_parallel(folder, split, name, split, alignments=True)
+        except FileNotFoundError as error:
+            if data_dir is not None:
+                raise
+            hint = "the course corpus ships in data/captions: `make corpus` regenerates it"
+            raise FileNotFoundError(f"{error}; {hint}") from error
     if name == "multi30k":
         folder = multi30k_dir(data_dir)
         missing = [f for f in multi30k_files((split,)) if _find_file(folder, f.removesuffix(".gz")) is None]

@@ -437,3 +437,9 @@ def test_a_server_that_never_answers_times_out(tmp_path):
             )
         assert "timed out" in str(error.value)
     assert list(cache.iterdir()) == []
+
+
+def test_missing_course_corpus_says_how_to_regenerate(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CAPTIONS_DIR", tmp_path / "captions")
+    with pytest.raises(FileNotFoundError, match="make corpus"):
+        load_corpus("captions", "train")
