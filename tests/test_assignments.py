@@ -112,7 +112,15 @@ def write(notebook: nbformat.NotebookNode, path: Path) -> Path:
     return path
 
 
+def cli(capsys, *args: str | Path) -> tuple[int, str, str]:
+    """The command line in this process (a subprocess costs seconds of `import torch` each time)."""
+    status = assignments.main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real entry point, `python -m helpers.assignments`, in a subprocess."""
     return subprocess.run(
         [sys.executable, "-m", "helpers.assignments", *map(str, args)],
         cwd=ROOT,
@@ -333,7 +341,7 @@ def test_refuses_an_empty_or_missing_lessons_folder(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Writing: command line, determinism, re-running, interruption
 # ---------------------------------------------------------------------------------------------
-def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path):
+def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path, capsys):
     source = tmp_path / "notebooks"
     write(full_lesson(), source / "01_full.ipynb")
     write(lesson(v4.new_code_cell(EXERCISE_CELL)), source / "02_small.ipynb")
@@ -342,19 +350,19 @@ def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path):
     (out / "README-class.txt").write_text("teacher's note\n")
     (out / "00_old_lesson.ipynb").write_text("{}\n")
 
-    first = run_cli("release", "--out", out, "--notebooks", source)
-    assert first.returncode == 0, first.stderr
+    status, _, err = cli(capsys, "release", "--out", out, "--notebooks", source)
+    assert status == 0, err
     copies = folder_bytes(out)
-    second = run_cli("release", "--out", out, "--notebooks", source)
-    assert second.returncode == 0, second.stderr
+    status, second, err = cli(capsys, "release", "--out", out, "--notebooks", source)
+    assert status == 0, err
     assert folder_bytes(out) == copies  # same bytes twice, nothing added
-    assert "unchanged" in second.stdout and "wrote" not in second.stdout
-    assert "00_old_lesson.ipynb" in second.stdout  # a stale copy is reported ...
+    assert "unchanged" in second and "wrote" not in second
+    assert "00_old_lesson.ipynb" in second  # a stale copy is reported ...
     assert copies["00_old_lesson.ipynb"] == b"{}\n" and copies["README-class.txt"] == b"teacher's note\n"  # ... kept
     assert sorted(copies) == ["00_old_lesson.ipynb", "01_full.ipynb", "02_small.ipynb", "README-class.txt"]
 
     fresh = tmp_path / "fresh"
-    assert run_cli("release", "--out", fresh, "--notebooks", source).returncode == 0
+    assert cli(capsys, "release", "--out", fresh, "--notebooks", source)[0] == 0
     assert folder_bytes(fresh) == {name: data for name, data in copies.items() if name.endswith(("_full.ipynb", "_small.ipynb"))}
     student = nbformat.read(out / "02_small.ipynb", as_version=4)
     nbformat.validate(student)
@@ -607,10 +615,10 @@ def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
         assignments.nbgrader_source(notebook, "fixture.ipynb")
 
 
-def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path):
+def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path, capsys):
     source = write(_graded_fixture(), tmp_path / "notebooks" / "01_double.ipynb")
-    result = run_cli("nbgrader", "--out", tmp_path / "course" / "source", "--notebooks", source.parent)
-    assert result.returncode == 0, result.stderr
+    status, _, err = cli(capsys, "nbgrader", "--out", tmp_path / "course" / "source", "--notebooks", source.parent)
+    assert status == 0, err
     written = tmp_path / "course" / "source" / "01_double" / "01_double.ipynb"
     graded = nbformat.read(written, as_version=4)
     nbformat.validate(graded)
