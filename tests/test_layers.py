@@ -310,3 +310,11 @@ def test_deepcopy_and_weights_only_checkpoint_round_trip(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(fresh(tgt, memory), twin(tgt, memory), atol=0, rtol=0)
     torch.testing.assert_close(fresh.cross_attn_weights, twin.cross_attn_weights, atol=0, rtol=0)
+
+
+def test_unbatched_inputs_match_stock_and_record_without_batch_dim():
+    stock, ours = _pair(False, False)
+    tgt, memory = _inputs(False)
+    tgt, memory = tgt[:, 0], memory[:, 0]  # (L, E), (S, E): one sentence, no batch dimension
+    torch.testing.assert_close(ours(tgt, memory, tgt_mask=helpers.causal_mask(L)), stock(tgt, memory, tgt_mask=helpers.causal_mask(L)), atol=ATOL, rtol=0)
+    assert ours.cross_attn_weights.shape == (H, L, S) and ours.self_attn_weights.shape == (H, L, L)
