@@ -298,3 +298,19 @@ def test_masked_attention_inverted_mask_without_nan_still_named():
 
     verdict = check_masked_attention(answer)
     assert verdict.status == "wrong"
+
+
+def test_checks_leave_the_global_random_state_alone():
+    def inputs(target, source, q_proj, k_proj, v_proj):
+        return q_proj(target), k_proj(source), v_proj(source)
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_cross_attention_inputs(inputs)
+    check_attention_weights(weights_answer())
+    check_masked_attention(masked_answer())
+    check_positional_encoding(make_encoding())
+    check_one_hot_lookup(lambda ids, w: w[ids])
+    check_linear_projection(lambda x, w, b: x @ w.T + b)
+    assert torch.equal(torch.rand(3), expected)

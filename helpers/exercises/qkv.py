@@ -73,10 +73,11 @@ def check_cross_attention_inputs(
     """
 
     def body() -> str:
-        torch.manual_seed(3)
         N, L, S, E, d = 2, 3, 5, 6, 4
-        target, source = torch.randn(N, L, E), torch.randn(N, S, E)
-        q_proj, k_proj, v_proj = nn.Linear(E, d), nn.Linear(E, d), nn.Linear(E, d)
+        with torch.random.fork_rng():  # seeded test data without disturbing the notebook's random numbers
+            torch.manual_seed(3)
+            target, source = torch.randn(N, L, E), torch.randn(N, S, E)
+            q_proj, k_proj, v_proj = nn.Linear(E, d), nn.Linear(E, d), nn.Linear(E, d)
         with torch.no_grad():
             result = cross_attention_inputs(target.clone(), source.clone(), q_proj, k_proj, v_proj)
             if not isinstance(result, (tuple, list)) or len(result) != 3:
