@@ -158,17 +158,17 @@ Muschel f Muscheln | shell / shells | thing small pickable collectable where=bea
 Blatt n Blätter | leaf / leaves | thing small collectable where=park,forest,garden,meadow
 Pilz m Pilze | mushroom / mushrooms | thing food collectable where=forest,meadow
 Drachen m Drachen | kite / kites | thing kite colourful where=beach,meadow,field,park
-Luftballon m Luftballons | balloon / balloons | thing holdable colourful sellable
+Luftballon m Luftballons | balloon / balloons | thing holdable colourful sellable flyerable
 Puppe f Puppen | doll / dolls | thing toy holdable
 Teddybär m Teddybären | teddy bear / teddy bears | thing toy holdable huggable oblique=Teddybären
 Buch n Bücher | book / books | thing readable holdable showable
 Zeitung f Zeitungen | newspaper / newspapers | thing readable holdable sellable
 Zeitschrift f Zeitschriften | magazine / magazines | thing readable holdable
 Brief m Briefe | letter / letters | thing readable writable
-Postkarte f Postkarten | postcard / postcards | thing writable sellable
+Postkarte f Postkarten | postcard / postcards | thing writable sellable flyerable
 Geschichte f Geschichten | story / stories | thing story writable
 Bild n Bilder | picture / pictures | thing picture drawable showable hangable
-Foto n Fotos | photo / photos | thing picture showable
+Foto n Fotos | photo / photos | thing photo showable
 Karte f Karten | map / maps | thing readable showable holdable
 Apfel m Äpfel | apple / apples | thing food fruit buyable giveable sellable pickable cuttable horsefood
 Banane f Bananen | banana / bananas | thing food fruit buyable sellable monkeyfood
@@ -216,7 +216,7 @@ Koffer m Koffer | suitcase / suitcases | thing bag carryable
 Regenschirm m Regenschirme | umbrella / umbrellas | thing holdable colourful carryable
 Kiste f Kisten | box / boxes | thing carryable openable
 Geschenk n Geschenke | present / presents | thing openable giveable holdable
-Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable colourful
+Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable colourful flyerable
 Baum m Bäume | tree / trees | thing tree climbable plantable drawable where=park,garden,forest,meadow,field
 Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful
 Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful
@@ -245,6 +245,79 @@ Backen n - | baking / - | chore definite_only
 Putzen n - | cleaning / - | chore definite_only
 Einkaufen n - | shopping / - | chore definite_only
 Hausaufgaben pl - | homework / - | chore2 mass plural_de
+Kellner m Kellner | waiter / waiters | person adult male job
+Kellnerin f Kellnerinnen | waitress / waitresses | person adult female job
+Fotograf m Fotografen | photographer / photographers | person adult male job oblique=Fotografen
+Gärtner m Gärtner | gardener / gardeners | person adult male job worker
+Gärtnerin f Gärtnerinnen | gardener / gardeners | person adult female job worker
+Bäcker m Bäcker | baker / bakers | person adult male job
+Mechaniker m Mechaniker | mechanic / mechanics | person adult male job worker
+Läufer m Läufer | runner / runners | person adult male sporty
+Läuferin f Läuferinnen | runner / runners | person adult female sporty
+Schwimmer m Schwimmer | swimmer / swimmers | person adult male sporty
+Wanderer m Wanderer | hiker / hikers | person adult male sporty
+Wanderin f Wanderinnen | hiker / hikers | person adult female sporty
+Teenager m Teenager | teenager / teenagers | person adult male young
+Rentner m Rentner | retiree / retirees | person adult old male
+Rentnerin f Rentnerinnen | retiree / retirees | person adult old female
+Feuerwehrmann m Feuerwehrleute | firefighter / firefighters | person adult male job
+Pinguin m Pinguine | penguin / penguins | animal zooanimal where=zoo
+Giraffe f Giraffen | giraffe / giraffes | animal zooanimal big where=zoo
+Zebra n Zebras | zebra / zebras | animal zooanimal where=zoo
+Kamel n Kamele | camel / camels | animal zooanimal big where=zoo,desert
+Tiger m Tiger | tiger / tigers | animal zooanimal big where=zoo
+Robbe f Robben | seal / seals | animal zooanimal where=zoo,beach,sea,water
+Esel m Esel | donkey / donkeys | animal farmanimal grazer where=FARM,beach
+Schwein n Schweine | pig / pigs | animal farmanimal where=FARM
+Huhn n Hühner | chicken / chickens | animal farmanimal bird where=FARM,garden
+Gans f Gänse | goose / geese | animal farmanimal bird waterbird where=FARM,lake,river,water
+Frosch m Frösche | frog / frogs | animal small where=lake,garden,pond,grass
+Schmetterling m Schmetterlinge | butterfly / butterflies | animal small where=garden,meadow,park
+Schneeball m Schneebälle | snowball / snowballs | thing throwable where=snow
+Comic m Comics | comic / comics | thing readable holdable
+Speisekarte f Speisekarten | menu / menus | thing readable holdable where=restaurant
+Würstchen n Würstchen | sausage / sausages | thing food grillable buyable
+Keks m Kekse | cookie / cookies | thing food sweet bakeable buyable giveable flyerable
+Erdbeere f Erdbeeren | strawberry / strawberries | thing food fruit buyable sellable pickable
+Birne f Birnen | pear / pears | thing food fruit buyable sellable pickable cuttable horsefood
+Tomate f Tomaten | tomato / tomatoes | thing food vegetable buyable sellable cuttable pickable
+Kartoffel f Kartoffeln | potato / potatoes | thing food vegetable buyable sellable cuttable
+Brezel f Brezeln | pretzel / pretzels | thing food buyable sellable bakeable
+Hamburger m Hamburger | hamburger / hamburgers | thing food buyable grillable
+Salat m Salate | salad / salads | thing food cuttable
+Pfannkuchen m Pfannkuchen | pancake / pancakes | thing food sweet bakeable
+Kakao m - | hot chocolate / - | thing drink mass
+Stiefel m Stiefel | boot / boots | thing clothing colourful
+Pullover m Pullover | sweater / sweaters | thing clothing colourful
+Rock m Röcke | skirt / skirts | thing clothing colourful forfemale
+Krawatte f Krawatten | tie / ties | thing clothing colourful
+Schürze f Schürzen | apron / aprons | thing clothing colourful
+Weste f Westen | vest / vests | thing clothing colourful
+Uniform f Uniformen | uniform / uniforms | thing clothing
+Trompete f Trompeten | trumpet / trumpets | instrument thing holdable article=the
+Saxofon n Saxofone | saxophone / saxophones | instrument thing holdable article=the
+Seil n Seile | rope / ropes | thing holdable pullable
+Schaufel f Schaufeln | shovel / shovels | thing holdable carryable
+Besen m Besen | broom / brooms | thing holdable
+Eimer m Eimer | bucket / buckets | thing holdable carryable colourful
+Leiter f Leitern | ladder / ladders | thing climbable carryable
+Kamera f Kameras | camera / cameras | thing holdable
+Handy n Handys | phone / phones | thing holdable
+Laptop m Laptops | laptop / laptops | thing laptop
+Schild n Schilder | sign / signs | thing holdable colourful
+Fahne f Fahnen | flag / flags | thing holdable colourful
+Tasse f Tassen | cup / cups | thing holdable vessel
+Glas n Gläser | glass / glasses | thing holdable vessel
+Flasche f Flaschen | bottle / bottles | thing holdable vessel
+Korb m Körbe | basket / baskets | thing holdable carryable vessel
+Mikrofon n Mikrofone | microphone / microphones | thing holdable where=stage,street,park
+Turm m Türme | tower / towers | thing buildable where=livingroom,sand,beach,home
+Lied n Lieder | song / songs | thing song
+Rasen m Rasen | lawn / lawns | thing mowable where=garden,park
+Boden m Böden | floor / floors | thing sweepable
+Fahrkarte f Fahrkarten | ticket / tickets | thing buyable where=station,busstop
+Fangen n - | tag / - | game mass where=park,playground,garden,meadow,beach,grass
+Verstecken n - | hide-and-seek / - | game mass where=park,playground,garden,forest,livingroom,home
 """
 
 
@@ -312,7 +385,7 @@ class Adjective:
 
 # base (stem) | English (tag:word ..., * default) | applies to tags | -excluded tags
 _ADJECTIVE_TABLE = """
-klein | *:little thing:small | child baby animal thing | -big -room -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
+klein | *:little thing:small | child baby animal thing | -big -room -readable -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
 groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -young -kin -baby -group -bird -fish -parent
 alt | *:old | adult animal car tree bike building | -young -kin -job -bird -fish -group -small -parent -Student -Studentin
 jung | *:young | adult | -old -kin -job
@@ -344,7 +417,28 @@ schön | *:beautiful | day view flower picture Kleid Haus |
 sonnig | *:sunny | day | 
 warm | *:warm | day Mantel Jacke | 
 schwer | *:heavy | bag Kiste | 
+dunkel | *:dark | Mantel Anzug Hut Pullover | 
+teuer | *:expensive | car bike Kamera Handy Laptop Uhr Kleid | 
+lustig | *:funny | Hut Clown | 
+freundlich | *:friendly | adult dog | -kin -group
+stolz | *:proud | parent | 
+leer | *:empty | vessel | -Korb
+voll | *:full | vessel | 
+sauber | *:clean | clothing car | 
+schmutzig | *:dirty | dog clothing car Stiefel | 
+süß | *:cute | Welpe Baby Hase Katze Schwein | 
+winzig | *:tiny | small bird | -Schneeball
+riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm | 
+silbern | *:silver | car Fahrrad Motorrad | 
+bärtig | *:bearded | male | -child -kin -young -Junge -Teenager
+blond | *:blond | female girl Junge Teenager | -kin -old
+sportlich | *:athletic | adult | -kin -old -job -group
+stark | *:strong | Mann Pferd Arbeiter Feuerwehrmann | 
 """
+
+
+# Stems that drop an unstressed e before an ending (dunkel -> dunkle, teuer -> teure).
+_STEMS = {"dunkel": "dunkl", "teuer": "teur"}
 
 
 def _parse_adjectives(table: str) -> dict[str, Adjective]:
@@ -353,7 +447,7 @@ def _parse_adjectives(table: str) -> dict[str, Adjective]:
         base, english, applies, excludes = (part.strip() for part in line.split("|"))
         en = tuple(tuple(item.split(":", 1)) for item in english.split())
         adjectives[base] = Adjective(
-            key=base, stem=base[:-1] if base.endswith("e") else base,  # müde -> müd-er
+            key=base, stem=_STEMS.get(base, base[:-1] if base.endswith("e") else base),  # müde -> müd-er
             en=tuple(sorted(en, key=lambda item: item[0] == "*")),  # type: ignore[arg-type]
             applies=frozenset(applies.split()),
             excludes=frozenset(t.lstrip("-") for t in excludes.split()),
@@ -432,6 +526,20 @@ loc | in Büro | in | office indoor
 loc | in Boot indef | in | boat water
 loc | in Sonne | in | sun outdoor
 loc | in Gras | in | grass outdoor green
+loc | vor Kirche | in_front_of | church outdoor front
+loc | vor Museum | in_front_of | museum outdoor front
+loc | an Brunnen indef | by | fountain outdoor
+loc | in Hafen | in | harbor outdoor waterside
+loc | in Wüste | in | desert outdoor
+loc | in Stadion | in | stadium
+loc | in Garage | in | garage indoor
+loc | vor Zelt indef | in_front_of | tent outdoor front
+loc | an Ufer | on | shore waterside outdoor
+loc | auf Hügel indef | on | hill outdoor green
+loc | in Pfütze indef | in | puddle outdoor
+loc | in Bäckerei indef | in | bakery indoor
+loc | auf Schaukel indef | on | swing playground
+loc | in Kanu indef | in | boat water
 fixed | im_Freien=outdoors | | outdoors outdoor green
 fixed | zu=at Hause=home | | home indoor
 fixed | in_der=at Schule=school | | school indoor
@@ -488,6 +596,20 @@ Bauernhof m Bauernhöfe | farm / farms | place
 Turnhalle f Turnhallen | gym / gyms | place
 Büro n Büros | office / offices | place
 Boot n Boote | boat / boats | place
+Kirche f Kirchen | church / churches | place
+Museum n Museen | museum / museums | place
+Brunnen m Brunnen | fountain / fountains | place
+Hafen m Häfen | harbor / harbors | place
+Wüste f Wüsten | desert / deserts | place
+Stadion n Stadien | stadium / stadiums | place
+Garage f Garagen | garage / garages | place
+Zelt n Zelte | tent / tents | place
+Ufer n Ufer | shore / shores | place
+Hügel m Hügel | hill / hills | place
+Pfütze f Pfützen | puddle / puddles | place
+Bäckerei f Bäckereien | bakery / bakeries | place
+Schaukel f Schaukeln | swing / swings | place
+Kanu n Kanus | canoe / canoes | place
 """
 
 PLACE_NOUNS: dict[str, Noun] = _parse_nouns(_PLACE_NOUNS)
@@ -512,7 +634,7 @@ def _parse_places(table: str) -> dict[str, list[Place]]:
         noun = PLACE_NOUNS.get(noun_key) or NOUNS[noun_key]
         case = "acc" if kind == "dir" else "dat"
         places[kind].append(Place(key=f"{kind}:{german}", tags=tag_set, noun=noun, de_prep=prep,
-                                  en_prep=en_prep, case=case, det=det))
+                                  en_prep=en_prep.replace("_", " "), case=case, det=det))
     return places
 
 
@@ -619,14 +741,14 @@ def _verb(key: str, forms: str, english: str, subject: str, *, slots: tuple[Slot
 _PEOPLE = "adult child"  # subjects that can do most things
 _OUTSIDE = "park garden forest meadow field beach lake waterside outdoors grass"
 _PLAY = "park garden meadow beach sand snow playground outdoors grass livingroom"
-_SIT = "bench sofa table window shade grass sun beach bridge stage busstop station"
+_SIT = "bench sofa table window shade grass sun beach bridge stage busstop station fountain shore hill front"
 
 VERBS: tuple[Verb, ...] = (
     # --- intransitive, with places -------------------------------------------------------------
     _verb("spielen", "spielt spielen gespielt haben", "playing / played", "child dog cat",
           places=_PLAY, roles="while"),
     _verb("laufen", "läuft laufen gelaufen sein", "running / run", "adult child dog horse",
-          places="park forest meadow field beach street", dirs="across through goal", roles="show while",
+          places="park forest meadow field beach street", dirs="across through goal", roles="while",
           not_subject="old group"),
     _verb("gehen", "geht gehen gegangen sein", "walking / walked", "adult child",
           places="park forest beach street sidewalk", dirs="across through goal", not_subject="group"),
@@ -796,7 +918,7 @@ VERBS: tuple[Verb, ...] = (
           roles="while"),
     _verb("fahren", "fährt fahren gefahren haben", "driving / driven", "adult",
           slots=(Slot("acc", _t("drivable"), dets=("indef", "def", "poss")),),
-          places="street field farm", roles="while", not_subject="group"),
+          places="street field farm", roles="while sg", not_subject="group"),
     _verb("reparieren", "repariert reparieren repariert haben", "fixing / fixed", "adult",
           slots=(Slot("acc", _t("fixable"), dets=("indef", "def", "poss")),), places="garden street",
           roles="while"),
@@ -844,7 +966,7 @@ VERBS: tuple[Verb, ...] = (
           places="beach meadow field forest farm", roles="show while"),
     _verb("sitzen_auf", "sitzt sitzen gesessen haben", "sitting / sat", "adult child",
           slots=(Slot("dat", _t("horse bike"), "auf", "on", ("indef", "def", "poss")),),
-          places="meadow beach park field street", perfect=False, roles="needplace calm"),
+          places="meadow beach park field street", perfect=False, roles="needplace calm sg"),
     _verb("spazieren_mit", "geht gehen spazieren_gegangen sein", "walking / walked", "adult child",
           slots=(Slot("dat", _t("dog"), "mit", "", ("poss", "def")),), particle="spazieren",
           particle_apart=True, places="park forest beach street", roles="while"),
@@ -870,7 +992,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("dat", _t("person animal"), dets=("def", "num", "poss")),), particle="zu",
           places="park beach street zoo meadow", perfect=False, roles="calm"),
     _verb("anschauen", "schaut schauen angeschaut haben", "looking at / looked at", "adult child",
-          slots=(Slot("acc", _t("picture readable"), dets=("indef", "def")),), particle="an",
+          slots=(Slot("acc", _t("picture photo readable"), dets=("indef", "def")),), particle="an",
           places="livingroom sofa table library", perfect=False, roles="while calm"),
     _verb("einsteigen", "steigt steigen eingestiegen sein", "getting on / gotten on", "adult child",
           slots=(Slot("acc", _t("boardable"), "in", "", ("def",)),), particle="ein", perfect=False,
@@ -894,6 +1016,69 @@ VERBS: tuple[Verb, ...] = (
           roles="while"),
     _verb("abholen", "holt holen abgeholt haben", "picking up / picked up", "adult", particle="ab",
           slots=(Slot("acc", _t("child kin"), dets=("poss",)),), places="school station busstop",
+          roles="while"),
+    # --- added for breadth ------------------------------------------------------------------
+    _verb("schaukeln", "schaukelt schaukeln geschaukelt haben", "swinging / swung", "child",
+          places="playground garden park swing", roles="show while"),
+    _verb("rutschen", "rutscht rutschen gerutscht sein", "sliding / slid", "child",
+          places="playground snow", roles="show while"),
+    _verb("Seil", "springt springen Seil_gesprungen sein", "jumping / jumped", "child",
+          fixed="Seil=rope", places="playground street park garden", perfect=False, roles="show while"),
+    _verb("joggen", "joggt joggen gejoggt sein", "jogging / jogged", "adult sporty",
+          places="park beach forest street shore", dirs="through", roles="while", not_subject="old group"),
+    _verb("wandern", "wandert wandern gewandert sein", "hiking / hiked", "adult child",
+          places="mountain forest hill desert", dirs="through", roles="while"),
+    _verb("paddeln", "paddelt paddeln gepaddelt sein", "paddling / paddled", "adult child",
+          places="water boat", roles="show while", not_subject="old"),
+    _verb("segeln", "segelt segeln gesegelt sein", "sailing / sailed", "adult",
+          places="lake sea harbor", roles="while", not_subject="group"),
+    _verb("tauchen", "taucht tauchen getaucht sein", "diving / dived", "adult child",
+          places="sea lake", roles="show", not_subject="old group", perfect=False),
+    _verb("rudern", "rudert rudern gerudert sein", "rowing / rowed", "adult",
+          places="lake river", roles="while", not_subject="group"),
+    _verb("lernen", "lernt lernen gelernt haben", "studying / studied", "adult child",
+          places="library table kitchen school", perfect=False, roles="while calm", not_subject="old"),
+    _verb("fernsehen", "sieht sehen ferngesehen haben", "watching TV / watched TV", "person",
+          particle="fern", places="livingroom sofa home", perfect=False, roles="while calm",
+          not_subject="baby"),
+    _verb("sprechen_mit", "spricht sprechen gesprochen haben", "talking / talked", "adult child",
+          slots=(Slot("dat", _t("person"), "mit", "to", ("indef", "def", "poss")),),
+          places="street park station busstop market kitchen front", perfect=False, roles="calm"),
+    _verb("tanzen_mit", "tanzt tanzen getanzt haben", "dancing / danced", "adult child",
+          slots=(Slot("dat", _t("kin parent"), "mit", "with", ("poss",)),),
+          places="stage livingroom park beach outdoors", roles="show while"),
+    _verb("singen_Lied", "singt singen gesungen haben", "singing / sung", "adult child",
+          slots=(Slot("acc", _t("song"), dets=("indef",)),), places="stage kitchen park outdoors church",
+          roles="show while"),
+    _verb("erzählen", "erzählt erzählen erzählt haben", "telling / told", "adult",
+          slots=(Slot("dat", _t("child kin"), dets=("poss",)), Slot("acc", _t("story"), dets=("indef",))),
+          places="sofa livingroom bed shade", roles="while calm"),
+    _verb("grillen", "grillt grillen gegrillt haben", "grilling / grilled", "adult",
+          slots=(Slot("acc", _t("grillable"), dets=("bare",)),), places="garden beach park outdoors",
+          roles="while"),
+    _verb("gießen", "gießt gießen gegossen haben", "watering / watered", "adult child",
+          slots=(Slot("acc", _t("flower"), dets=("def", "poss"), distributive=True),), places="garden",
+          roles="while"),
+    _verb("mähen", "mäht mähen gemäht haben", "mowing / mowed", "adult",
+          slots=(Slot("acc", _t("mowable"), dets=("def",)),), roles="while"),
+    _verb("fegen", "fegt fegen gefegt haben", "sweeping / swept", "adult",
+          slots=(Slot("acc", _t("sweepable"), dets=("def",)),), places="kitchen bakery garage", roles="while"),
+    _verb("bürsten", "bürstet bürsten gebürstet haben", "brushing / brushed", "adult child",
+          slots=(Slot("acc", _t("horse dog"), dets=("indef", "def", "poss")),), places="farm meadow garden",
+          roles="while"),
+    _verb("arbeiten_an", "arbeitet arbeiten gearbeitet haben", "working / worked", "adult",
+          slots=(Slot("dat", _t("laptop"), "an", "on", ("indef", "poss")),),
+          places="office library table kitchen restaurant", roles="while calm"),
+    _verb("Skateboard", "fährt fahren Skateboard_gefahren sein", "skateboarding / skateboarded",
+          "adult child", fixed="Skateboard=", places="street park sidewalk", perfect=False, roles="show while",
+          not_subject="old group"),
+    _verb("Roller", "fährt fahren Roller_gefahren sein", "riding / ridden", "child",
+          fixed="Roller=a_scooter", places="street park sidewalk", perfect=False, roles="show while"),
+    _verb("füllen", "füllt füllen gefüllt haben", "filling / filled", "adult child",
+          slots=(Slot("acc", _t("vessel"), dets=("indef", "poss")),), places="beach kitchen fountain",
+          roles="while"),
+    _verb("verteilen", "verteilt verteilen verteilt haben", "handing out / handed out", "adult",
+          slots=(Slot("acc", _t("flyerable"), dets=("bare",)),), places="street market station front",
           roles="while"),
 )
 

@@ -8,6 +8,7 @@ draws again.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 
@@ -47,8 +48,15 @@ def matches(noun: Noun, tags: frozenset[str], excludes: frozenset[str] = frozens
     return bool(tags & labels(noun)) and not (excludes & labels(noun))
 
 
-def fitting_adjectives(noun: Noun) -> list[Adjective]:
-    return [a for a in ADJECTIVE_LIST if a.fits(noun)]
+@functools.cache
+def fitting_adjectives(noun: Noun) -> tuple[Adjective, ...]:
+    return tuple(a for a in ADJECTIVE_LIST if a.fits(noun))
+
+
+@functools.cache
+def slot_nouns(slot: Slot) -> tuple[Noun, ...]:
+    """Nouns whose tags fit ``slot`` (before determiners, owners and places are considered)."""
+    return tuple(n for n in NOUN_LIST if matches(n, slot.tags) and "place" not in n.tags)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -130,10 +138,11 @@ def make_np(rng: random.Random, noun: Noun, det: str, *, owner: G.Owner | None =
 _SUBJECT_DETS = ("indef",) * 6 + ("def", "def", "num", "bare")
 
 
-def subject_nouns(verb: Verb) -> list[Noun]:
-    return [n for n in NOUN_LIST
+@functools.cache
+def subject_nouns(verb: Verb) -> tuple[Noun, ...]:
+    return tuple(n for n in NOUN_LIST
             if matches(n, verb.subject, verb.subject_excludes) and not n.has("kin", "thing", "place")
-            and "unused" not in n.tags and n.de_pl is not None]
+            and "unused" not in n.tags and n.de_pl is not None)
 
 
 def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = ()) -> G.NP:
@@ -161,8 +170,8 @@ def sample_object(rng: random.Random, slot: Slot, subject: G.Subject, subject_no
     dets = slot.dets
     plural_subject = subject.plural and slot.distributive
     options: list[tuple[Noun, str]] = []
-    for noun in NOUN_LIST:
-        if not matches(noun, slot.tags) or noun.de in exclude or "place" in noun.tags:
+    for noun in slot_nouns(slot):
+        if noun.de in exclude:
             continue
         if noun.has("forfemale") and not all(n.has("female", "girl") for n in subject_nouns_):
             continue
@@ -244,8 +253,12 @@ def complete_clause(rng: random.Random, subject: G.Subject, verb: Verb, tense: s
 
 
 def pick_verb(rng: random.Random, role: str | None = None, tense: str = "present") -> Verb:
-    verbs = [v for v in VERBS if (role is None or role in v.roles) and (tense != "perfect" or v.perfect)]
-    return rng.choice(verbs)
+    return rng.choice(_verbs_for(role, tense))
+
+
+@functools.cache
+def _verbs_for(role: str | None, tense: str) -> tuple[Verb, ...]:
+    return tuple(v for v in VERBS if (role is None or role in v.roles) and (tense != "perfect" or v.perfect))
 
 
 def simple_clause(rng: random.Random, tense: str = "present", *, need_place: bool = False) -> G.Clause:
