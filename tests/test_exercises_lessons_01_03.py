@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from helpers.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
 from helpers.exercises.qkv import check_cross_attention_inputs, check_linear_projection
-from helpers.exercises.scores import check_attention_weights, check_masked_attention
+from helpers.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
 
 
 def not_attempted(*args, **kwargs):
@@ -314,3 +314,40 @@ def test_checks_leave_the_global_random_state_alone():
     check_one_hot_lookup(lambda ids, w: w[ids])
     check_linear_projection(lambda x, w, b: x @ w.T + b)
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 03: converting a padding mask between the two conventions
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda m: ~m[:, None, :],
+        lambda m: (~m).unsqueeze(1),
+        lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf"))[:, None, :],  # a float mask is fine too
+        lambda m: ~m[:, None, None, :][:, 0],
+    ],
+)
+def test_padding_to_attn_mask_correct_passes(answer):
+    assert check_padding_to_attn_mask(answer).passed
+
+
+def test_padding_to_attn_mask_not_attempted():
+    assert check_padding_to_attn_mask(not_attempted).status == "not attempted"
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda m: m[:, None, :], "not inverted"),
+        (lambda m: ~m[:, :, None], "wrong place"),
+        (lambda m: ~m, "as if N were the query dimension"),
+        (lambda m: (~m).int()[:, None, :], "boolean mask"),
+        (lambda m: (~m).float()[:, None, :], "only 0 (keep) and -inf"),
+        (lambda m: ~m[:, None, :].roll(1, dims=-1), "blocks the wrong keys"),
+        (lambda m: ~m[None, :, :], "does not broadcast"),
+        (lambda m: [1, 2], "return a tensor"),
+    ],
+)
+def test_padding_to_attn_mask_usual_mistakes(wrong_answer, fragment):
+    assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)

@@ -15,7 +15,7 @@ from torch import Tensor
 from helpers.attention import scaled_dot_product_attention
 from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
-__all__ = ["check_attention_weights", "check_masked_attention"]
+__all__ = ["check_attention_weights", "check_masked_attention", "check_padding_to_attn_mask"]
 
 
 def _weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
@@ -168,3 +168,59 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
         return "masked, scaled attention: the same output as F.scaled_dot_product_attention, with a causal and a padding mask."
 
     return run_check("masked attention", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: from nn.MultiheadAttention's padding mask to F.scaled_dot_product_attention's mask
+# ---------------------------------------------------------------------------------------------
+def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor]) -> Verdict:
+    """Check ``padding_to_attn_mask(key_padding_mask)``: (N, S) bool, True = padding -> a mask for
+    ``F.scaled_dot_product_attention`` that broadcasts to (N, L, S) for any L: True = may attend
+    (or a float mask, 0 to keep and -inf to block)."""
+
+    def body() -> str:
+        lengths = torch.tensor([5, 2, 4])  # N = 3 sentences padded to S = 5
+        key_padding = torch.arange(5)[None, :] >= lengths[:, None]  # (N, S), True = padding
+        N, S = key_padding.shape
+        answer = padding_to_attn_mask(key_padding.clone())
+        if not isinstance(answer, Tensor):
+            raise wrong(f"return a tensor, got {type(answer).__name__}")
+        if answer.dtype == torch.bool:
+            may_attend = answer
+        elif answer.is_floating_point():
+            if not bool(((answer == 0) | torch.isneginf(answer)).all()):
+                raise wrong("a float mask should hold only 0 (keep) and -inf (block); yours has other values")
+            may_attend = answer == 0
+        else:
+            raise wrong(f"return a boolean mask (True = may attend), got dtype {answer.dtype}")
+        if tuple(answer.shape) == (N, S, 1):
+            raise wrong(
+                "the new dimension is in the wrong place: (N, S, 1) spreads the mask over the KEYS and repeats it "
+                "for every key; the mask must be the same for every QUERY, so insert it in the middle: "
+                "(N, 1, S), e.g. `mask[:, None, :]`."
+            )
+        if tuple(answer.shape) == (N, S):
+            raise wrong(
+                "an (N, S) mask broadcasts against the (N, L, S) scores as if N were the query dimension; add a "
+                "query dimension of size 1 in the middle: (N, 1, S), e.g. `mask[:, None, :]` or `.unsqueeze(1)`."
+            )
+        expected = ~key_padding[:, None, :]  # (N, 1, S)
+        for L in (1, 4, 7):  # any number of queries
+            try:
+                spread = may_attend.expand(N, L, S)
+            except RuntimeError:
+                raise wrong(
+                    f"your mask of shape {tuple(answer.shape)} does not broadcast to the scores (N, L, S) = {(N, L, S)}; "
+                    "the usual shape is (N, 1, S)."
+                ) from None
+            if torch.equal(spread, expected.expand(N, L, S)):
+                continue
+            if torch.equal(spread, key_padding[:, None, :].expand(N, L, S)):
+                raise wrong(
+                    "the mask is not inverted: key_padding_mask says True = padding (blocked), but "
+                    "F.scaled_dot_product_attention reads True as MAY attend. Flip it with `~`."
+                )
+            raise wrong("the mask has the right shape but blocks the wrong keys: block exactly the padding positions.")
+        return "an (N, 1, S) mask, True = may attend: every query of a sentence skips that sentence's padding."
+
+    return run_check("padding mask for F.scaled_dot_product_attention", body)
