@@ -239,7 +239,7 @@ Küche f Küchen | kitchen / kitchens | thing room tidyable cleanable
 Wäsche f - | laundry / - | thing laundry hangable mass
 Tag m Tage | day / days | thing day needs_adj
 Sonne f - | sun / - | thing sun definite_only where=park,garden,beach,meadow,lake,sea,outdoors,sun
-Aussicht f - | view / - | thing view needs_adj where=mountain,bridge,beach,lake,sea
+Aussicht f - | view / - | thing view needs_adj where=mountain,bridge,beach,waterside,hill
 Kochen n - | cooking / - | chore definite_only
 Backen n - | baking / - | chore definite_only
 Putzen n - | cleaning / - | chore definite_only
@@ -523,7 +523,7 @@ loc | in Zoo | at | zoo outdoor
 loc | auf Bauernhof indef | on | farm outdoor
 loc | in Turnhalle | in | gym indoor
 loc | in Büro | in | office indoor
-loc | in Boot indef | in | boat water
+loc | in Boot indef | in | boat
 loc | in Sonne | in | sun outdoor
 loc | in Gras | in | grass outdoor green
 loc | vor Kirche | in_front_of | church outdoor front
@@ -538,8 +538,11 @@ loc | an Ufer | on | shore waterside outdoor
 loc | auf Hügel indef | on | hill outdoor green
 loc | in Pfütze indef | in | puddle outdoor
 loc | in Bäckerei indef | in | bakery indoor
-loc | auf Schaukel indef | on | swing playground
-loc | in Kanu indef | in | boat water
+loc | auf Schaukel indef | on | swing
+loc | in Kanu indef | in | boat
+loc | auf See | on | lakesurface
+loc | auf Fluss | on | lakesurface
+loc | auf Meer | on | lakesurface
 fixed | im_Freien=outdoors | | outdoors outdoor green
 fixed | zu=at Hause=home | | home indoor
 fixed | in_der=at Schule=school | | school indoor
@@ -549,7 +552,7 @@ dir | in See | into | dirwater lake
 dir | über Straße | across | across street city
 dir | über Wiese | across | across meadow
 dir | über Brücke | across | across bridge city
-dir | über See | across | across lake water
+dir | über See | across | acrosswater lake
 dir | durch Park | through | through park
 dir | durch Wald | through | through forest
 dir | durch Schnee | through | through snow
@@ -753,10 +756,10 @@ VERBS: tuple[Verb, ...] = (
     _verb("gehen", "geht gehen gegangen sein", "walking / walked", "adult child",
           places="park forest beach street sidewalk", dirs="across through goal", not_subject="group"),
     _verb("schwimmen", "schwimmt schwimmen geschwommen sein", "swimming / swum",
-          "adult child dog waterbird", places="water", dirs="", roles="show while",
+          "adult child dog waterbird", places="water", dirs="acrosswater", roles="show while",
           not_subject="old group"),
     _verb("springen", "springt springen gesprungen sein", "jumping / jumped", "adult child dog",
-          dirs="dirwater", roles="show", not_subject="old group"),
+          dirs="dirwater", roles="show needplace", not_subject="old group"),
     _verb("tanzen", "tanzt tanzen getanzt haben", "dancing / danced", "adult child",
           places="stage livingroom street beach park outdoors", roles="show while"),
     _verb("singen", "singt singen gesungen haben", "singing / sung", "adult child",
@@ -789,7 +792,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("bellen", "bellt bellen gebellt haben", "barking / barked", "dog",
           places="garden park street beach window", perfect=False),
     _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird",
-          dirs="across", perfect=True),
+          dirs="across acrosswater", perfect=True),
     _verb("grasen", "grast grasen gegrast haben", "grazing / grazed", "grazer horse",
           places="meadow field farm", perfect=False),
     _verb("surfen", "surft surfen gesurft haben", "surfing / surfed", "adult child",
@@ -816,7 +819,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("Ski", "fährt fahren Ski_gefahren sein", "skiing / skied", "adult child",
           fixed="Ski=", places="mountain snow", perfect=False, roles="show"),
     _verb("Fahrrad", "fährt fahren gefahren sein", "riding / ridden", "adult child",
-          fixed="Fahrrad=a_bike", places="park street forest", roles="show while"),
+          fixed="Fahrrad=a_bike", places="park street forest", roles="show while sg"),
     _verb("Handstand", "macht machen gemacht haben", "doing / done", "child adult",
           fixed="einen=a Handstand=handstand", places="beach meadow gym park playground grass",
           roles="show sg", not_subject="old group"),
@@ -878,7 +881,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("trinken_Tier", "trinkt trinken getrunken haben", "drinking / drunk", "dog cat horse",
           slots=(Slot("acc", _t("animaldrink"), dets=("bare",)),), perfect=False),
     _verb("kaufen", "kauft kaufen gekauft haben", "buying / bought", "adult",
-          slots=(Slot("acc", _t("buyable"), dets=("indef", "num")),), places="market supermarket",
+          slots=(Slot("acc", _t("buyable"), dets=("indef", "num"), distributive=True),), places="market supermarket",
           roles="while"),
     _verb("verkaufen", "verkauft verkaufen verkauft haben", "selling / sold", "seller adult",
           slots=(Slot("acc", _t("sellable"), dets=("bare",)),), places="market street beach station",
@@ -904,7 +907,7 @@ VERBS: tuple[Verb, ...] = (
           places="park garden meadow farm zoo sofa", roles="while calm"),
     _verb("füttern", "füttert füttern gefüttert haben", "feeding / fed", "adult child",
           slots=(Slot("acc", _t("animal baby"), dets=("indef", "def", "poss", "num")),),
-          places="park lake waterside farm zoo garden kitchen meadow", roles="while"),
+          places="park waterside farm zoo garden kitchen meadow", roles="while"),
     _verb("umarmen", "umarmt umarmen umarmt haben", "hugging / hugged", "person",
           slots=(Slot("acc", _t("kin huggable dog"), dets=("poss", "indef")),), roles="show",
           not_subject="baby"),
@@ -934,7 +937,7 @@ VERBS: tuple[Verb, ...] = (
           places="zoo park beach farm garden mountain bridge meadow", roles="while"),
     _verb("beobachten", "beobachtet beobachten beobachtet haben", "watching / watched", "adult child cat",
           slots=(Slot("acc", _t("bird zooanimal"), dets=("indef", "def", "num")),),
-          places="park lake waterside zoo garden window", roles="while calm", perfect=False),
+          places="park waterside zoo garden window", roles="while calm", perfect=False),
     _verb("sammeln", "sammelt sammeln gesammelt haben", "collecting / collected", "adult child",
           slots=(Slot("acc", _t("collectable"), dets=("bare",)),), places="beach forest park meadow",
           roles="while"),
@@ -946,7 +949,7 @@ VERBS: tuple[Verb, ...] = (
           perfect=False, roles="while calm"),
     _verb("genießen", "genießt genießen genossen haben", "enjoying / enjoyed", "adult child",
           slots=(Slot("acc", _t("day sun view"), dets=("indef", "def")),),
-          places="park beach garden meadow outdoors lake waterside mountain bridge", roles="while calm"),
+          places="park beach garden meadow outdoors waterside mountain bridge", roles="while calm"),
     _verb("klettern", "klettert klettern geklettert sein", "climbing / climbed", "adult child cat",
           slots=(Slot("acc", _t("climbable"), "auf", "", ("indef",)),), places="park garden forest",
           roles="show", not_subject="old group"),
@@ -1029,13 +1032,13 @@ VERBS: tuple[Verb, ...] = (
     _verb("wandern", "wandert wandern gewandert sein", "hiking / hiked", "adult child",
           places="mountain forest hill desert", dirs="through", roles="while"),
     _verb("paddeln", "paddelt paddeln gepaddelt sein", "paddling / paddled", "adult child",
-          places="water boat", roles="show while", not_subject="old"),
+          places="lakesurface boat", roles="show while", not_subject="old"),
     _verb("segeln", "segelt segeln gesegelt sein", "sailing / sailed", "adult",
-          places="lake sea harbor", roles="while", not_subject="group"),
+          places="lakesurface harbor", roles="while", not_subject="group"),
     _verb("tauchen", "taucht tauchen getaucht sein", "diving / dived", "adult child",
           places="sea lake", roles="show", not_subject="old group", perfect=False),
     _verb("rudern", "rudert rudern gerudert sein", "rowing / rowed", "adult",
-          places="lake river", roles="while", not_subject="group"),
+          places="lakesurface", roles="while", not_subject="group"),
     _verb("lernen", "lernt lernen gelernt haben", "studying / studied", "adult child",
           places="library table kitchen school", perfect=False, roles="while calm", not_subject="old"),
     _verb("fernsehen", "sieht sehen ferngesehen haben", "watching TV / watched TV", "person",
@@ -1073,7 +1076,7 @@ VERBS: tuple[Verb, ...] = (
           "adult child", fixed="Skateboard=", places="street park sidewalk", perfect=False, roles="show while",
           not_subject="old group"),
     _verb("Roller", "fährt fahren Roller_gefahren sein", "riding / ridden", "child",
-          fixed="Roller=a_scooter", places="street park sidewalk", perfect=False, roles="show while"),
+          fixed="Roller=a_scooter", places="street park sidewalk", perfect=False, roles="show while sg"),
     _verb("füllen", "füllt füllen gefüllt haben", "filling / filled", "adult child",
           slots=(Slot("acc", _t("vessel"), dets=("indef", "poss")),), places="beach kitchen fountain",
           roles="while"),

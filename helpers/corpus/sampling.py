@@ -122,7 +122,7 @@ def make_np(rng: random.Random, noun: Noun, det: str, *, owner: G.Owner | None =
     if det == "num":
         plural = True
     elif det == "bare":
-        plural = not noun.has("mass")
+        plural = not (noun.has("mass") or noun.en_article)  # "spielt Gitarre": one instrument
     elif plural is None or not noun.de_pl or noun.has("mass"):
         plural = False
     adjectives = fitting_adjectives(noun)
@@ -179,6 +179,9 @@ def sample_object(rng: random.Random, slot: Slot, subject: G.Subject, subject_no
             if plural_subject and det not in ("bare", "poss"):
                 continue  # "Zwei Männer tragen Hüte", not "... tragen einen Hut"
             options.append((noun, det))
+    if subject.plural and len(subject.conjuncts) == 1:
+        # "Drei Köchinnen ... ihrer Tochter" reads oddly: relatives belong to one or two people
+        options = [(n, d) for n, d in options if not (d == "poss" and n.has("kin", "parent", "baby"))]
     if plural_subject and not options:
         for noun in NOUN_LIST:
             if matches(noun, slot.tags) and noun.de not in exclude and noun.de_pl and not noun.has("mass"):
@@ -246,7 +249,8 @@ def complete_clause(rng: random.Random, subject: G.Subject, verb: Verb, tense: s
     place = None
     need_place = need_place or "needplace" in verb.roles
     if need_place or rng.random() < place_p:
-        place = sample_place(rng, verb, all_nouns)
+        kind = "dir" if verb.dirs and rng.random() < 0.5 else None  # directions are fewer than places
+        place = sample_place(rng, verb, all_nouns, kind) or sample_place(rng, verb, all_nouns)
         if need_place and place is None:
             raise Retry
     return G.Clause(subject, verb, tuple(objects), place, tense)
@@ -379,6 +383,8 @@ def _front_time(rng: random.Random) -> G.SentencePair:
 
 def _perfect(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng, tense="perfect")
+    if not clause.verb.slots and not clause.verb.fixed and clause.place is None:
+        raise Retry  # "Ein Junge hat gespielt." says too little
     return _finish(G.main_clause(clause), [clause], set())
 
 
