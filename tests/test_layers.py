@@ -268,6 +268,7 @@ def test_inside_transformer_decoder_equals_stock_stack(batch_first, norm_first):
     torch.testing.assert_close(cross_attention_weights(ours), torch.stack([layer.cross_attn_weights for layer in ours.layers]))
 
 
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's note on batch_first=False encoders
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("training", [True, False])
 def test_inside_nn_transformer_with_causal_hint_and_memory_padding(batch_first, training):
