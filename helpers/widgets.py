@@ -73,8 +73,11 @@ def temperature_explorer():
 
     return widgets.interactive(
         show_sharpness,
-        d_k=widgets.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k"),
-        temperature=widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature"),
+        # continuous_update=False: redraw once when the slider is released, not on every step of a drag
+        d_k=widgets.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k", continuous_update=False),
+        temperature=widgets.FloatLogSlider(
+            value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature", continuous_update=False
+        ),
         scaled=widgets.Checkbox(value=True, description="divide by √d_k"),
     )
 
