@@ -13,7 +13,7 @@ A release writes one student copy per lesson, with the same file name, into an o
     python -m helpers.assignments release --out DIR      # or: make release  (DIR = student/)
     python -m helpers.assignments list                   # the exercises each lesson holds
     python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
-    python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks, one assignment per lesson
+    python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
 
 What a student copy is:
 
@@ -409,13 +409,15 @@ def _graded_check(source: str) -> str | None:
     return None
 
 
-def nbgrader_source(notebook: NotebookNode, name: str) -> NotebookNode:
+def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False) -> NotebookNode:
     """The lesson as an nbgrader *source* notebook: solutions kept, cells marked for nbgrader.
 
     ``solution-only`` cells are removed (nbgrader does not know the tag), each exercise cell
     becomes an "Autograded answer" cell, and the check cell after it an "Autograder tests" cell
-    worth one point that asserts the check passed. Raises ``ReleaseError`` like a release does,
-    and when an exercise is not followed by a check cell it can turn into a test.
+    worth one point that asserts the check passed. With ``hide_checks`` (for an exam) the test
+    cell's lines sit between nbgrader's hidden-test markers: students see an empty test cell and
+    get no hints, and nbgrader puts the check back when it autogrades. Raises ``ReleaseError``
+    like a release does, and when an exercise is not followed by a check cell it can turn into a test.
     """
     student_copy(notebook, name)  # the same marker validation as a release
     graded = copy.deepcopy(notebook)
@@ -436,7 +438,7 @@ def nbgrader_source(notebook: NotebookNode, name: str) -> NotebookNode:
         if test is None:
             raise ReleaseError(name, origin[position], "this exercise is not followed by a code cell that calls a check_...() function, so nbgrader would have nothing to grade it with", notebook.cells[origin[position]].source)
         check = graded.cells[later[0]]
-        check.source = test
+        check.source = f"### BEGIN HIDDEN TESTS\n{test}\n### END HIDDEN TESTS" if hide_checks else test
         check.metadata["nbgrader"] = {
             "grade": True, "grade_id": f"{label}-check", "locked": True, "points": 1, "schema_version": 3, "solution": False, "task": False,
         }
@@ -497,11 +499,11 @@ def _check(paths: Sequence[Path], timeout_s: int) -> None:
         print(f"# {path}: {passed} of {len(results)} checks passed", file=sys.stderr)
 
 
-def _nbgrader(out_dir: Path, notebooks_dir: Path) -> None:
+def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
     sources = sorted(notebooks_dir.glob("*.ipynb"))
     if not sources:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
-    contents = {source: _serialize(nbgrader_source(_read(source), str(source)), str(source)) for source in sources}
+    contents = {source: _serialize(nbgrader_source(_read(source), str(source), hide_checks), str(source)) for source in sources}
     for source, data in contents.items():
         target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -526,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
     nbgrader_parser = commands.add_parser("nbgrader", help="write nbgrader source notebooks, one assignment folder per lesson")
     nbgrader_parser.add_argument("--out", required=True, type=Path, help="nbgrader's source/ folder (e.g. course/source)")
+    nbgrader_parser.add_argument("--hide-checks", action="store_true", help="exam mode: students see no checks and no hints; nbgrader runs them when grading")
     for sub in (release_parser, list_parser, nbgrader_parser):
         sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)")
     check_parser = commands.add_parser("check", help="run handed-in notebooks and print every check's verdict (tab-separated)")
@@ -537,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             copies = release(args.out, args.notebooks)
             print(f"{len(copies)} student copies in {args.out}")
         elif args.command == "nbgrader":
-            _nbgrader(args.out, args.notebooks)
+            _nbgrader(args.out, args.notebooks, args.hide_checks)
         elif args.command == "check":
             _check(args.submissions, args.timeout)
         else:

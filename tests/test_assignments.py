@@ -623,3 +623,11 @@ def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path, caps
     graded = nbformat.read(written, as_version=4)
     nbformat.validate(graded)
     assert graded.cells[0].metadata.nbgrader["solution"] is True
+
+
+def test_nbgrader_exam_mode_hides_the_checks_between_nbgraders_hidden_test_markers():
+    graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb", hide_checks=True)
+    lines = graded.cells[2].source.split("\n")
+    assert lines[0] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS"
+    assert lines[1:-1] == assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb").cells[2].source.split("\n")
+    assert graded.cells[2].metadata.nbgrader["grade"] is True
