@@ -363,6 +363,12 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
         raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
     if out_dir.exists() and out_dir.resolve() == notebooks_dir.resolve():
         raise ReleaseError(str(out_dir), None, "the output folder is the lessons' own folder; the release would overwrite the solutions")
+    if notebooks_dir.resolve() in out_dir.resolve().parents:
+        raise ReleaseError(
+            str(out_dir), None,
+            f"the output folder is inside the lessons' folder {notebooks_dir}; nbval and `make test` would take "
+            "the student copies for lessons. Choose a folder outside it (the default is student/).",
+        )
 
     contents = {source.name: _serialize(student_copy(_read(source), str(source)), str(source)) for source in sources}
 

@@ -330,6 +330,13 @@ def test_refuses_to_write_over_the_lessons_themselves(tmp_path):
     assert folder_bytes(source) == before
 
 
+def test_refuses_an_output_folder_inside_the_lessons_folder(tmp_path):
+    source = write(full_lesson(), tmp_path / "notebooks" / "01_x.ipynb").parent
+    with pytest.raises(ReleaseError, match="inside the lessons' folder"):
+        release(source / "student", source)
+    assert not (source / "student").exists()
+
+
 def test_refuses_an_empty_or_missing_lessons_folder(tmp_path):
     with pytest.raises(ReleaseError, match="does not exist"):
         release(tmp_path / "out", tmp_path / "missing")
