@@ -91,6 +91,10 @@ def head_grid(
             ax.set_yticks(range(L), list(query_tokens) if h == 0 else [], fontsize=7)
             heading = f"head {h}" if rows == 1 else f"{row_label} {r}, head {h}"
             ax.set_title(heading, fontsize=9)
+            if h == 0:
+                ax.set_ylabel("queries", fontsize=8)
+            if r == rows - 1:
+                ax.set_xlabel("keys (attended to)", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)
