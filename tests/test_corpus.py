@@ -320,3 +320,12 @@ def test_sentence_lengths_are_short_to_medium(all_pairs):
     lengths = Counter(len(de.split()) for de, _, _ in all_pairs)
     short_to_medium = sum(n for length, n in lengths.items() if 5 <= length <= 20)
     assert short_to_medium >= 0.9 * sum(lengths.values())
+
+
+def test_data_card_examples_occur_in_the_corpus(all_pairs):
+    card = (DATA.parent / "README.md").read_text(encoding="utf-8")
+    german = {de for de, _, _ in all_pairs}
+    examples = [s for s in re.findall(r"(?<!\*)\*([A-ZÄÖÜ][^*\n]+?\.)\*(?!\*)", card) if s.split()[0] not in ("A", "In", "Two")]
+    assert len(examples) >= 8
+    missing = [s for s in examples if s not in german]
+    assert not missing, f"data/README.md quotes sentences the corpus no longer has: {missing}"

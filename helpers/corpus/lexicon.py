@@ -137,7 +137,7 @@ Pony n Ponys | pony / ponies | animal horse young where=FARM,beach,forest
 Kuh f Kühe | cow / cows | animal farmanimal grazer where=FARM
 Schaf n Schafe | sheep / sheep | animal farmanimal grazer where=FARM
 Ziege f Ziegen | goat / goats | animal farmanimal grazer where=FARM,zoo
-Hase m Hasen | rabbit / rabbits | animal pet small where=garden,meadow,field,grass oblique=Hasen
+Hase m Hasen | rabbit / rabbits | animal pet smallanimal where=garden,meadow,field,grass oblique=Hasen
 Affe m Affen | monkey / monkeys | animal zooanimal where=zoo,tree oblique=Affen
 Elefant m Elefanten | elephant / elephants | animal zooanimal big where=zoo oblique=Elefanten
 Bär m Bären | bear / bears | animal zooanimal big where=zoo,forest,river oblique=Bären
@@ -147,8 +147,8 @@ Ente f Enten | duck / ducks | animal bird waterbird where=lake,river,park,meadow
 Schwan m Schwäne | swan / swans | animal bird waterbird where=lake,river,water,across
 Taube f Tauben | pigeon / pigeons | animal bird where=park,street,sidewalk,market,bridge
 Möwe f Möwen | seagull / seagulls | animal bird where=beach,sea,water,across
-Eichhörnchen n Eichhörnchen | squirrel / squirrels | animal small where=park,garden,forest,tree,grass
-Maus f Mäuse | mouse / mice | animal small where=HOME,field,meadow,garden
+Eichhörnchen n Eichhörnchen | squirrel / squirrels | animal smallanimal where=park,garden,forest,tree,grass
+Maus f Mäuse | mouse / mice | animal smallanimal where=HOME,field,meadow,garden
 Fisch m Fische | fish / fish | animal fish where=water,waterside,boat,lake,river,sea
 Ball m Bälle | ball / balls | thing ball toy throwable catchable holdable colourful
 Frisbee n Frisbees | frisbee / frisbees | thing throwable catchable colourful
@@ -271,8 +271,8 @@ Esel m Esel | donkey / donkeys | animal farmanimal grazer where=FARM,beach
 Schwein n Schweine | pig / pigs | animal farmanimal where=FARM
 Huhn n Hühner | chicken / chickens | animal farmanimal bird where=FARM,garden
 Gans f Gänse | goose / geese | animal farmanimal bird waterbird where=FARM,lake,river,water
-Frosch m Frösche | frog / frogs | animal small where=lake,garden,pond,grass
-Schmetterling m Schmetterlinge | butterfly / butterflies | animal small where=garden,meadow,park
+Frosch m Frösche | frog / frogs | animal smallanimal where=lake,garden,pond,grass
+Schmetterling m Schmetterlinge | butterfly / butterflies | animal smallanimal where=garden,meadow,park
 Schneeball m Schneebälle | snowball / snowballs | thing throwable where=snow
 Comic m Comics | comic / comics | thing readable holdable
 Speisekarte f Speisekarten | menu / menus | thing readable holdable where=restaurant
@@ -385,9 +385,9 @@ class Adjective:
 
 # base (stem) | English (tag:word ..., * default) | applies to tags | -excluded tags
 _ADJECTIVE_TABLE = """
-klein | *:little thing:small | child baby animal thing | -big -room -readable -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
-groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -young -kin -baby -group -bird -fish -parent
-alt | *:old | adult animal car tree bike building | -young -kin -job -bird -fish -group -small -parent -Student -Studentin
+klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
+groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -smallanimal -young -kin -baby -group -bird -fish -parent
+alt | *:old | adult animal car tree bike building | -young -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
 jung | *:young | adult | -old -kin -job
 älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
@@ -427,7 +427,7 @@ voll | *:full | vessel |
 sauber | *:clean | clothing car | 
 schmutzig | *:dirty | dog clothing car Stiefel | 
 süß | *:cute | Welpe Baby Hase Katze Schwein | 
-winzig | *:tiny | small bird | -Schneeball
+winzig | *:tiny | smallanimal bird | 
 riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm | 
 silbern | *:silver | car Fahrrad Motorrad | 
 bärtig | *:bearded | male | -child -kin -young -Junge -Teenager
@@ -497,7 +497,7 @@ loc | in See | in | lake water
 loc | an Fluss | by | river waterside outdoor
 loc | in Fluss | in | river water
 loc | an Meer | by | sea waterside outdoor beach
-loc | in Meer | in | sea water
+loc | in Meer | in | sea water seawater
 loc | auf Straße | on | street outdoor
 loc | auf Bürgersteig | on | sidewalk outdoor
 loc | auf Markt | at | market outdoor
@@ -546,7 +546,7 @@ loc | auf Meer | on | lakesurface
 fixed | im_Freien=outdoors | | outdoors outdoor green
 fixed | zu=at Hause=home | | home indoor
 fixed | in_der=at Schule=school | | school indoor
-fixed | im=in Bett=bed | | bed indoor home
+fixed | im=in Bett=bed | | bed
 dir | in Wasser | into | dirwater
 dir | in See | into | dirwater lake
 dir | über Straße | across | across street city
@@ -796,7 +796,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("grasen", "grast grasen gegrast haben", "grazing / grazed", "grazer horse",
           places="meadow field farm", perfect=False),
     _verb("surfen", "surft surfen gesurft haben", "surfing / surfed", "adult child",
-          places="sea", roles="show", not_subject="old group"),
+          places="seawater", roles="show", not_subject="old group"),
     _verb("angeln", "angelt angeln geangelt haben", "fishing / fished", "adult child",
           places="waterside boat", roles="while", not_subject="group", perfect=False),
     _verb("arbeiten", "arbeitet arbeiten gearbeitet haben", "working / worked", "adult",
@@ -844,7 +844,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("acc", _t("fish"), dets=("indef", "num")),), places="waterside boat water",
           not_subject="group"),
     _verb("jagen", "jagt jagen gejagt haben", "chasing / chased", "dog cat",
-          slots=(Slot("acc", _t("ball bird small cat"), dets=("indef", "def", "num")),),
+          slots=(Slot("acc", _t("ball bird smallanimal cat"), dets=("indef", "def", "num")),),
           places="park garden meadow beach field grass"),
     _verb("tragen", "trägt tragen getragen haben", "wearing / worn", "person",
           slots=(Slot("acc", _t("clothing"), dets=("indef",), distributive=True),), perfect=False, roles="while"),
@@ -903,7 +903,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("putzen", "putzt putzen geputzt haben", "cleaning / cleaned", "adult",
           slots=(Slot("acc", _t("cleanable"), dets=("def",)),), roles="while"),
     _verb("streicheln", "streichelt streicheln gestreichelt haben", "petting / petted", "adult child",
-          slots=(Slot("acc", _t("pet horse farmanimal"), dets=("indef", "def", "poss", "num")),),
+          slots=(Slot("acc", _t("pet horse farmanimal"), dets=("indef", "def", "poss", "num", "defpl")),),
           places="park garden meadow farm zoo sofa", roles="while calm"),
     _verb("füttern", "füttert füttern gefüttert haben", "feeding / fed", "adult child",
           slots=(Slot("acc", _t("animal baby"), dets=("indef", "def", "poss", "num")),),
@@ -962,8 +962,12 @@ VERBS: tuple[Verb, ...] = (
     _verb("spielen_Instrument", "spielt spielen gespielt haben", "playing / played", "adult child",
           slots=(Slot("acc", _t("instrument"), dets=("bare",)),),
           places="stage livingroom park street station outdoors", roles="show while"),
-    _verb("spielen_mit", "spielt spielen gespielt haben", "playing / played", "child dog",
-          slots=(Slot("dat", _t("pet toy ball"), "mit", "with"),), places=_PLAY, roles="while"),
+    _verb("spielen_mit", "spielt spielen gespielt haben", "playing / played", "child",
+          slots=(Slot("dat", _t("pet toy ball"), "mit", "with", ("indef", "def", "poss", "defpl", "num")),),
+          places=_PLAY, roles="while"),
+    _verb("spielen_mit_Tier", "spielt spielen gespielt haben", "playing / played", "dog cat",
+          slots=(Slot("dat", _t("dog cat ball"), "mit", "with", ("indef", "def", "defpl", "num")),),
+          places=_PLAY),
     _verb("reiten", "reitet reiten geritten sein", "riding / ridden", "adult child",
           slots=(Slot("dat", _t("horse"), "auf", "", ("indef", "def", "poss")),),
           places="beach meadow field forest farm", roles="show while"),
@@ -992,7 +996,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("dat", _t("child kin"), dets=("poss",), en_to=True), Slot("acc", _t("story readable"), dets=("indef",))),
           particle="vor", places="sofa livingroom shade bed", roles="while calm"),
     _verb("zuschauen_dat", "schaut schauen zugeschaut haben", "watching / watched", "adult child",
-          slots=(Slot("dat", _t("person animal"), dets=("def", "num", "poss")),), particle="zu",
+          slots=(Slot("dat", _t("person animal"), dets=("def", "num", "poss", "defpl")),), particle="zu",
           places="park beach street zoo meadow", perfect=False, roles="calm"),
     _verb("anschauen", "schaut schauen angeschaut haben", "looking at / looked at", "adult child",
           slots=(Slot("acc", _t("picture photo readable"), dets=("indef", "def")),), particle="an",
@@ -1036,7 +1040,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("segeln", "segelt segeln gesegelt sein", "sailing / sailed", "adult",
           places="lakesurface harbor", roles="while", not_subject="group"),
     _verb("tauchen", "taucht tauchen getaucht sein", "diving / dived", "adult child",
-          places="sea lake", roles="show", not_subject="old group", perfect=False),
+          places="water", roles="show", not_subject="old group", perfect=False),
     _verb("rudern", "rudert rudern gerudert sein", "rowing / rowed", "adult",
           places="lakesurface", roles="while", not_subject="group"),
     _verb("lernen", "lernt lernen gelernt haben", "studying / studied", "adult child",
@@ -1045,7 +1049,7 @@ VERBS: tuple[Verb, ...] = (
           particle="fern", places="livingroom sofa home", perfect=False, roles="while calm",
           not_subject="baby"),
     _verb("sprechen_mit", "spricht sprechen gesprochen haben", "talking / talked", "adult child",
-          slots=(Slot("dat", _t("person"), "mit", "to", ("indef", "def", "poss")),),
+          slots=(Slot("dat", _t("person"), "mit", "to", ("indef", "def", "poss", "defpl", "num")),),
           places="street park station busstop market kitchen front", perfect=False, roles="calm"),
     _verb("tanzen_mit", "tanzt tanzen getanzt haben", "dancing / danced", "adult child",
           slots=(Slot("dat", _t("kin parent"), "mit", "with", ("poss",)),),

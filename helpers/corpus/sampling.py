@@ -110,7 +110,7 @@ def det_options(noun: Noun, dets: Sequence[str], owner_nouns: Sequence[Noun] | N
             continue
         if det == "poss" and not (owner_nouns and can_own(owner_nouns, noun)):
             continue
-        if det == "num" and (mass or not noun.de_pl):
+        if det in ("num", "defpl") and (mass or not noun.de_pl or noun.has("definite_only", "needs_adj")):
             continue
         out.append(det)
     return out
@@ -119,6 +119,8 @@ def det_options(noun: Noun, dets: Sequence[str], owner_nouns: Sequence[Noun] | N
 def make_np(rng: random.Random, noun: Noun, det: str, *, owner: G.Owner | None = None,
             adj_p: float = 0.35, plural: bool | None = None) -> G.NP:
     """Choose number, numeral and adjective for ``noun`` with determiner ``det``."""
+    if det == "defpl":  # "mit den Kindern": the definite article in the plural
+        det, plural = "def", True
     if det == "num":
         plural = True
     elif det == "bare":
@@ -135,7 +137,7 @@ def make_np(rng: random.Random, noun: Noun, det: str, *, owner: G.Owner | None =
     return G.NP(noun, det, plural=plural, adj=adj, owner=owner if det == "poss" else None, number=number)
 
 
-_SUBJECT_DETS = ("indef",) * 6 + ("def", "def", "num", "bare")
+_SUBJECT_DETS = ("indef",) * 6 + ("def", "def", "defpl", "num", "num", "bare")
 
 
 @functools.cache
@@ -171,12 +173,12 @@ def sample_object(rng: random.Random, slot: Slot, subject: G.Subject, subject_no
     plural_subject = subject.plural and slot.distributive
     options: list[tuple[Noun, str]] = []
     for noun in slot_nouns(slot):
-        if noun.de in exclude:
+        if noun.de in exclude or noun.has("group"):  # couples and families are subjects only
             continue
         if noun.has("forfemale") and not all(n.has("female", "girl") for n in subject_nouns_):
             continue
         for det in det_options(noun, dets, owner_nouns):
-            if plural_subject and det not in ("bare", "poss"):
+            if plural_subject and det not in ("bare", "poss", "defpl"):
                 continue  # "Zwei Männer tragen Hüte", not "... tragen einen Hut"
             options.append((noun, det))
     if subject.plural and len(subject.conjuncts) == 1:
@@ -368,7 +370,7 @@ def _simple(rng: random.Random) -> G.SentencePair:
 
 def _front_place(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng, need_place=True)
-    if clause.place.place.case != "dat" or "goal" in clause.place.place.tags:
+    if clause.place.place.case != "dat" or "goal" in clause.place.place.tags or clause.place.place.fixed:
         raise Retry  # directions stay after the verb
     return _finish(G.main_clause(clause, front_place=True), [clause], {"fronted_place"})
 
@@ -429,6 +431,8 @@ def _because(rng: random.Random) -> G.SentencePair:
     pronoun = rng.random() < 0.3
     tense = "perfect" if pronoun or rng.random() < 0.35 else "present"  # "..., weil er ein Tor geschossen hat"
     sub_verb = pick_verb(rng, "show", tense=tense)
+    if tense == "perfect" and not sub_verb.slots and not sub_verb.fixed and not sub_verb.dirs:
+        raise Retry  # "weil seine Tochter geschaukelt hat" says too little
     if pronoun:
         if main.subject.sex is None:
             raise Retry
