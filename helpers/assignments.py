@@ -45,6 +45,7 @@ old copy of a renamed lesson) are left alone; stale ``.ipynb`` files are listed,
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import json
 import os
@@ -60,8 +61,6 @@ from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
 
 __all__ = [
-    "CheckResult",
-    "check_submission",
     "BEGIN_MARKER",
     "END_MARKER",
     "PLACEHOLDER",
@@ -74,6 +73,8 @@ __all__ = [
     "find_exercises",
     "nbgrader_source",
     "release",
+    "CheckResult",
+    "check_submission",
     "main",
 ]
 
@@ -112,7 +113,7 @@ class ReleaseError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
-class _MarkerProblem(Exception):
+class _MarkerProblem(ValueError):
     """A problem inside one cell's text, before we know which notebook and cell it is in."""
 
 
@@ -127,7 +128,7 @@ class Exercise:
 
 
 def _marker_kind(line: str) -> str | None:
-    """"begin", "end" or None for an exact marker line; refuse anything that only looks like one."""
+    """Say whether ``line`` is a BEGIN or END marker ("begin"/"end"/None); refuse look-alikes."""
     stripped = line.strip()
     if stripped == BEGIN_MARKER:
         return "begin"
@@ -147,7 +148,7 @@ def _marker_kind(line: str) -> str | None:
 def strip_solutions(source: str) -> tuple[str, int]:
     """Replace each marked region of one code cell's text by the placeholder.
 
-    Returns the new text and how many regions were replaced. Raises ``_MarkerProblem`` for an
+    Returns the new text and how many regions were replaced. Raises ``ValueError`` for an
     unbalanced, nested or malformed marker (``student_copy`` adds notebook and cell to it).
     """
     kept: list[str] = []
@@ -229,6 +230,33 @@ def _clean_cell(cell: NotebookNode) -> NotebookNode:
     return cell
 
 
+def _refuse_markers_outside_code(cell: NotebookNode) -> None:
+    """A marker (or look-alike) in a markdown or raw cell would be published as it stands."""
+    for number, line in enumerate(cell.source.split("\n"), start=1):
+        try:
+            is_marker = _marker_kind(line) is not None
+        except _MarkerProblem:
+            is_marker = True  # a look-alike: still a marker in the wrong place
+        if is_marker:
+            raise _MarkerProblem(
+                f"line {number} of this {cell.cell_type} cell holds a solution marker "
+                f"({line.strip()!r}); markers only work in code cells. To keep a whole "
+                f"{cell.cell_type} cell out of student copies, tag it {SOLUTION_ONLY_TAG!r}."
+            )
+
+
+def _student_cell(cell: NotebookNode) -> NotebookNode:
+    """One kept cell as students get it; raises ``_MarkerProblem`` for any marker problem."""
+    student = _clean_cell(cell)
+    if cell.cell_type != "code":
+        _refuse_markers_outside_code(cell)
+        return student
+    student.source, regions = strip_solutions(cell.source)
+    if regions:
+        _check_still_python(cell.source, student.source)
+    return student
+
+
 def student_copy(notebook: NotebookNode, name: str) -> NotebookNode:
     """The student copy of one solution notebook (the input is not modified).
 
@@ -241,36 +269,18 @@ def student_copy(notebook: NotebookNode, name: str) -> NotebookNode:
     student.metadata = nbformat.from_dict(
         {k: notebook.metadata[k] for k in _KEPT_NOTEBOOK_METADATA if k in notebook.metadata}
     )
-    cells = []
     needs_ids = notebook.get("nbformat_minor", 0) >= 5
+    student.cells = []
     for index, cell in enumerate(notebook.cells):
         if SOLUTION_ONLY_TAG in _tags(cell):
             continue  # removed whole, markers and all
-        cell = _clean_cell(cell)
-        if needs_ids and "id" not in cell:
-            cell.id = f"cell-{index}"  # nbformat would invent a random one: keep output deterministic
         try:
-            if cell.cell_type == "code":
-                stripped, regions = strip_solutions(cell.source)
-                if regions:
-                    _check_still_python(cell.source, stripped)
-                cell.source = stripped
-            else:
-                for number, line in enumerate(cell.source.split("\n"), start=1):
-                    try:
-                        is_marker = _marker_kind(line) is not None
-                    except _MarkerProblem:
-                        is_marker = True  # a look-alike: still a marker in the wrong place
-                    if is_marker:
-                        raise _MarkerProblem(
-                            f"line {number} of this {cell.cell_type} cell holds a solution marker "
-                            f"({line.strip()!r}); markers only work in code cells. To keep a whole "
-                            f"{cell.cell_type} cell out of student copies, tag it {SOLUTION_ONLY_TAG!r}."
-                        )
+            kept = _student_cell(cell)
         except _MarkerProblem as problem:
-            raise ReleaseError(name, index, str(problem), notebook.cells[index].get("source", "")) from None
-        cells.append(cell)
-    student.cells = cells
+            raise ReleaseError(name, index, str(problem), cell.get("source", "")) from None
+        if needs_ids and "id" not in kept:
+            kept.id = f"cell-{index}"  # nbformat would invent a random one: keep output deterministic
+        student.cells.append(kept)
     return student
 
 
@@ -388,66 +398,73 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
 # ---------------------------------------------------------------------------------------------
 # nbgrader: the same lessons as nbgrader source notebooks
 # ---------------------------------------------------------------------------------------------
-def _graded_check(source: str) -> str | None:
-    """The check cell's text with an ``assert <verdict>.passed`` added, or None if it has no check call.
+def _graded_check(source: str) -> tuple[str, int] | None:
+    """The check cell's text made into an nbgrader test, and how many checks it calls.
 
     nbgrader scores a test cell by whether it raises; the course's checks print a verdict and
-    return it, so the grade cell asserts on what the check returned.
+    return it. So each top-level check call keeps its verdict (``_verdict_1 = check_...(...)``)
+    and a last line asserts that all of them passed, after every check has printed its hint.
+    None when the cell calls no ``check_*`` function (or has magics or invalid Python).
     """
     python = _python_of(source)
     if python is None or python.strip() != source.strip():
         return None  # magics or invalid Python: leave it to the teacher
-    import ast
-
-    tree = ast.parse(source)
-    last = tree.body[-1] if tree.body else None
-    call = getattr(last, "value", None)
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")):
+    lines = source.rstrip().split("\n")
+    calls = []
+    for statement in ast.parse(source).body:
+        call = getattr(statement, "value", None)
+        is_check = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")
+        if is_check and isinstance(statement, (ast.Expr, ast.Assign)):
+            calls.append((statement.lineno, statement.end_lineno, ast.get_source_segment(source, call)))
+    if not calls:
         return None
-    fail = "the check above did not pass: read its verdict"
-    if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
-        return f"{source.rstrip()}\nassert {last.targets[0].id}.passed, {fail!r}"
-    if isinstance(last, ast.Expr):
-        lines = source.rstrip().split("\n")
-        before = "\n".join(lines[: last.lineno - 1])
-        text = ast.get_source_segment(source, last)
-        return f"{before}\n_verdict = {text}\nassert _verdict.passed, {fail!r}".lstrip("\n")
-    return None
+    for number, (first, last, text) in reversed(list(enumerate(calls, start=1))):
+        lines[first - 1 : last] = f"_verdict_{number} = {text}".split("\n")
+    names = ", ".join(f"_verdict_{number}" for number in range(1, len(calls) + 1))
+    fail = "a check above did not pass: read its verdict"
+    lines.append(f"assert all(verdict.passed for verdict in ({names},)), {fail!r}")
+    return "\n".join(lines), len(calls)
+
+
+def _nbgrader_metadata(grade_id: str, answer: bool, points: int = 0) -> dict:
+    """nbgrader's cell metadata (schema 3) for an autograded answer or a locked autograder test."""
+    if answer:
+        return {"grade": False, "grade_id": grade_id, "locked": False, "schema_version": 3, "solution": True, "task": False}
+    return {"grade": True, "grade_id": grade_id, "locked": True, "points": points, "schema_version": 3, "solution": False, "task": False}
 
 
 def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False) -> NotebookNode:
     """The lesson as an nbgrader *source* notebook: solutions kept, cells marked for nbgrader.
 
     ``solution-only`` cells are removed (nbgrader does not know the tag), each exercise cell
-    becomes an "Autograded answer" cell, and the check cell after it an "Autograder tests" cell
-    worth one point that asserts the check passed. With ``hide_checks`` (for an exam) the test
-    cell's lines sit between nbgrader's hidden-test markers: students see an empty test cell and
-    get no hints, and nbgrader puts the check back when it autogrades. Raises ``ReleaseError``
-    like a release does, and when an exercise is not followed by a check cell it can turn into a test.
+    becomes an "Autograded answer" cell, and the next code cell, which calls the checks, an
+    "Autograder tests" cell worth one point per check that asserts the checks passed. With
+    ``hide_checks`` (for an exam) the test cell's lines sit between nbgrader's hidden-test
+    markers: students see an empty test cell and get no hints, and nbgrader puts the checks back
+    when it autogrades. Raises ``ReleaseError`` like a release does, and for an exercise that is
+    not followed by a code cell calling a check.
     """
-    student_copy(notebook, name)  # the same marker validation as a release
+    functions: dict[int, list[str]] = {}
+    for exercise in find_exercises(notebook, name):  # validates the markers as a release does
+        functions.setdefault(exercise.cell_index, []).append(exercise.function or "exercise")
     graded = copy.deepcopy(notebook)
-    graded.cells = [cell for cell in graded.cells if SOLUTION_ONLY_TAG not in _tags(cell)]
-    origin = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in _tags(cell)]
-    exercises = {exercise.cell_index: exercise for exercise in find_exercises(notebook, name)}
-    code_positions = [position for position, cell in enumerate(graded.cells) if cell.cell_type == "code"]
-    for position, cell in enumerate(graded.cells):
-        exercise = exercises.get(origin[position])
-        if exercise is None:
-            continue
-        label = f"{exercise.function or 'exercise'}-{origin[position]}"
-        cell.metadata["nbgrader"] = {
-            "grade": False, "grade_id": f"{label}-answer", "locked": False, "schema_version": 3, "solution": True, "task": False,
-        }
-        later = [p for p in code_positions if p > position]
-        test = _graded_check(graded.cells[later[0]].source) if later else None
+    kept = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in _tags(cell)]
+    code_after = {index: [later for later in kept if later > index and notebook.cells[later].cell_type == "code"] for index in functions}
+    for index, names in functions.items():
+        label = f"{'-'.join(names)}-{index}"
+        graded.cells[index].metadata["nbgrader"] = _nbgrader_metadata(f"{label}-answer", answer=True)
+        test = _graded_check(notebook.cells[code_after[index][0]].source) if code_after[index] else None
         if test is None:
-            raise ReleaseError(name, origin[position], "this exercise is not followed by a code cell that calls a check_...() function, so nbgrader would have nothing to grade it with", notebook.cells[origin[position]].source)
-        check = graded.cells[later[0]]
-        check.source = f"### BEGIN HIDDEN TESTS\n{test}\n### END HIDDEN TESTS" if hide_checks else test
-        check.metadata["nbgrader"] = {
-            "grade": True, "grade_id": f"{label}-check", "locked": True, "points": 1, "schema_version": 3, "solution": False, "task": False,
-        }
+            raise ReleaseError(
+                name, index,
+                "this exercise is not followed by a code cell that calls a check_...() function, so nbgrader "
+                "would have nothing to grade it with",
+                notebook.cells[index].source,
+            )
+        check = graded.cells[code_after[index][0]]
+        check.source = f"### BEGIN HIDDEN TESTS\n{test[0]}\n### END HIDDEN TESTS" if hide_checks else test[0]
+        check.metadata["nbgrader"] = _nbgrader_metadata(f"{label}-check", answer=False, points=test[1])
+    graded.cells = [graded.cells[index] for index in kept]
     return graded
 
 

@@ -587,9 +587,12 @@ def _graded_fixture() -> nbformat.NotebookNode:
         v4.new_code_cell(EXERCISE_CELL.split("\n\n\nclass")[0]),
         v4.new_markdown_cell("Now check it."),
         v4.new_code_cell("_ = check_double(double)"),
-        v4.new_code_cell("def triple(x):\n    # BEGIN SOLUTION\n    return 3 * x\n    # END SOLUTION"),
+        v4.new_code_cell(
+            "def triple(x):\n    # BEGIN SOLUTION\n    return 3 * x\n    # END SOLUTION\n\n\n"
+            "def half(x):\n    # BEGIN SOLUTION\n    return x / 2\n    # END SOLUTION"
+        ),
         v4.new_code_cell("triple(1)", metadata={"tags": ["solution-only"]}),
-        v4.new_code_cell("print('checking')\ncheck_triple(\n    triple,\n)"),
+        v4.new_code_cell("print('checking')\ncheck_triple(\n    triple,\n)\n_ = check_half(half)"),
     )
 
 
@@ -600,20 +603,34 @@ def test_nbgrader_source_marks_answers_and_turns_checks_into_graded_tests():
     assert answer == {"grade": False, "grade_id": "double-0-answer", "locked": False, "schema_version": 3, "solution": True, "task": False}
     assert check["grade"] and check["points"] == 1 and check["locked"] and check["grade_id"] == "double-0-check"
     assert "# BEGIN SOLUTION" in graded.cells[0].source  # nbgrader strips the solution itself
-    assert graded.cells[2].source.startswith("_ = check_double(double)\nassert _.passed, ")
-    assert graded.cells[4].source.startswith("print('checking')\n_verdict = check_triple(\n    triple,\n)\nassert _verdict.passed")
-    assert graded.cells[4].metadata.nbgrader["grade_id"] == "triple-3-check"
+    assert graded.cells[2].source.startswith("_verdict_1 = check_double(double)\nassert all(verdict.passed for verdict in (_verdict_1,)), ")
+    assert graded.cells[4].source.startswith(
+        "print('checking')\n_verdict_1 = check_triple(\n    triple,\n)\n_verdict_2 = check_half(half)\n"
+        "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2,)), "
+    )
+    assert graded.cells[3].metadata.nbgrader["grade_id"] == "triple-half-3-answer"
+    assert graded.cells[4].metadata.nbgrader["grade_id"] == "triple-half-3-check"
+    assert graded.cells[4].metadata.nbgrader["points"] == 2
 
 
-@pytest.mark.parametrize("status, raises", [("pass", False), ("wrong", True), ("not attempted", True)])
-def test_a_graded_check_cell_fails_exactly_when_the_check_does_not_pass(status, raises):
+@pytest.mark.parametrize(
+    "triple, half, raises",
+    [("pass", "pass", False), ("pass", "wrong", True), ("not attempted", "pass", True)],
+)
+def test_a_graded_check_cell_fails_unless_every_check_in_it_passes(triple, half, raises, capsys):
     graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
-    namespace = {"double": None, "check_double": lambda f: Verdict("doubling", status, "...")}
+    namespace = {
+        "triple": None,
+        "half": None,
+        "check_triple": lambda f: Verdict("tripling", triple, "..."),
+        "check_half": lambda f: Verdict("halving", half, "..."),
+    }
     if raises:
         with pytest.raises(AssertionError, match="did not pass"):
-            exec(graded.cells[2].source, namespace)
+            exec(graded.cells[4].source, namespace)
     else:
-        exec(graded.cells[2].source, namespace)
+        exec(graded.cells[4].source, namespace)
+    assert capsys.readouterr().out == "checking\n"  # the cell's other code is kept
 
 
 def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
