@@ -1,0 +1,138 @@
+"""The sequence-to-sequence transformer that translates German to English.
+
+Shapes: N batch, S source length, L target length, E embedding size (``d_model``), h heads,
+V vocabulary size. Token ids use the course tokenizers' specials: pad 0, bos 1, eos 2, unk 3.
+Boolean masks follow ``nn.Transformer``: **True = blocked** (a padding position, or the future).
+
+The model is ``nn.Transformer`` (batch first) with three additions of the course's own:
+token embeddings scaled by sqrt(E), sinusoidal positions, and ``helpers.InspectableDecoderLayer``
+as the decoder layer, so every forward pass can record each decoder layer's per-head
+cross-attention (``model.cross_attention()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from helpers.attention import causal_mask
+from helpers.embeddings import PositionalEncoding, TokenEmbedding
+from helpers.layers import InspectableDecoderLayer, cross_attention_weights, recording
+from helpers.translation.config import TranslationConfig
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+
+
+class Seq2SeqTransformer(nn.Module):
+    """German -> English encoder-decoder: ``forward(src, tgt_in) -> logits (N, L, V_tgt)``.
+
+    ``src`` (N, S) holds source ids (padding = 0); ``tgt_in`` (N, L) holds the target shifted right
+    (BOS first, EOS dropped), which is what the decoder reads while learning to predict the target.
+    """
+
+    def __init__(self, config: TranslationConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
+        super().__init__()
+        self.config = config
+        E = config.d_model
+        self.src_embedding = TokenEmbedding(src_vocab_size, E, padding_idx=PAD)  # scaled by sqrt(E)
+        self.tgt_embedding = TokenEmbedding(tgt_vocab_size, E, padding_idx=PAD)
+        self.positions = PositionalEncoding(E, max_len=config.max_len, dropout=config.dropout)
+        decoder_layer = InspectableDecoderLayer(
+            E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True,
+            record=False,  # weights are recorded only on request (`model.recording()`): training runs the fused kernel
+        )
+        self.transformer = nn.Transformer(
+            d_model=E,
+            nhead=config.heads,
+            num_encoder_layers=config.encoder_layers,
+            num_decoder_layers=config.decoder_layers,
+            dim_feedforward=config.feedforward,
+            dropout=config.dropout,
+            batch_first=True,
+            # Built here rather than by nn.Transformer so that the encoder skips the nested-tensor fast path
+            # (a prototype API that warns, and would make eval-mode memory differ at padding positions).
+            custom_encoder=nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(
+                    E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True
+                ),
+                config.encoder_layers,
+                norm=nn.LayerNorm(E),
+                enable_nested_tensor=False,
+            ),
+            # nn.TransformerDecoder deep-copies this layer, so each copy records its own weights.
+            custom_decoder=nn.TransformerDecoder(decoder_layer, config.decoder_layers, norm=nn.LayerNorm(E)),
+        )
+        self.generator = nn.Linear(E, tgt_vocab_size)  # decoder state -> next-token logits
+
+    # -- the two halves, used separately by decoding (the encoder runs once per sentence) --------
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (N, S) -> memory (N, S, E) and its padding mask (N, S), True = padding."""
+        src_padding = src.eq(PAD)
+        memory = self.transformer.encoder(self.positions(self.src_embedding(src)), src_key_padding_mask=src_padding)
+        return memory, src_padding
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_padding: Tensor) -> Tensor:
+        """tgt_in (N, L) and memory (N, S, E) -> logits (N, L, V); position t sees tgt_in[:, :t+1]."""
+        L = tgt_in.size(1)
+        future = causal_mask(L, device=tgt_in.device)  # (L, L), True above the diagonal = blocked
+        hidden = self.transformer.decoder(
+            self.positions(self.tgt_embedding(tgt_in)),
+            memory,
+            tgt_mask=future,
+            tgt_is_causal=True,
+            tgt_key_padding_mask=tgt_in.eq(PAD),
+            memory_key_padding_mask=src_padding,
+        )  # (N, L, E)
+        return self.generator(hidden)  # (N, L, V)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        memory, src_padding = self.encode(src)
+        return self.decode(tgt_in, memory, src_padding)
+
+    # -- looking inside ---------------------------------------------------------------------------
+    @property
+    def decoder_layers(self) -> list[InspectableDecoderLayer]:
+        return list(self.transformer.decoder.layers)
+
+    def cross_attention(self) -> Tensor:
+        """Cross-attention recorded by the last forward pass: (layers, N, h, L, S), one per head."""
+        return cross_attention_weights(self.transformer.decoder)
+
+    def recording(self, enabled: bool = True) -> AbstractContextManager[None]:
+        """Context manager: record per-head attention weights (or not) for the duration of a block."""
+        return recording(self.transformer.decoder, enabled)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@contextmanager
+def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]]) -> Iterator[None]:
+    """Silence cross-attention heads ``{(layer, head), ...}`` for the duration of a block.
+
+    A head's output enters the layer only through its d columns of the output projection
+    (``out_proj.weight[:, head*d:(head+1)*d]``), so zeroing those columns removes exactly that
+    head's contribution and nothing else. The weights are restored afterwards, even on error.
+    """
+    d = model.config.d_model // model.config.heads
+    saved = []
+    with torch.no_grad():
+        for layer_index, head in sorted(heads):
+            if not (0 <= layer_index < model.config.decoder_layers and 0 <= head < model.config.heads):
+                raise ValueError(
+                    f"(layer, head) must lie in [0, {model.config.decoder_layers}) x [0, {model.config.heads}), "
+                    f"got {(layer_index, head)}"
+                )
+            weight = model.decoder_layers[layer_index].multihead_attn.out_proj.weight  # (E, E)
+            columns = slice(head * d, (head + 1) * d)
+            saved.append((weight, columns, weight[:, columns].clone()))
+            weight[:, columns] = 0.0
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for weight, columns, original in saved:
+                weight[:, columns] = original
