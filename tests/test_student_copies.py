@@ -217,6 +217,11 @@ def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
 RUN_TEST = "test_lesson_student_copy_runs_failing_only_in_exercises"
 
 
+def run_student_copy(lesson: Path) -> NotebookNode:
+    """Release one lesson in memory and execute its student copy where the lesson runs."""
+    return execute(student_copy(nbformat.read(lesson, as_version=4), str(lesson)), NOTEBOOKS)
+
+
 @pytest.fixture(scope="module")
 def lesson_runs(request):
     """Start running the student copy of every selected lesson, two at a time; {name: Future}."""
@@ -226,10 +231,8 @@ def lesson_runs(request):
         if getattr(item, "originalname", None) == RUN_TEST and hasattr(item, "callspec")
     ]
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="student-copy")
-    runs: dict[str, Future] = {}
-    for path in selected:
-        source = nbformat.read(path, as_version=4)
-        runs[path.name] = pool.submit(execute, student_copy(source, str(path)), NOTEBOOKS)
+    # Reading and releasing happen inside each job, so one broken lesson fails only its own test.
+    runs: dict[str, Future] = {path.name: pool.submit(run_student_copy, path) for path in selected}
     yield runs
     pool.shutdown(wait=True, cancel_futures=True)
 
