@@ -178,7 +178,7 @@ Eis n - | ice cream / - | thing food sweet buyable sellable giveable mass counts
 Sandwich n Sandwiches | sandwich / sandwiches | thing food buyable
 Pizza f Pizzas | pizza / pizzas | thing food bakeable buyable cuttable
 Kuchen m Kuchen | cake / cakes | thing food sweet bakeable cuttable
-Brot n Brote | loaf of bread / loaves of bread | thing food bakeable cuttable buyable
+Brot n Brote | loaf of bread / loaves of bread | thing bakeable buyable
 Suppe f - | soup / - | thing food cookable mass countsg
 Knochen m Knochen | bone / bones | thing dogfood
 Tee m - | tea / - | thing drink mass
@@ -754,7 +754,8 @@ VERBS: tuple[Verb, ...] = (
           places="park forest meadow field beach street", dirs="across through goal", roles="while",
           not_subject="old group"),
     _verb("gehen", "geht gehen gegangen sein", "walking / walked", "adult child",
-          places="park forest beach street sidewalk", dirs="across through goal", not_subject="group"),
+          places="park forest beach street sidewalk", dirs="across through goal", not_subject="group",
+          roles="needplace"),
     _verb("schwimmen", "schwimmt schwimmen geschwommen sein", "swimming / swum",
           "adult child dog waterbird", places="water", dirs="acrosswater", roles="show while",
           not_subject="old group"),
@@ -812,7 +813,7 @@ VERBS: tuple[Verb, ...] = (
     _verb("einkaufen", "kauft kaufen eingekauft haben", "shopping / shopped", "adult",
           particle="ein", places="supermarket market", perfect=False, roles="while"),
     _verb("zuschauen", "schaut schauen zugeschaut haben", "watching / watched", "adult child",
-          particle="zu", perfect=False, roles="calm watch"),
+          particle="zu", perfect=False, roles="calm watch matrixonly"),
     _verb("spazieren", "geht gehen spazieren_gegangen sein", "taking a walk / taken a walk", "adult",
           particle="spazieren", particle_apart=True, places="park forest beach outdoors",
           roles="while", not_subject="group"),
@@ -906,7 +907,8 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("acc", _t("pet horse farmanimal"), dets=("indef", "def", "poss", "num", "defpl")),),
           places="park garden meadow farm zoo sofa", roles="while calm"),
     _verb("füttern", "füttert füttern gefüttert haben", "feeding / fed", "adult child",
-          slots=(Slot("acc", _t("animal baby"), dets=("indef", "def", "poss", "num")),),
+          slots=(Slot("acc", _t("pet horse farmanimal waterbird Taube Giraffe Elefant Affe baby"),
+                      dets=("indef", "def", "poss", "num")),),
           places="park waterside farm zoo garden kitchen meadow", roles="while"),
     _verb("umarmen", "umarmt umarmen umarmt haben", "hugging / hugged", "person",
           slots=(Slot("acc", _t("kin huggable dog"), dets=("poss", "indef")),), roles="show",
@@ -929,7 +931,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("acc", _t("plantable"), dets=("indef", "num")),), places="garden park",
           roles="while"),
     _verb("pflücken", "pflückt pflücken gepflückt haben", "picking / picked", "adult child",
-          slots=(Slot("acc", _t("flower fruit"), dets=("bare",)),), places="garden meadow",
+          slots=(Slot("acc", _t("flower Apfel Birne Erdbeere Tomate"), dets=("bare",)),), places="garden meadow",
           roles="while"),
     _verb("fotografieren", "fotografiert fotografieren fotografiert haben",
           "taking a picture of / taken a picture of", "adult child",
@@ -993,7 +995,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("dat", _t("kin"), dets=("poss",)), Slot("acc", _t("giveable sweet"), dets=("indef",))),
           places="kitchen park garden livingroom", roles="while"),
     _verb("vorlesen", "liest lesen vorgelesen haben", "reading / read", "adult",
-          slots=(Slot("dat", _t("child kin"), dets=("poss",), en_to=True), Slot("acc", _t("story readable"), dets=("indef",))),
+          slots=(Slot("dat", _t("child"), dets=("poss",), en_to=True), Slot("acc", _t("story Buch Comic Zeitung Brief"), dets=("indef",))),
           particle="vor", places="sofa livingroom shade bed", roles="while calm"),
     _verb("zuschauen_dat", "schaut schauen zugeschaut haben", "watching / watched", "adult child",
           slots=(Slot("dat", _t("person animal"), dets=("def", "num", "poss", "defpl")),), particle="zu",
@@ -1058,7 +1060,7 @@ VERBS: tuple[Verb, ...] = (
           slots=(Slot("acc", _t("song"), dets=("indef",)),), places="stage kitchen park outdoors church",
           roles="show while"),
     _verb("erzählen", "erzählt erzählen erzählt haben", "telling / told", "adult",
-          slots=(Slot("dat", _t("child kin"), dets=("poss",)), Slot("acc", _t("story"), dets=("indef",))),
+          slots=(Slot("dat", _t("child"), dets=("poss",)), Slot("acc", _t("story"), dets=("indef",))),
           places="sofa livingroom bed shade", roles="while calm"),
     _verb("grillen", "grillt grillen gegrillt haben", "grilling / grilled", "adult",
           slots=(Slot("acc", _t("grillable"), dets=("bare",)),), places="garden beach park outdoors",

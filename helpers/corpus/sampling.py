@@ -72,7 +72,7 @@ def can_own(owner: Sequence[Noun], possessed: Noun) -> bool:
         if "person" not in noun.tags or noun.has("baby") or noun.de == possessed.de:
             return False
         if possessed.has("kin") and possessed.has("child") or possessed.has("baby"):
-            if not noun.has("adult") or noun.has("group"):
+            if not noun.has("adult") or noun.has("group", "young"):
                 return False  # sons, daughters, babies belong to adults
         if possessed.has("parent", "sibling") and not noun.has("child"):
             return False  # mothers, fathers, brothers, sisters: of children here
@@ -155,7 +155,7 @@ def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = (
     det = rng.choice(_SUBJECT_DETS)
     if det == "bare" and not noun.has("animal", "child"):
         det = "num"  # "Männer spielen ..." is fine, but numbers read more like captions
-    if "sg" in verb.roles and det in ("num", "bare"):
+    if "sg" in verb.roles and det in ("num", "bare", "defpl"):
         det = "indef"  # one person scores a goal
     return make_np(rng, noun, det)
 
@@ -181,8 +181,8 @@ def sample_object(rng: random.Random, slot: Slot, subject: G.Subject, subject_no
             if plural_subject and det not in ("bare", "poss", "defpl"):
                 continue  # "Zwei Männer tragen Hüte", not "... tragen einen Hut"
             options.append((noun, det))
-    if subject.plural and len(subject.conjuncts) == 1:
-        # "Drei Köchinnen ... ihrer Tochter" reads oddly: relatives belong to one or two people
+    if subject.plural:
+        # "Drei Köchinnen ... ihrer Tochter" reads oddly: in this corpus relatives belong to one person
         options = [(n, d) for n, d in options if not (d == "poss" and n.has("kin", "parent", "baby"))]
     if plural_subject and not options:
         for noun in NOUN_LIST:
@@ -264,7 +264,8 @@ def pick_verb(rng: random.Random, role: str | None = None, tense: str = "present
 
 @functools.cache
 def _verbs_for(role: str | None, tense: str) -> tuple[Verb, ...]:
-    return tuple(v for v in VERBS if (role is None or role in v.roles) and (tense != "perfect" or v.perfect))
+    return tuple(v for v in VERBS if (role in v.roles if role else "matrixonly" not in v.roles)
+                 and (tense != "perfect" or v.perfect))
 
 
 def simple_clause(rng: random.Random, tense: str = "present", *, need_place: bool = False) -> G.Clause:
