@@ -31,10 +31,12 @@ __all__ = [
 class TokenEmbedding(nn.Module):
     """Look up a learned vector for every token id, scaled by sqrt(E) as in "Attention Is All You Need".
 
-    Why the scale: ``nn.Embedding`` starts with entries of size about 1, while the positional
-    encoding added next has entries between -1 and 1; the original transformer multiplies the
-    embeddings by sqrt(E) so that, once trained (smaller entries), the token's identity is not
-    drowned by its position. Pass ``scale=False`` for a plain look-up.
+    Why the scale: the original transformer shares this table with its output layer, whose weights
+    are small (about 1 / sqrt(E) each); multiplying by sqrt(E) brings the embeddings back to entries
+    of size about 1, the size of the positional encoding added next. Note that with
+    ``nn.Embedding``'s default initialisation (entries of size about 1, kept here) the scaled
+    embeddings start sqrt(E) times larger than the positions, as in PyTorch's own translation
+    tutorial; training shrinks them. Pass ``scale=False`` for a plain look-up.
 
     Shapes: ids (N, L) int64 -> (N, L, E). ``padding_idx`` works as in ``nn.Embedding`` (its row
     starts at zero and gets no gradient).
