@@ -36,7 +36,7 @@ class TokenEmbedding(nn.Module):
     of size about 1, the size of the positional encoding added next. Note that with
     ``nn.Embedding``'s default initialisation (entries of size about 1, kept here) the scaled
     embeddings start sqrt(E) times larger than the positions, as in PyTorch's own translation
-    tutorial; training shrinks them. Pass ``scale=False`` for a plain look-up.
+    tutorial. Pass ``scale=False`` for a plain look-up.
 
     Shapes: ids (N, L) int64 -> (N, L, E). ``padding_idx`` works as in ``nn.Embedding`` (its row
     starts at zero and gets no gradient).
