@@ -329,3 +329,12 @@ def test_data_card_examples_occur_in_the_corpus(all_pairs):
     assert len(examples) >= 8
     missing = [s for s in examples if s not in sentences]
     assert not missing, f"data/README.md quotes sentences the corpus no longer has: {missing}"
+
+
+def test_data_card_states_the_current_sizes_and_vocabulary(regenerated):
+    from helpers.corpus.generate import statistics
+    card = (DATA.parent / "README.md").read_text(encoding="utf-8")
+    stats = statistics(regenerated[0])
+    assert f"**{stats['german_types']} German**" in card and f"**{stats['english_types']} English**" in card
+    assert f"({stats['held_out_combinations']} of them)" in card
+    assert f"{stats['pairs']['train']:,} (all unique)" in card
