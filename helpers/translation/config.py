@@ -25,6 +25,7 @@ class TranslationConfig:
     decoder_layers: int = 2
     feedforward: int = 256
     dropout: float = 0.1
+    norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
     max_len: int = 128  # longest sequence (in tokens, with BOS/EOS) the positional table holds
     # --- training ---
     steps: int = 600  # optimiser steps, unless a time budget or an epoch count is given

@@ -42,6 +42,7 @@ class Seq2SeqTransformer(nn.Module):
         self.positions = PositionalEncoding(E, max_len=config.max_len, dropout=config.dropout)
         decoder_layer = InspectableDecoderLayer(
             E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True,
+            norm_first=config.norm_first,
             record=False,  # weights are recorded only on request (`model.recording()`): training runs the fused kernel
         )
         self.transformer = nn.Transformer(
@@ -56,7 +57,8 @@ class Seq2SeqTransformer(nn.Module):
             # (a prototype API that warns, and would make eval-mode memory differ at padding positions).
             custom_encoder=nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(
-                    E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True
+                    E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True,
+                    norm_first=config.norm_first,
                 ),
                 config.encoder_layers,
                 norm=nn.LayerNorm(E),
