@@ -170,7 +170,7 @@ Geschichte f Geschichten | story / stories | thing story writable
 Bild n Bilder | picture / pictures | thing picture drawable showable hangable
 Foto n Fotos | photo / photos | thing photo showable
 Karte f Karten | map / maps | thing readable showable holdable
-Apfel m Äpfel | apple / apples | thing food fruit buyable giveable sellable pickable cuttable horsefood
+Apfel m Äpfel | apple / apples | thing food fruit buyable giveable sellable cuttable horsefood
 Banane f Bananen | banana / bananas | thing food fruit buyable sellable monkeyfood
 Orange f Orangen | orange / oranges | thing food fruit buyable sellable cuttable
 Karotte f Karotten | carrot / carrots | thing food vegetable buyable sellable horsefood cuttable
@@ -278,9 +278,9 @@ Comic m Comics | comic / comics | thing readable holdable
 Speisekarte f Speisekarten | menu / menus | thing readable holdable where=restaurant
 Würstchen n Würstchen | sausage / sausages | thing food grillable buyable
 Keks m Kekse | cookie / cookies | thing food sweet bakeable buyable giveable flyerable
-Erdbeere f Erdbeeren | strawberry / strawberries | thing food fruit buyable sellable pickable
-Birne f Birnen | pear / pears | thing food fruit buyable sellable pickable cuttable horsefood
-Tomate f Tomaten | tomato / tomatoes | thing food vegetable buyable sellable cuttable pickable
+Erdbeere f Erdbeeren | strawberry / strawberries | thing food fruit buyable sellable
+Birne f Birnen | pear / pears | thing food fruit buyable sellable cuttable horsefood
+Tomate f Tomaten | tomato / tomatoes | thing food vegetable buyable sellable cuttable
 Kartoffel f Kartoffeln | potato / potatoes | thing food vegetable buyable sellable cuttable
 Brezel f Brezeln | pretzel / pretzels | thing food buyable sellable bakeable
 Hamburger m Hamburger | hamburger / hamburgers | thing food buyable grillable
@@ -387,7 +387,7 @@ class Adjective:
 _ADJECTIVE_TABLE = """
 klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
 groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -smallanimal -young -kin -baby -group -bird -fish -parent
-alt | *:old | adult animal car tree bike building | -young -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
+alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
 jung | *:young | adult | -old -kin -job
 älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
@@ -487,7 +487,7 @@ class Place:
 # "fixed" rows: German=English pieces, words of one piece joined by "_" (they align as a block).
 _PLACE_TABLE = """
 loc | in Park | in | park outdoor green
-loc | in Garten | in | garden outdoor green home
+loc | in Garten | in | garden outdoor green
 loc | in Wald | in | forest outdoor green
 loc | auf Wiese | in | meadow outdoor green
 loc | auf Feld | in | field outdoor green farm
@@ -513,9 +513,9 @@ loc | an Haltestelle | at | busstop
 loc | auf Berg indef | on | mountain outdoor
 loc | auf Brücke | on | bridge outdoor
 loc | auf Bank indef | on | bench outdoor
-loc | auf Sofa | on | sofa indoor home
-loc | an Tisch | at | table indoor home
-loc | an Fenster | by | window indoor home
+loc | auf Sofa | on | sofa indoor
+loc | an Tisch | at | table indoor
+loc | an Fenster | by | window indoor
 loc | unter Baum indef | under | tree outdoor green shade
 loc | in Restaurant | in | restaurant indoor
 loc | in Bibliothek | in | library indoor
@@ -972,7 +972,7 @@ VERBS: tuple[Verb, ...] = (
           places=_PLAY),
     _verb("reiten", "reitet reiten geritten sein", "riding / ridden", "adult child",
           slots=(Slot("dat", _t("horse"), "auf", "", ("indef", "def", "poss")),),
-          places="beach meadow field forest farm", roles="show while"),
+          places="beach meadow field forest farm", roles="show while sg"),
     _verb("sitzen_auf", "sitzt sitzen gesessen haben", "sitting / sat", "adult child",
           slots=(Slot("dat", _t("horse bike"), "auf", "on", ("indef", "def", "poss")),),
           places="meadow beach park field street", perfect=False, roles="needplace calm sg"),
