@@ -9,5 +9,7 @@ byte for byte. Modules, one concept each:
   do what to what and where.
 * ``grammar`` — builds one sentence pair from a derivation, keeping track of which German tokens
   translate which English tokens (the gold alignment).
-* ``generate`` — samples derivations, holds out unseen combinations, splits and writes the files.
+* ``sampling`` — draws derivations that make sense (selectional restrictions, possession, sentence
+  patterns) from one seeded ``random.Random``.
+* ``generate`` — collects sentences, holds out unseen combinations, splits and writes the files.
 """
