@@ -133,3 +133,43 @@ def head_browser(weights: Tensor, query_tokens, key_tokens):
         layer=widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer") if layers > 1 else widgets.fixed(0),
         head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head"),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 06: explore a translator's cross-attention, sentence by sentence
+# ---------------------------------------------------------------------------------------------
+def show_cross_attention(translations, sentence: int = 0, layer: int = 0, head: int = 0) -> Tensor:
+    """The translation explorer's callback: draw one head's cross-attention for one translated sentence.
+
+    ``translations`` is a list of ``helpers.translation.Translation`` (anything with ``attention``
+    (layers, h, T, S), ``source_tokens`` (S labels) and ``output_tokens`` (T labels)). Output tokens
+    are on the y axis (the queries), source tokens on the x axis; returns the (T, S) weights drawn.
+    """
+    if not 0 <= sentence < len(translations):
+        raise ValueError(f"sentence must be in 0..{len(translations) - 1}, got {sentence}")
+    chosen = translations[sentence]
+    if chosen.attention is None:
+        raise ValueError("this translation carries no attention: translate it with translate_with_attention")
+    head_figure(chosen.attention, chosen.output_tokens, chosen.source_tokens, layer, head)
+    plt.show()
+    return _as_layers_of_heads(chosen.attention)[layer, head]
+
+
+def cross_attention_explorer(translations):
+    """A sentence menu and layer and head sliders over translated sentences' cross-attention.
+
+    Children, in order: sentence (a drop-down of the German sources), layer, head, then the output
+    area; ``ui.result`` holds the (T, S) weights drawn last.
+    """
+    import ipywidgets as widgets
+
+    if not translations:
+        raise ValueError("cross_attention_explorer needs at least one translation")
+    layers, heads = _as_layers_of_heads(translations[0].attention).shape[:2]
+    return widgets.interactive(
+        lambda sentence, layer, head: show_cross_attention(translations, sentence, layer, head),
+        sentence=widgets.Dropdown(options=[(t.source, i) for i, t in enumerate(translations)], value=0,
+                                  description="sentence", layout=widgets.Layout(width="95%")),
+        layer=widgets.IntSlider(value=layers - 1, min=0, max=layers - 1, description="layer", continuous_update=False),
+        head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head", continuous_update=False),
+    )

@@ -135,7 +135,7 @@ def run_train(args: argparse.Namespace) -> int:
                   progress=not args.quiet, on_best=keep_best)
     metrics = {**history.to_dict(), "val_bleu": history.best_score}
     save_checkpoint(args.out, translator, metrics, info)
-    print(f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {len(history.losses) and history.steps[-1]}"
+    print(f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
           f" ({history.seconds:.0f} s); saved {args.out}", file=sys.stderr)
     return 0
 

@@ -30,6 +30,7 @@ Example = tuple[list[int], list[int]]  # (source ids, target ids), both with BOS
 class TrainingHistory:
     """What happened during training, for loss curves and reports (plain Python values only)."""
 
+    steps_done: int = 0  # optimiser steps taken
     steps: list[int] = field(default_factory=list)  # optimiser step of each logged loss
     losses: list[float] = field(default_factory=list)  # training loss (label-smoothed cross-entropy)
     val_steps: list[int] = field(default_factory=list)
@@ -46,7 +47,7 @@ class TrainingHistory:
 
     def to_dict(self) -> dict:
         return {
-            "steps": len(self.losses),
+            "steps": self.steps_done,
             "final_loss": self.losses[-1] if self.losses else None,
             "best_step": self.best_step,
             "best_val_score": self.best_score,
@@ -170,6 +171,7 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
             optimizer.step()
             step += 1
+            history.steps_done = step
             history.target_tokens += int(tgt_out.ne(PAD).sum())
             if step % log_every == 0 or step == 1:
                 history.steps.append(step)
