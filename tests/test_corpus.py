@@ -350,3 +350,13 @@ def test_data_card_states_the_current_sizes_and_vocabulary(regenerated):
     assert f"**{stats['german_types']} German**" in card and f"**{stats['english_types']} English**" in card
     assert f"({stats['held_out_combinations']} of them)" in card
     assert f"{stats['pairs']['train']:,} (all unique)" in card
+
+
+def test_data_card_names_combinations_that_are_really_held_out(regenerated):
+    built, _ = regenerated
+    card = (DATA.parent / "README.md").read_text(encoding="utf-8")
+    pairs = re.findall(r"\*(\w+)\* \+ \*(\w+)\*", card)
+    assert len(pairs) >= 2
+    for first, second in pairs:
+        combo = ("adj", first, second) if first[0].islower() else ("subj", first, second)
+        assert combo in built.held_out, f"data/README.md calls {combo} held out, but it is not"

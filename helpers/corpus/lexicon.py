@@ -388,7 +388,7 @@ _ADJECTIVE_TABLE = """
 klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
 groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -smallanimal -young -kin -baby -group -bird -fish -parent
 alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
-jung | *:young | adult | -old -kin -job
+jung | *:young | adult | -old -young -kin -job
 älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
 glücklich | *:happy | person dog | -kin -group -baby
@@ -423,7 +423,6 @@ lustig | *:funny | Hut Clown |
 freundlich | *:friendly | adult dog | -kin -group
 stolz | *:proud | parent | 
 leer | *:empty | vessel | -Korb
-voll | *:full | vessel | 
 sauber | *:clean | clothing car | 
 schmutzig | *:dirty | dog clothing car Stiefel | 
 süß | *:cute | Welpe Baby Hase Katze Schwein | 
