@@ -19,3 +19,4 @@ from helpers.data import ParallelCorpus, load_corpus, download_multi30k
 from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.batching import Batch, make_batches, pad
 from helpers.layers import InspectableDecoderLayer
+from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint

@@ -22,7 +22,7 @@ import torch
 
 from helpers.data import ParallelCorpus, load_corpus
 from helpers.translation.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from helpers.translation.config import TranslationConfig
+from helpers.translation.config import LESSON_CONFIG, TranslationConfig
 from helpers.translation.evaluation import evaluate
 from helpers.translation.pipeline import build_translator, fit
 
@@ -30,11 +30,11 @@ from helpers.translation.pipeline import build_translator, fit
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
 #: multi30k: real captions need sub-words (BPE) and a wider model; sized for an hour on a 2-core CPU.
 PRESETS: dict[str, TranslationConfig] = {
-    "captions": TranslationConfig(),
+    "captions": replace(LESSON_CONFIG, eval_every=500),
     "multi30k": TranslationConfig(
-        tokenizer="bpe", vocab_size=8000, d_model=256, heads=8, encoder_layers=3, decoder_layers=3,
-        feedforward=1024, dropout=0.1, steps=4000, batch_tokens=4000, lr=1e-3, warmup_steps=400,
-        eval_every=500, val_sentences=300,
+        tokenizer="bpe", vocab_size=6000, d_model=256, heads=8, encoder_layers=3, decoder_layers=3,
+        feedforward=512, dropout=0.1, steps=4000, batch_tokens=3000, lr=1.5e-3, warmup_steps=300,
+        eval_every=250, val_sentences=300,
     ),
 }
 CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi30k"}
