@@ -238,9 +238,7 @@ def features_of(clause: G.Clause) -> set[tuple[str, str, str]]:
 def complete_clause(rng: random.Random, subject: G.Subject, verb: Verb, tense: str,
                     place_p: float = 0.6, need_place: bool = False) -> G.Clause:
     """Add objects and perhaps a place to ``subject`` + ``verb``."""
-    nouns = [np.noun for np in subject.conjuncts]
-    if subject.pronoun is not None and not nouns:
-        nouns = []
+    nouns = [np.noun for np in subject.conjuncts]  # empty for a pronoun subject
     objects: list[G.NP] = []
     used = [n.de for n in nouns]
     for slot in verb.slots:
@@ -413,7 +411,7 @@ def _while(rng: random.Random) -> G.SentencePair:
         sub_subject = G.Subject(pronoun=sex)
         sub = complete_clause(rng, sub_subject, sub_verb, "present")
         # the pronoun stands for the main subject: its nouns constrain places and possessives
-        sub = _recheck_pronoun_clause(rng, sub, main)
+        sub = _recheck_pronoun_clause(sub, main)
     else:
         main_verb = pick_verb(rng, "calm")
         main = complete_clause(rng, person_subject(rng, main_verb), main_verb, "present", place_p=0.4)
@@ -438,19 +436,19 @@ def _because(rng: random.Random) -> G.SentencePair:
         if main.subject.sex is None:
             raise Retry
         sub = complete_clause(rng, G.Subject(pronoun=main.subject.sex), sub_verb, tense)
-        sub = _recheck_pronoun_clause(rng, sub, main)
+        sub = _recheck_pronoun_clause(sub, main)
     else:
         sub = complete_clause(rng, possessed_subject(rng, main.subject, sub_verb), sub_verb, tense)
     phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, ("weil", "because")))
     return _finish(phrase, [main, sub], {"subordinate_because"})
 
 
-def _recheck_pronoun_clause(rng: random.Random, sub: G.Clause, main: G.Clause) -> G.Clause:
+def _recheck_pronoun_clause(sub: G.Clause, main: G.Clause) -> G.Clause:
     """A pronoun subject is the main subject: it must fit the verb, and possessives must fit it."""
     nouns = [np.noun for np in main.subject.conjuncts]
     if not all(matches(n, sub.verb.subject, sub.verb.subject_excludes) for n in nouns):
         raise Retry
-    for slot, np in zip(sub.verb.slots, sub.objects):
+    for np in sub.objects:
         if np.det == "poss" and not can_own(nouns, np.noun):
             raise Retry
         if np.noun.de in [n.de for n in nouns]:
