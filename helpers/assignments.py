@@ -503,12 +503,12 @@ def check_submission(path: str | Path, cwd: str | Path | None = None, timeout_s:
         notebook, timeout=timeout_s, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(workdir)}}
     )
     client.execute(env={**os.environ, "MPLBACKEND": "Agg"})  # figures are not needed to read verdicts
-    results = []
+    results = []  # named by the path as given: every student's copy has the same file name
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream" and output.get("name") == "stdout":
                 for mark, exercise, message in _VERDICT_LINE.findall(output.get("text", "")):
-                    results.append(CheckResult(path.name, exercise, _STATUS[mark], message))
+                    results.append(CheckResult(str(path), exercise, _STATUS[mark], message))
     return results
 
 
