@@ -40,6 +40,11 @@ to a temporary file in the output folder and moved into place (``os.replace``), 
 sees a half-written copy. Output is byte-for-byte deterministic, and an unchanged copy is not
 rewritten. Files in the output folder that the release does not produce (a teacher's notes, an
 old copy of a renamed lesson) are left alone; stale ``.ipynb`` files are listed, never deleted.
+The output folder may not be the lessons' folder or lie inside it (nbval would collect the copies).
+
+Only notebooks are written: a student copy imports ``helpers`` (its checks and the reference code
+that later cells use), so students need the course installed (``make lab``); docs/teaching.md
+says how to hand copies out, check them, and use nbgrader or otter-grader instead.
 """
 
 from __future__ import annotations
