@@ -74,6 +74,6 @@ class TranslationConfig:
 #: about three times. The lesson trains ``LESSON_STEPS`` steps, never for a time budget.
 LESSON_CONFIG = TranslationConfig(
     d_model=64, heads=4, encoder_layers=1, decoder_layers=2, feedforward=128, dropout=0.0,
-    batch_tokens=600, lr=8e-3, warmup_steps=150, label_smoothing=0.1, eval_every=0, steps=1800,
+    batch_tokens=600, lr=8e-3, warmup_steps=150, label_smoothing=0.1, eval_every=0, steps=2000,
 )
 LESSON_STEPS = LESSON_CONFIG.steps
