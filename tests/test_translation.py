@@ -374,3 +374,17 @@ def test_lesson_notebook_trains_the_benchmarked_configuration():
     assert f"STEPS = {LESSON_STEPS}\n" in source
     for field in ("encoder_layers", "decoder_layers", "feedforward", "batch_tokens", "lr", "warmup_steps"):
         assert f"{field}={getattr(LESSON_CONFIG, field)}," in source, field
+
+
+def test_an_epoch_count_or_a_time_budget_ends_training():
+    from helpers.batching import make_batches
+
+    config = TranslationConfig(**TINY, batch_tokens=64, eval_every=0)
+    examples = copy_task()
+    batches = len(make_batches([s for s, _ in examples], [t for _, t in examples], 64, shuffle=False))
+    torch.manual_seed(0)
+    history = train(Seq2SeqTransformer(config, 11, 11), examples, config, epochs=2, progress=False)
+    assert history.steps_done == 2 * batches
+    torch.manual_seed(0)
+    history = train(Seq2SeqTransformer(config, 11, 11), examples, config, minutes=0.5 / 60, progress=False)
+    assert history.steps_done >= 1  # it stopped by itself once the budget was spent
