@@ -118,13 +118,17 @@ def scaled_dot_product_attention(
         scores = scores + _additive_mask(attn_mask, scores)
 
     # 3. Softmax over the keys (the last dimension): every row becomes a probability distribution.
+    #    Without autograd the scores are not needed again, so softmax overwrites them: that saves
+    #    allocating and filling a second (..., L, S) tensor, the largest in the whole computation.
+    in_place = not (torch.is_grad_enabled() and scores.requires_grad)
     if attn_mask is None:
-        weights = torch.softmax(scores, dim=-1)
+        weights = torch.softmax(scores, dim=-1, out=scores if in_place else None)
     else:
         # A fully blocked row would be softmax(-inf, ..., -inf) = NaN (and NaN gradients);
         # define it as "attends to nothing": zero weights.
         blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
-        weights = torch.softmax(scores.masked_fill(blocked_row, 0.0), dim=-1).masked_fill(blocked_row, 0.0)
+        scores = scores.masked_fill_(blocked_row, 0.0) if in_place else scores.masked_fill(blocked_row, 0.0)
+        weights = torch.softmax(scores, dim=-1, out=scores if in_place else None).masked_fill(blocked_row, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
 

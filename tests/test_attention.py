@@ -378,3 +378,19 @@ def test_gqa_rejects_bad_groups():
         GroupedQueryAttention(30, 8, 2)
     with pytest.raises(ValueError, match=r"batch-first 3-D inputs"):
         GroupedQueryAttention(16, 4, 2)(torch.randn(5, 16), torch.randn(5, 16), torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+def test_sdpa_without_autograd_matches_torch(mask_kind):
+    """Without autograd softmax runs in place; results must not change (fully blocked rows included)."""
+    torch.manual_seed(8)
+    q, k, v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 2)
+    allowed = torch.rand(6, 5) > 0.4
+    allowed[2] = False
+    mask = {"none": None, "bool": allowed, "float": torch.zeros(6, 5).masked_fill(~allowed, float("-inf"))}[mask_kind]
+    with_grad_out, with_grad_weights = scaled_dot_product_attention(q.requires_grad_(), k, v, attn_mask=mask)
+    with torch.inference_mode():
+        out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q.detach(), k, v, attn_mask=mask))
+    torch.testing.assert_close(weights, with_grad_weights.detach())
+    torch.testing.assert_close(out, with_grad_out.detach())
