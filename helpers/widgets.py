@@ -50,7 +50,7 @@ def sharpness_figure(d_k: int = 64, temperature: float = 1.0, scaled: bool = Tru
     scaling = "/ √d_k" if scaled else "unscaled"
     attention_heatmap(
         weights, SHARPNESS_TOKENS, SHARPNESS_TOKENS, ax=ax, annotate=True,
-        title=f"d_k = {d_k}, {scaling}, T = {temperature:g}: largest weight {weights.max(-1).values.mean():.2f}",
+        title=f"d_k = {d_k}, {scaling}, T = {temperature:g}: mean largest weight per row {weights.max(-1).values.mean():.2f}",
     )
     ax.title.set_fontsize(10)
     return fig
