@@ -11,6 +11,7 @@ from helpers.attention import (
     merge_masks,
     padding_mask,
     scaled_dot_product_attention,
+    sdpa_mask_from_padding,
 )
 
 # Lesson modules add their public names below, one import line each.

@@ -28,6 +28,7 @@ __all__ = [
     "causal_mask",
     "padding_mask",
     "merge_masks",
+    "sdpa_mask_from_padding",
     "MultiHeadAttention",
     "GroupedQueryAttention",
 ]
@@ -64,6 +65,20 @@ def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Ten
         raise ValueError(f"a length {int(lengths.max())} exceeds max_len={max_len}")
     positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return positions[None, :] >= lengths[:, None]  # (N, S)
+
+
+def sdpa_mask_from_padding(key_padding_mask: Tensor) -> Tensor:
+    """Turn a (N, S) padding mask (**True = padding**) into a (N, 1, S) sdpa mask (**True = may attend**).
+
+    The padding mask has one entry per key and every query of a sentence uses the same one, so the
+    result has a query dimension of size 1 that broadcasts over the L queries of (N, L, S) scores.
+    For per-head scores (N, h, L, S) add the head dimension: ``.unsqueeze(1)`` -> (N, 1, 1, S).
+    """
+    if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
+        raise ValueError(
+            f"expected a boolean (N, S) key padding mask, got {key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
+        )
+    return ~key_padding_mask[:, None, :]  # (N, S) -> (N, 1, S), flipped
 
 
 # ---------------------------------------------------------------------------------------------

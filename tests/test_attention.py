@@ -15,6 +15,7 @@ from helpers import (
     causal_mask,
     padding_mask,
     scaled_dot_product_attention,
+    sdpa_mask_from_padding,
 )
 
 ATOL = 1e-5
@@ -394,3 +395,16 @@ def test_sdpa_without_autograd_matches_torch(mask_kind):
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q.detach(), k, v, attn_mask=mask))
     torch.testing.assert_close(weights, with_grad_weights.detach())
     torch.testing.assert_close(out, with_grad_out.detach())
+
+
+def test_sdpa_mask_from_padding_flips_and_broadcasts_over_queries():
+    pad = padding_mask([3, 1], max_len=3)  # (N, S), True = padding
+    mask = sdpa_mask_from_padding(pad)
+    assert mask.shape == (2, 1, 3) and torch.equal(mask[:, 0], ~pad)
+    q, k, v = torch.randn(2, 4, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    mha_style = torch.zeros(2, 1, 3).masked_fill(pad[:, None, :], float("-inf"))
+    torch.testing.assert_close(
+        scaled_dot_product_attention(q, k, v, attn_mask=mask)[0], F.scaled_dot_product_attention(q, k, v, attn_mask=mha_style)
+    )
+    with pytest.raises(ValueError, match=r"boolean \(N, S\) key padding mask, got torch.float32 of shape \(2, 3\)"):
+        sdpa_mask_from_padding(pad.float())
