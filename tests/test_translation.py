@@ -32,13 +32,7 @@ from helpers.translation.decoding import length_penalty
 from helpers.translation.model import BOS, EOS, PAD
 from helpers.translation.training import learning_rate_factor
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread (two threads spin against each other on a busy 2-core runner)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TINY = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, feedforward=32, dropout=0.0, max_len=32)

@@ -20,12 +20,7 @@ TINY = ["--d-model", "16", "--heads", "2", "--encoder-layers", "1", "--decoder-l
         "--val-sentences", "8", "--quiet"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
