@@ -40,6 +40,18 @@ def _not_transposed_hint(error: Exception) -> str:
     )
 
 
+def _call_learner(function: Callable[..., Tensor], args: tuple[Tensor, ...], name: str, shapes_differ: bool) -> Tensor:
+    """Run the learner's function on copies of ``args``; where L != S, a shape error means untransposed keys."""
+    try:
+        return as_tensor(function(*(a.clone() for a in args)), name)
+    except NotImplementedError:  # a RuntimeError subclass: "not attempted yet", not a shape error
+        raise
+    except RuntimeError as error:
+        if shapes_differ:
+            raise wrong(_not_transposed_hint(error)) from None
+        raise
+
+
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: attention weights softmax(Q Kᵀ / √d)
 # ---------------------------------------------------------------------------------------------
@@ -54,14 +66,7 @@ def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor
         cases.append((torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator)))
         for index, (q, k) in enumerate(cases):
             expected = _weights(q.double(), k.double())
-            try:
-                answer = as_tensor(attention_weights(q.clone(), k.clone()), "the weights")
-            except NotImplementedError:
-                raise
-            except RuntimeError as error:
-                if index == 1:
-                    raise wrong(_not_transposed_hint(error)) from None
-                raise
+            answer = _call_learner(attention_weights, (q, k), "the weights", shapes_differ=index == 1)
             expect_shape(answer, expected.shape, "the weights (..., L, S)")
             if close(answer, expected):
                 continue
@@ -116,14 +121,7 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
         ]
         for index, (q, k, v, mask) in enumerate(cases):
             expected, expected_weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
-            try:
-                answer = as_tensor(masked_attention(q.clone(), k.clone(), v.clone(), mask.clone()), "the output")
-            except NotImplementedError:
-                raise
-            except RuntimeError as error:
-                if index == 1:
-                    raise wrong(_not_transposed_hint(error)) from None
-                raise
+            answer = _call_learner(masked_attention, (q, k, v, mask), "the output", shapes_differ=index == 1)
             if tuple(answer.shape) == tuple(expected_weights.shape):
                 raise wrong(
                     f"the result has the shape of the weights (..., L, S) = {tuple(expected_weights.shape)}: return the "
