@@ -119,6 +119,18 @@ def test_token_embedding_is_scaled_lookup():
     torch.testing.assert_close(plain(ids), plain.weight[ids])
 
 
+def test_token_embedding_starts_as_large_as_the_positions():
+    # Scaled or not, the output starts with entries of size about 1 (the positional encoding's size):
+    # a scaled table starts at 1 / sqrt(E), so the scaled embeddings do not drown out position.
+    torch.manual_seed(0)
+    ids = torch.arange(1, 2000)[None, :]
+    for scale in (True, False):
+        embed = TokenEmbedding(2000, 64, padding_idx=0, scale=scale).requires_grad_(False)
+        assert abs(float(embed(ids).std()) - 1.0) < 0.05, scale
+        assert float(embed(torch.zeros(1, 1, dtype=torch.long)).abs().max()) == 0.0  # padding row still zero
+    assert abs(float(TokenEmbedding(2000, 64).weight.detach().std()) - 1 / 8) < 0.01  # 1 / sqrt(64)
+
+
 def test_token_embedding_rejects_bad_ids():
     embed = TokenEmbedding(5, 3)
     with pytest.raises(ValueError, match=r"\[0, 4\].*5"):
