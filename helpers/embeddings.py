@@ -147,17 +147,19 @@ class PositionalEncoding(nn.Module):
             "encoding", sinusoidal_positional_encoding(max_len, embed_dim, base=base), persistent=False
         )  # (P, E)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """Add positions ``start .. start + L - 1`` (``start`` > 0: the next tokens of a sequence
+        whose first ``start`` tokens were encoded earlier, as in step-by-step decoding)."""
         if x.dim() != 3 or x.size(-1) != self.embed_dim:
             raise ValueError(
                 f"PositionalEncoding expects batch-first embeddings (N, L, E) with E={self.embed_dim}, "
                 f"got shape {tuple(x.shape)}"
             )
-        length = x.size(1)
-        if length > self.max_len:
+        end = start + x.size(1)
+        if start < 0 or end > self.max_len:
             raise ValueError(
-                f"sequence length L={length} exceeds max_len={self.max_len}; build PositionalEncoding "
+                f"positions {start}..{end - 1} must lie in [0, max_len={self.max_len}); build PositionalEncoding "
                 f"with a larger max_len"
             )
-        positions = self.encoding[:length].to(dtype=x.dtype)  # (L, E), broadcast over the batch
+        positions = self.encoding[start:end].to(dtype=x.dtype)  # (L, E), broadcast over the batch
         return self.dropout(x + positions)  # (N, L, E)

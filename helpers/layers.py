@@ -42,6 +42,9 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
     (``need_weights=False``, torch's fused kernel) and both attributes are ``None``, so no weights
     from an earlier pass linger. ``clear_records()`` drops them on demand.
 
+    For decoding, ``forward_step`` runs the layer for the newest target position only, reusing a
+    cache of the earlier positions' inputs (what their keys and values are made from).
+
     Inside ``nn.TransformerDecoder`` the layer is deep-copied ``num_layers`` times: read the records
     from ``decoder.layers[i]`` (or all at once with ``cross_attention_weights(decoder)``).
 
@@ -120,6 +123,41 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
         )
         self.cross_attn_weights = weights.detach()
         return self.dropout2(out)
+
+
+    # -- one position at a time, for decoding ----------------------------------------------------
+    def forward_step(
+        self, x: Tensor, past: Tensor | None, memory: Tensor, memory_key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The layer's output for the newest target position only, reusing what earlier positions left.
+
+        x (N, 1, E): the newest position's input. past (N, t, E) or None: the inputs of the layer's
+        self-attention at the t earlier positions, as returned by the previous step. Returns the
+        output (N, 1, E), equal to row t of ``forward`` on all t + 1 positions with a causal mask,
+        and the new cache (N, t + 1, E) for the next step.
+
+        Why this is all a step needs: with a causal mask, earlier positions never see later ones, so
+        their outputs do not change when a token is added; the new position needs only their keys
+        and values, which come from its self-attention's inputs. Everything else (cross-attention,
+        feed-forward) is per position. Batch first only; no masks besides the memory's padding (a
+        sequence being decoded has no padding of its own).
+        """
+        if not self.self_attn.batch_first:
+            raise ValueError("forward_step needs a batch-first layer (batch_first=True)")
+        if x.dim() != 3 or x.size(1) != 1:
+            raise ValueError(f"forward_step takes one position per sequence, x of shape (N, 1, E); got {tuple(x.shape)}")
+        if self.norm_first:
+            h = self.norm1(x)
+            seen = h if past is None else torch.cat([past, h], dim=1)  # (N, t+1, E)
+            x = x + self.dropout1(self.self_attn(h, seen, seen, need_weights=False)[0])
+            x = x + self._mha_block(self.norm2(x), memory, None, memory_key_padding_mask)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            seen = x if past is None else torch.cat([past, x], dim=1)  # (N, t+1, E)
+            x = self.norm1(x + self.dropout1(self.self_attn(x, seen, seen, need_weights=False)[0]))
+            x = self.norm2(x + self._mha_block(x, memory, None, memory_key_padding_mask))
+            x = self.norm3(x + self._ff_block(x))
+        return x, seen
 
 
 def _inspectable_layers(module: nn.Module) -> list[InspectableDecoderLayer]:

@@ -69,6 +69,17 @@ def test_positional_encoding_module_adds_table_to_every_sequence():
     torch.testing.assert_close(module(x), expected)
 
 
+def test_positional_encoding_module_can_start_later_in_the_sequence():
+    # Step-by-step decoding adds position t to the t-th token alone: the same as slicing the full result.
+    torch.manual_seed(0)
+    module = PositionalEncoding(embed_dim=8, max_len=20)
+    x = torch.randn(2, 9, 8)
+    full = module(x)
+    torch.testing.assert_close(module(x[:, 4:7], start=4), full[:, 4:7])
+    with pytest.raises(ValueError, match=r"positions 18..20.*max_len=20"):
+        module(x[:, :3], start=18)
+
+
 def test_positional_encoding_module_keeps_float64():
     module = PositionalEncoding(embed_dim=4, max_len=6)
     x = torch.zeros(2, 6, 4, dtype=torch.float64)

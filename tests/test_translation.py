@@ -188,6 +188,55 @@ def test_beam_search_finds_a_hypothesis_at_least_as_good_as_greedy_and_is_batch_
     assert len(beam_search(model, src, beam_size=4, return_attention=True, max_len=5).attention) == 3
 
 
+def test_decode_step_gives_the_last_row_of_a_full_decode():
+    model = tiny_model(seed=2)
+    src = random_source(N=3, S=7, seed=4)
+    tgt = torch.randint(4, 13, (3, 6), generator=torch.Generator().manual_seed(0))
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        memory, src_padding = model.encode(src)
+        full = model.decode(tgt, memory, src_padding)  # (N, L, V)
+        cache = None
+        for t in range(tgt.size(1)):
+            logits, cache = model.decode_step(tgt[:, t : t + 1], memory, src_padding, cache)
+            torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-5)
+    assert [c.shape for c in cache] == [(3, 6, 16)] * 2  # one (N, t, E) per decoder layer
+
+
+def naive_beam_search(model: Seq2SeqTransformer, src_row: torch.Tensor, k: int, alpha: float, max_len: int) -> list[int]:
+    """One sentence, k hypotheses as plain lists, a full forward pass for each: the definition the
+    batched, cached search must match. A finished hypothesis keeps its score and competes on."""
+    src = src_row[src_row.ne(PAD)].unsqueeze(0)
+
+    def rank(hypothesis):
+        _, score, length, _ = hypothesis
+        return score / float(length_penalty(torch.tensor(length), alpha))
+
+    beams = [([BOS], 0.0, 0, False)]  # (tokens, log-probability, length with EOS, finished)
+    for _ in range(max_len):
+        candidates = []
+        for tokens, score, length, finished in beams:
+            if finished:
+                candidates.append((tokens, score, length, True))
+                continue
+            with torch.no_grad():
+                log_probs = model(src, torch.tensor([tokens]))[0, -1].log_softmax(-1).tolist()
+            candidates += [(tokens + [t], score + lp, length + 1, t == EOS) for t, lp in enumerate(log_probs)]
+        beams = sorted(candidates, key=rank, reverse=True)[:k]
+        if all(finished for *_, finished in beams):
+            break
+    tokens = max(beams, key=rank)[0][1:]
+    return tokens[: tokens.index(EOS)] if EOS in tokens else tokens
+
+
+def test_batched_cached_beam_search_equals_the_plain_definition():
+    for seed in (7, 9):
+        model = tiny_model(seed=seed)
+        src = random_source(N=3, S=8, seed=seed + 1)
+        batched = beam_search(model, src, beam_size=3, alpha=0.6, max_len=6).ids
+        assert batched == [naive_beam_search(model, row, k=3, alpha=0.6, max_len=6) for row in src]
+
+
 def test_decoding_rejects_bad_sources():
     model = tiny_model()
     with pytest.raises(ValueError, match="int64"):

@@ -1,9 +1,11 @@
 """Turning a trained model's next-token scores into translations: greedy search and beam search.
 
 Shapes: N sentences, k beams, S source length, T produced length (tokens incl. EOS), V vocabulary,
-layers x h heads. Both searches run the encoder once per batch and keep its output (the memory,
-(N, S, E)) for every step — that is what decoding can cache without changing the layers; finished
-sentences leave the batch so that each step only runs the decoder for those still writing.
+layers x h heads. Both searches cache what decoding can: the encoder runs once per batch and its
+output (the memory, (N, S, E)) serves every step, and each decoder layer keeps the inputs of the
+positions already decoded (``Seq2SeqTransformer.decode_step``), so a step runs the decoder for the
+newest position only instead of the whole prefix again. Finished sentences leave the batch so that
+each greedy step only runs the decoder for those still writing.
 
 Each search can also return the cross-attention of every decoder layer and head for the tokens it
 produced. Because the decoder is causal, the attention of output row t depends only on the tokens
@@ -57,11 +59,14 @@ def greedy_decode(
     tokens = torch.full((N, max_len + 1), PAD, dtype=torch.long, device=src.device)
     tokens[:, 0] = BOS
     alive = torch.arange(N, device=src.device)  # sentences still writing
+    cache = None  # per decoder layer: (n_alive, t, E), the inputs of the positions already read
     for t in range(max_len):
-        logits = model.decode(tokens[alive, : t + 1], memory[alive], src_padding[alive])[:, -1]  # (n_alive, V)
+        logits, cache = model.decode_step(tokens[alive, t : t + 1], memory, src_padding, cache)  # (n_alive, V)
         next_token = logits.argmax(dim=-1)  # (n_alive,)
         tokens[alive, t + 1] = next_token
-        alive = alive[next_token.ne(EOS)]
+        writing = next_token.ne(EOS)
+        alive, memory, src_padding = alive[writing], memory[writing], src_padding[writing]
+        cache = [layer_cache[writing] for layer_cache in cache]
         if alive.numel() == 0:
             break
     ids = [_until_eos(row[1:].tolist()) for row in tokens]
@@ -106,8 +111,10 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start identical: expand only the first, or the k beams would be copies
     lengths = torch.zeros(N, k, dtype=torch.long, device=device)
     finished = torch.zeros(N, k, dtype=torch.bool, device=device)
+    cache = None  # per decoder layer: (N*k, t, E), reordered with the beams below
     for _ in range(max_len):
-        log_probs = F.log_softmax(model.decode(tokens, memory, src_padding)[:, -1], dim=-1)  # (N*k, V)
+        logits, cache = model.decode_step(tokens[:, -1:], memory, src_padding, cache)  # (N*k, V)
+        log_probs = F.log_softmax(logits, dim=-1)  # (N*k, V)
         V = log_probs.size(-1)
         log_probs = log_probs.view(N, k, V)
         # A finished hypothesis may only be continued by PAD, at no cost.
@@ -124,6 +131,7 @@ def beam_search(
         finished = finished.gather(1, beam) | token.eq(EOS)
         rows = (torch.arange(N, device=device).unsqueeze(1) * k + beam).view(-1)  # (N*k,) parent rows
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*k, t+1)
+        cache = [layer_cache[rows] for layer_cache in cache]  # each beam continues its parent's cache
         if finished.all():
             break
     winner = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)  # (N,)

@@ -90,6 +90,25 @@ class Seq2SeqTransformer(nn.Module):
         )  # (N, L, E)
         return self.generator(hidden)  # (N, L, V)
 
+    def decode_step(self, token: Tensor, memory: Tensor, src_padding: Tensor,
+                    cache: list[Tensor] | None = None) -> tuple[Tensor, list[Tensor]]:
+        """Logits for the next token after one more target token, without re-reading the earlier ones.
+
+        token (N, 1): the newest token of each sequence; cache: what the previous call returned (None
+        at the first step, when ``token`` is BOS). Returns logits (N, V), equal to the last row of
+        ``decode`` on the whole sequence so far, and the new cache: one (N, t + 1, E) tensor per
+        decoder layer. Each step costs one position's work instead of re-running all t + 1.
+        """
+        start = 0 if cache is None else cache[0].size(1)  # tokens already read
+        x = self.positions(self.tgt_embedding(token), start=start)  # (N, 1, E)
+        new_cache = []
+        for index, layer in enumerate(self.decoder_layers):
+            x, seen = layer.forward_step(x, None if cache is None else cache[index], memory, src_padding)
+            new_cache.append(seen)
+        if self.transformer.decoder.norm is not None:
+            x = self.transformer.decoder.norm(x)
+        return self.generator(x[:, -1]), new_cache  # (N, V)
+
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, src_padding = self.encode(src)
         return self.decode(tgt_in, memory, src_padding)
