@@ -290,7 +290,9 @@ class MultiHeadAttention(nn.Module):
         if is_causal and attn_mask is None:
             raise ValueError("is_causal=True is a hint that attn_mask is causal: pass the causal attn_mask too")
 
-        q, k, v = self._project_heads(query, key, value)  # (N, h, L, d), (N, h, S, d), (N, h, S, d)
+        # The step-by-step sdpa (weights wanted) multiplies head-major matrices, so it gets one copy in
+        # that layout; torch's fused kernel reads strided heads in place.
+        q, k, v = self._project_heads(query, key, value, head_major=need_weights)  # (N, h, L, d), (N, h, S, d) x 2
         mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)  # (N or 1, h or 1, L, S)
         dropout_p = self.dropout if self.training else 0.0
 
@@ -323,8 +325,13 @@ class MultiHeadAttention(nn.Module):
         N, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(N, T, self.embed_dim)
 
-    def _project_heads(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Apply W_q, W_k, W_v (and biases), then split heads: (N, T, ·) -> (N, h, T, d) each."""
+    def _project_heads(
+        self, query: Tensor, key: Tensor, value: Tensor, head_major: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Apply W_q, W_k, W_v (and biases), then split heads: (N, T, ·) -> (N, h, T, d) each.
+
+        Self-attention's heads are strided views of one projection unless ``head_major`` asks for a
+        contiguous head-major copy."""
         E = self.embed_dim
         if self._qkv_same_embed_dim and query is key and key is value:
             # Self-attention: one (N, L, E) @ (E, 3E) product for Q, K and V together. The heads are
@@ -334,7 +341,7 @@ class MultiHeadAttention(nn.Module):
             N, L, _ = query.shape
             qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (N, L, 3E)
             qkv = qkv.view(N, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, N, h, L, d), a view
-            return qkv.unbind(0)
+            return (qkv.contiguous() if head_major else qkv).unbind(0)
         b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(E)
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.split(E)
