@@ -124,7 +124,6 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
         self.cross_attn_weights = weights.detach()
         return self.dropout2(out)
 
-
     # -- one position at a time, for decoding ----------------------------------------------------
     def forward_step(
         self, x: Tensor, past: Tensor | None, memory: Tensor, memory_key_padding_mask: Tensor | None = None
