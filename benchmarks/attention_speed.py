@@ -69,8 +69,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
-          f"batch {BATCH}, embedding {EMBED}, {HEADS} heads, median of {args.repeats}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+        f"batch {BATCH}, embedding {EMBED}, {HEADS} heads, median of {args.repeats}\n"
+    )
     print("| mode | weights | length | ours (ms) | torch (ms) | ours / torch |")
     print("|---|---|---:|---:|---:|---:|")
     for backward in (False, True):
@@ -78,8 +80,11 @@ def main() -> None:
             for length in args.lengths:
                 ours, theirs = compare(length, need_weights, backward, args.repeats)
                 mode = "forward+backward" if backward else "inference"
-                print(f"| {mode} | {'yes' if need_weights else 'no'} | {length} | {ours * 1e3:.1f} | "
-                      f"{theirs * 1e3:.1f} | {ours / theirs:.2f} |", flush=True)
+                print(
+                    f"| {mode} | {'yes' if need_weights else 'no'} | {length} | {ours * 1e3:.1f} | "
+                    f"{theirs * 1e3:.1f} | {ours / theirs:.2f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

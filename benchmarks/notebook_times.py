@@ -23,7 +23,9 @@ CPU_PROBE = "import os; t = os.times(); print(t.user + t.system + t.children_use
 def run(path: Path) -> tuple[float, float]:
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell(CPU_PROBE))
-    client = NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     client.execute()
     wall = time.perf_counter() - start

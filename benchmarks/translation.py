@@ -92,9 +92,23 @@ def measure_lesson() -> dict:
     out = Path("/tmp") / "06_translation.benchmark.ipynb"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
-                    "--ExecutePreprocessor.timeout=600", str(notebook), "--output", str(out)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--ExecutePreprocessor.timeout=600",
+            str(notebook),
+            "--output",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"lesson_wall_s": round(time.perf_counter() - start, 1), "lesson_cpu_s_incl_kernel": round(cpu, 1)}

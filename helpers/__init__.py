@@ -13,11 +13,17 @@ from helpers.attention import (
     scaled_dot_product_attention,
     sdpa_mask_from_padding,
 )
+from helpers.batching import Batch, make_batches, pad
+from helpers.data import ParallelCorpus, download_multi30k, load_corpus
 
 # Lesson modules add their public names below, one import line each.
-from helpers.embeddings import PositionalEncoding, TokenEmbedding, cosine_similarity_matrix, one_hot_embedding, sinusoidal_positional_encoding
-from helpers.data import ParallelCorpus, load_corpus, download_multi30k
-from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
-from helpers.batching import Batch, make_batches, pad
+from helpers.embeddings import (
+    PositionalEncoding,
+    TokenEmbedding,
+    cosine_similarity_matrix,
+    one_hot_embedding,
+    sinusoidal_positional_encoding,
+)
 from helpers.layers import InspectableDecoderLayer
+from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint

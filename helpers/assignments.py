@@ -68,19 +68,19 @@ from nbformat.v4.rwbase import rejoin_lines
 __all__ = [
     "BEGIN_MARKER",
     "END_MARKER",
+    "NOTEBOOKS_DIR",
     "PLACEHOLDER",
     "SOLUTION_ONLY_TAG",
-    "NOTEBOOKS_DIR",
-    "ReleaseError",
+    "CheckResult",
     "Exercise",
-    "strip_solutions",
-    "student_copy",
+    "ReleaseError",
+    "check_submission",
     "find_exercises",
+    "main",
     "nbgrader_source",
     "release",
-    "CheckResult",
-    "check_submission",
-    "main",
+    "strip_solutions",
+    "student_copy",
 ]
 
 BEGIN_MARKER = "# BEGIN SOLUTION"
@@ -377,10 +377,15 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
     if out_dir.exists() and not out_dir.is_dir():
         raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
     if out_dir.exists() and out_dir.resolve() == notebooks_dir.resolve():
-        raise ReleaseError(str(out_dir), None, "the output folder is the lessons' own folder; the release would overwrite the solutions")
+        raise ReleaseError(
+            str(out_dir),
+            None,
+            "the output folder is the lessons' own folder; the release would overwrite the solutions",
+        )
     if notebooks_dir.resolve() in out_dir.resolve().parents:
         raise ReleaseError(
-            str(out_dir), None,
+            str(out_dir),
+            None,
             f"the output folder is inside the lessons' folder {notebooks_dir}; nbval and `make test` would take "
             "the student copies for lessons. Choose a folder outside it (the default is student/).",
         )
@@ -434,8 +439,23 @@ def _graded_check(source: str) -> tuple[str, int] | None:
 def _nbgrader_metadata(grade_id: str, answer: bool, points: int = 0) -> dict:
     """nbgrader's cell metadata (schema 3) for an autograded answer or a locked autograder test."""
     if answer:
-        return {"grade": False, "grade_id": grade_id, "locked": False, "schema_version": 3, "solution": True, "task": False}
-    return {"grade": True, "grade_id": grade_id, "locked": True, "points": points, "schema_version": 3, "solution": False, "task": False}
+        return {
+            "grade": False,
+            "grade_id": grade_id,
+            "locked": False,
+            "schema_version": 3,
+            "solution": True,
+            "task": False,
+        }
+    return {
+        "grade": True,
+        "grade_id": grade_id,
+        "locked": True,
+        "points": points,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+    }
 
 
 def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False) -> NotebookNode:
@@ -454,14 +474,18 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
         functions.setdefault(exercise.cell_index, []).append(exercise.function or "exercise")
     graded = copy.deepcopy(notebook)
     kept = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in _tags(cell)]
-    code_after = {index: [later for later in kept if later > index and notebook.cells[later].cell_type == "code"] for index in functions}
+    code_after = {
+        index: [later for later in kept if later > index and notebook.cells[later].cell_type == "code"]
+        for index in functions
+    }
     for index, names in functions.items():
         label = f"{'-'.join(names)}-{index}"
         graded.cells[index].metadata["nbgrader"] = _nbgrader_metadata(f"{label}-answer", answer=True)
         test = _graded_check(notebook.cells[code_after[index][0]].source) if code_after[index] else None
         if test is None:
             raise ReleaseError(
-                name, index,
+                name,
+                index,
                 "this exercise is not followed by a code cell that calls a check_...() function, so nbgrader "
                 "would have nothing to grade it with",
                 notebook.cells[index].source,
@@ -505,7 +529,11 @@ def check_submission(path: str | Path, cwd: str | Path | None = None, timeout_s:
     notebook = _read(path)
     workdir = Path(cwd) if cwd is not None else (NOTEBOOKS_DIR if NOTEBOOKS_DIR.is_dir() else path.parent)
     client = NotebookClient(
-        notebook, timeout=timeout_s, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(workdir)}}
+        notebook,
+        timeout=timeout_s,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(workdir)}},
     )
     client.execute(env={**os.environ, "MPLBACKEND": "Agg"})  # figures are not needed to read verdicts
     results = []  # named by the path as given: every student's copy has the same file name
@@ -531,7 +559,9 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
     sources = sorted(notebooks_dir.glob("*.ipynb"))
     if not sources:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
-    contents = {source: _serialize(nbgrader_source(_read(source), str(source), hide_checks), str(source)) for source in sources}
+    contents = {
+        source: _serialize(nbgrader_source(_read(source), str(source), hide_checks), str(source)) for source in sources
+    }
     for source, data in contents.items():
         target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -552,16 +582,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.assignments", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
-    release_parser.add_argument("--out", required=True, type=Path, help="folder for the student copies (created if missing)")
+    release_parser.add_argument(
+        "--out", required=True, type=Path, help="folder for the student copies (created if missing)"
+    )
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
-    nbgrader_parser = commands.add_parser("nbgrader", help="write nbgrader source notebooks, one assignment folder per lesson")
-    nbgrader_parser.add_argument("--out", required=True, type=Path, help="nbgrader's source/ folder (e.g. course/source)")
-    nbgrader_parser.add_argument("--hide-checks", action="store_true", help="exam mode: students see no checks and no hints; nbgrader runs them when grading")
+    nbgrader_parser = commands.add_parser(
+        "nbgrader", help="write nbgrader source notebooks, one assignment folder per lesson"
+    )
+    nbgrader_parser.add_argument(
+        "--out", required=True, type=Path, help="nbgrader's source/ folder (e.g. course/source)"
+    )
+    nbgrader_parser.add_argument(
+        "--hide-checks",
+        action="store_true",
+        help="exam mode: students see no checks and no hints; nbgrader runs them when grading",
+    )
     for sub in (release_parser, list_parser, nbgrader_parser):
-        sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)")
-    check_parser = commands.add_parser("check", help="run handed-in notebooks and print every check's verdict (tab-separated)")
-    check_parser.add_argument("submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)")
-    check_parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default: %(default)s)")
+        sub.add_argument(
+            "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)"
+        )
+    check_parser = commands.add_parser(
+        "check", help="run handed-in notebooks and print every check's verdict (tab-separated)"
+    )
+    check_parser.add_argument(
+        "submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)"
+    )
+    check_parser.add_argument(
+        "--timeout", type=int, default=600, help="seconds one cell may run (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":

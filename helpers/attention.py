@@ -24,13 +24,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
-    "scaled_dot_product_attention",
-    "causal_mask",
-    "padding_mask",
-    "merge_masks",
-    "sdpa_mask_from_padding",
-    "MultiHeadAttention",
     "GroupedQueryAttention",
+    "MultiHeadAttention",
+    "causal_mask",
+    "merge_masks",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sdpa_mask_from_padding",
 ]
 
 
@@ -382,7 +382,13 @@ class MultiHeadAttention(nn.Module):
 
 
 def merge_masks(
-attn_mask: Tensor | None, key_padding_mask: Tensor | None, N: int, num_heads: int, L: int, S: int, dtype: torch.dtype
+    attn_mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    N: int,
+    num_heads: int,
+    L: int,
+    S: int,
+    dtype: torch.dtype,
 ) -> Tensor | None:
     """Combine ``nn.MultiheadAttention``-style masks into one float mask to add to the scores.
 
@@ -441,7 +447,9 @@ class GroupedQueryAttention(nn.Module):
     over the query heads, (N, h, L, S) with ``average_attn_weights=False``, or None.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self, embed_dim: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
+    ) -> None:
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")

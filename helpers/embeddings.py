@@ -17,11 +17,11 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
-    "TokenEmbedding",
-    "sinusoidal_positional_encoding",
     "PositionalEncoding",
-    "one_hot_embedding",
+    "TokenEmbedding",
     "cosine_similarity_matrix",
+    "one_hot_embedding",
+    "sinusoidal_positional_encoding",
 ]
 
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-__all__ = ["InspectableDecoderLayer", "recording", "cross_attention_weights", "self_attention_weights"]
+__all__ = ["InspectableDecoderLayer", "cross_attention_weights", "recording", "self_attention_weights"]
 
 
 class InspectableDecoderLayer(nn.TransformerDecoderLayer):
@@ -144,7 +144,9 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
         if not self.self_attn.batch_first:
             raise ValueError("forward_step needs a batch-first layer (batch_first=True)")
         if x.dim() != 3 or x.size(1) != 1:
-            raise ValueError(f"forward_step takes one position per sequence, x of shape (N, 1, E); got {tuple(x.shape)}")
+            raise ValueError(
+                f"forward_step takes one position per sequence, x of shape (N, 1, E); got {tuple(x.shape)}"
+            )
         if self.norm_first:
             h = self.norm1(x)
             seen = h if past is None else torch.cat([past, h], dim=1)  # (N, t+1, E)

@@ -148,8 +148,14 @@ def position_similarity_plot(encoding: Tensor, reference_positions: Sequence[int
     fig.colorbar(image, ax=left, fraction=0.046, pad=0.04, label="dot product")
     positions = torch.arange(P)
     for reference, marker in zip(reference_positions, ("o", "s", "^", "D", "v")):
-        right.plot((positions - reference).numpy(), similarity[reference].numpy(), marker=marker, markersize=3,
-                   linewidth=1, label=f"from position {reference}")
+        right.plot(
+            (positions - reference).numpy(),
+            similarity[reference].numpy(),
+            marker=marker,
+            markersize=3,
+            linewidth=1,
+            label=f"from position {reference}",
+        )
     right.set_xlabel("distance j - i")
     right.set_ylabel("PE[i] · PE[j]")
     right.set_title("the same curve, wherever you start")
@@ -254,13 +260,17 @@ def head_split_diagram(num_tokens: int = 4, embed_dim: int = 8, num_heads: int =
     T, E, h = num_tokens, embed_dim, num_heads
     d = E // h
     colours = plt.get_cmap("cividis")([0.15 + 0.7 * i / max(h - 1, 1) for i in range(h)])
-    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.2), constrained_layout=True, gridspec_kw={"width_ratios": [1, 1.25, 1]})
+    fig, axes = plt.subplots(
+        1, 3, figsize=(12.0, 3.2), constrained_layout=True, gridspec_kw={"width_ratios": [1, 1.25, 1]}
+    )
 
     def matrix(ax, x0, y0, rows, cols, head_of_col, label=None):
         for r in range(rows):
             for c in range(cols):
                 head = head_of_col(c)
-                ax.add_patch(plt.Rectangle((x0 + c, y0 - r - 1), 1, 1, facecolor=colours[head], edgecolor="white", linewidth=1))
+                ax.add_patch(
+                    plt.Rectangle((x0 + c, y0 - r - 1), 1, 1, facecolor=colours[head], edgecolor="white", linewidth=1)
+                )
                 text_colour = "white" if head < h / 2 else "black"  # dark text on the light (yellow) end of cividis
                 ax.text(x0 + c + 0.5, y0 - r - 0.5, f"{r}", ha="center", va="center", fontsize=7, color=text_colour)
         if label:
@@ -272,9 +282,13 @@ def head_split_diagram(num_tokens: int = 4, embed_dim: int = 8, num_heads: int =
     gap = 1.0
     for i in range(h):
         matrix(middle, i * (d + gap), 0, T, d, lambda c, i=i: i, label=f"head {i}")
-    middle.set_title(f"view (T, h, d), transpose -> (h, T, d) = ({h}, {T}, {d})\neach head attends on its own", fontsize=10)
+    middle.set_title(
+        f"view (T, h, d), transpose -> (h, T, d) = ({h}, {T}, {d})\neach head attends on its own", fontsize=10
+    )
     matrix(right, 0, 0, T, E, lambda c: c // d)
-    right.set_title(f"transpose back, reshape: (T, E) = ({T}, {E})\nheads side by side, then W_o mixes them", fontsize=10)
+    right.set_title(
+        f"transpose back, reshape: (T, E) = ({T}, {E})\nheads side by side, then W_o mixes them", fontsize=10
+    )
     for ax, width in ((left, E), (middle, h * (d + gap) - gap), (right, E)):
         ax.set_xlim(-0.3, width + 0.3)
         ax.set_ylim(-T - 0.3, 1.3)
@@ -296,13 +310,28 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
 
     def box(x, y, text, colour, bold=False):
         ax.add_patch(plt.Rectangle((x, y), width, height, facecolor=colour, edgecolor="black", linewidth=0.8))
-        ax.text(x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=9, fontweight="bold" if bold else "normal")
+        ax.text(
+            x + width / 2,
+            y + height / 2,
+            text,
+            ha="center",
+            va="center",
+            fontsize=9,
+            fontweight="bold" if bold else "normal",
+        )
 
     def arrow(x0, y0, x1, y1, **kw):
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", linewidth=1.2, **kw))
 
     encoder = ["self-attention (h heads)", "add & norm", "feed-forward", "add & norm"]
-    decoder = ["masked self-attention (h heads)", "add & norm", "cross-attention (h heads)", "add & norm", "feed-forward", "add & norm"]
+    decoder = [
+        "masked self-attention (h heads)",
+        "add & norm",
+        "cross-attention (h heads)",
+        "add & norm",
+        "feed-forward",
+        "add & norm",
+    ]
     ex, dx, y0 = 0.0, 5.0, 0.8
     for i, text in enumerate(encoder):
         box(ex, y0 + i * step, text, attention if "attention" in text else other, bold="attention" in text)
@@ -310,13 +339,22 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
         box(dx, y0 + i * step, text, attention if "attention" in text else other, bold="attention" in text)
     # Frames around one layer of each stack, repeated num_layers times.
     for x, n in ((ex, len(encoder)), (dx, len(decoder))):
-        ax.add_patch(plt.Rectangle((x - 0.25, y0 - 0.25), width + 0.5, n * step + 0.25, fill=False, linestyle="--", linewidth=1))
+        ax.add_patch(
+            plt.Rectangle((x - 0.25, y0 - 0.25), width + 0.5, n * step + 0.25, fill=False, linestyle="--", linewidth=1)
+        )
         ax.text(x + width + 0.35, y0 + n * step / 2, f"x {num_layers}", fontsize=11, va="center")
     ax.text(ex + width / 2, y0 + len(encoder) * step + 0.2, "encoder layer", ha="center", fontsize=11)
     ax.text(dx + width / 2, y0 + len(decoder) * step + 0.2, "decoder layer", ha="center", fontsize=11)
     # Inputs from below, flow upwards.
     ax.text(ex + width / 2, 0.0, "source tokens + positions\n(German)", ha="center", va="center", fontsize=9)
-    ax.text(dx + width / 2, 0.0, "target tokens so far + positions\n(English, shifted right)", ha="center", va="center", fontsize=9)
+    ax.text(
+        dx + width / 2,
+        0.0,
+        "target tokens so far + positions\n(English, shifted right)",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
     arrow(ex + width / 2, 0.3, ex + width / 2, y0)
     arrow(dx + width / 2, 0.3, dx + width / 2, y0)
     for x, n in ((ex, len(encoder)), (dx, len(decoder))):
@@ -331,9 +369,18 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
     arrow(bend, cross_y, dx, cross_y, mutation_scale=14)
     ax.text(ex, ys + 0.1, "memory (N, S, E): keys and values\nof every cross-attention", fontsize=9, va="bottom")
     ax.text(dx + width + 0.35, cross_y - 0.35, "queries from\nthe decoder", fontsize=8, va="center")
-    ax.text(dx + width / 2, y0 + len(decoder) * step + 0.7, "-> linear + softmax over the target vocabulary", ha="center", fontsize=9)
+    ax.text(
+        dx + width / 2,
+        y0 + len(decoder) * step + 0.7,
+        "-> linear + softmax over the target vocabulary",
+        ha="center",
+        fontsize=9,
+    )
     ax.set_xlim(-0.6, dx + width + 1.6)
     ax.set_ylim(-0.5, y0 + len(decoder) * step + 1.0)
     ax.axis("off")
-    ax.set_title("where attention sits (highlighted): encoder self-attention; decoder masked self-attention and cross-attention", fontsize=10)
+    ax.set_title(
+        "where attention sits (highlighted): encoder self-attention; decoder masked self-attention and cross-attention",
+        fontsize=10,
+    )
     return fig

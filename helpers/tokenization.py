@@ -51,9 +51,7 @@ class Tokenizer:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         for expected_id, token in enumerate(SPECIAL_TOKENS):
             if backend.token_to_id(token) != expected_id:
-                raise ValueError(
-                    f"special token {token} must have id {expected_id}, got {backend.token_to_id(token)}"
-                )
+                raise ValueError(f"special token {token} must have id {expected_id}, got {backend.token_to_id(token)}")
         self.backend = backend
         self.kind = kind
 
@@ -192,13 +190,17 @@ def train_tokenizer(
     if kind == "word":
         backend = tokenizers.Tokenizer(models.WordLevel(unk_token=UNK))
         trainer = trainers.WordLevelTrainer(
-            vocab_size=vocab_size or 10_000_000, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            vocab_size=vocab_size or 10_000_000,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
             show_progress=False,
         )
     else:
         backend = tokenizers.Tokenizer(models.BPE(unk_token=UNK))
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size or 4000, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            vocab_size=vocab_size or 4000,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
             show_progress=False,
         )
     backend.normalizer = normalizers.NFC()

@@ -22,8 +22,9 @@ from helpers.plotting import attention_heatmap
 SHARPNESS_TOKENS = ("A", "mother", "and", "her", "little", "son")
 
 
-def sharpness_weights(d_k: int = 64, temperature: float = 1.0, scaled: bool = True, seed: int = 0,
-                      num_tokens: int = len(SHARPNESS_TOKENS)) -> Tensor:
+def sharpness_weights(
+    d_k: int = 64, temperature: float = 1.0, scaled: bool = True, seed: int = 0, num_tokens: int = len(SHARPNESS_TOKENS)
+) -> Tensor:
     """Self-attention weights of random queries and keys with head size ``d_k``: (L, L).
 
     Queries and keys have entries drawn from N(0, 1) (what trained projections roughly give), so the
@@ -49,7 +50,11 @@ def sharpness_figure(d_k: int = 64, temperature: float = 1.0, scaled: bool = Tru
     fig, ax = plt.subplots(figsize=(5.2, 4.2), constrained_layout=True)
     scaling = "/ √d_k" if scaled else "unscaled"
     attention_heatmap(
-        weights, SHARPNESS_TOKENS, SHARPNESS_TOKENS, ax=ax, annotate=True,
+        weights,
+        SHARPNESS_TOKENS,
+        SHARPNESS_TOKENS,
+        ax=ax,
+        annotate=True,
         title=f"d_k = {d_k}, {scaling}, T = {temperature:g}: mean largest weight per row {weights.max(-1).values.mean():.2f}",
     )
     ax.title.set_fontsize(10)
@@ -74,7 +79,9 @@ def temperature_explorer():
     return widgets.interactive(
         show_sharpness,
         # continuous_update=False: redraw once when the slider is released, not on every step of a drag
-        d_k=widgets.SelectionSlider(options=[2**i for i in range(11)], value=64, description="d_k", continuous_update=False),
+        d_k=widgets.SelectionSlider(
+            options=[2**i for i in range(11)], value=64, description="d_k", continuous_update=False
+        ),
         temperature=widgets.FloatLogSlider(
             value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature", continuous_update=False
         ),
@@ -130,7 +137,9 @@ def head_browser(weights: Tensor, query_tokens, key_tokens):
     layers, heads = stacked.shape[:2]
     return widgets.interactive(
         lambda layer, head: show_head(stacked, query_tokens, key_tokens, layer, head),
-        layer=widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer") if layers > 1 else widgets.fixed(0),
+        layer=widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer")
+        if layers > 1
+        else widgets.fixed(0),
         head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head"),
     )
 
@@ -168,8 +177,12 @@ def cross_attention_explorer(translations):
     layers, heads = _as_layers_of_heads(translations[0].attention).shape[:2]
     return widgets.interactive(
         lambda sentence, layer, head: show_cross_attention(translations, sentence, layer, head),
-        sentence=widgets.Dropdown(options=[(t.source, i) for i, t in enumerate(translations)], value=0,
-                                  description="sentence", layout=widgets.Layout(width="95%")),
+        sentence=widgets.Dropdown(
+            options=[(t.source, i) for i, t in enumerate(translations)],
+            value=0,
+            description="sentence",
+            layout=widgets.Layout(width="95%"),
+        ),
         layer=widgets.IntSlider(value=layers - 1, min=0, max=layers - 1, description="layer", continuous_update=False),
         head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head", continuous_update=False),
     )

@@ -94,7 +94,9 @@ def full_lesson() -> nbformat.NotebookNode:
             execution_count=2,
             outputs=[v4.new_output("stream", name="stdout", text="[PASS] double: 4\n")],
         ),
-        v4.new_markdown_cell("The trick: `result = x * 2` and then `return result`.", metadata={"tags": ["solution-only"]}),
+        v4.new_markdown_cell(
+            "The trick: `result = x * 2` and then `return result`.", metadata={"tags": ["solution-only"]}
+        ),
         v4.new_code_cell("double(21)  # demo of the solved function", metadata={"tags": ["solution-only", "x"]}),
         v4.new_raw_cell("raw text", metadata={"format": "text/x-python", "secret": "return result"}),
         v4.new_code_cell(
@@ -271,17 +273,34 @@ def test_find_exercises_names_the_function_of_each_region():
 # Refusals: notebook and cell named, nothing written
 # ---------------------------------------------------------------------------------------------
 BAD_CELLS = {
-    "begin without end": (v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n"), "has no '# END SOLUTION'"),
-    "end without begin": (v4.new_code_cell("def f():\n    return 1\n    # END SOLUTION\n"), "without a '# BEGIN SOLUTION'"),
+    "begin without end": (
+        v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n"),
+        "has no '# END SOLUTION'",
+    ),
+    "end without begin": (
+        v4.new_code_cell("def f():\n    return 1\n    # END SOLUTION\n"),
+        "without a '# BEGIN SOLUTION'",
+    ),
     "nested": (
-        v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n    # END SOLUTION\n"),
+        v4.new_code_cell(
+            "def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n    # END SOLUTION\n"
+        ),
         "cannot nest",
     ),
     "marker in markdown": (v4.new_markdown_cell("Answer:\n# BEGIN SOLUTION\nx = 1\n# END SOLUTION"), "markdown cell"),
     "marker in raw": (v4.new_raw_cell("# BEGIN SOLUTION\nx = 1\n# END SOLUTION"), "raw cell"),
-    "triple hash": (v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"), "otter-grader"),
-    "lower case": (v4.new_code_cell("def f():\n    # begin solution\n    return 1\n    # end solution\n"), "looks like a solution marker"),
-    "trailing text": (v4.new_code_cell("def f():\n    # BEGIN SOLUTION (easy)\n    return 1\n    # END SOLUTION\n"), "looks like a solution marker"),
+    "triple hash": (
+        v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"),
+        "otter-grader",
+    ),
+    "lower case": (
+        v4.new_code_cell("def f():\n    # begin solution\n    return 1\n    # end solution\n"),
+        "looks like a solution marker",
+    ),
+    "trailing text": (
+        v4.new_code_cell("def f():\n    # BEGIN SOLUTION (easy)\n    return 1\n    # END SOLUTION\n"),
+        "looks like a solution marker",
+    ),
     "marker indented wrong": (
         v4.new_code_cell("def f():\n# BEGIN SOLUTION\n    return 1\n# END SOLUTION\n"),
         "no longer valid Python",
@@ -370,7 +389,9 @@ def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path, capsy
 
     fresh = tmp_path / "fresh"
     assert cli(capsys, "release", "--out", fresh, "--notebooks", source)[0] == 0
-    assert folder_bytes(fresh) == {name: data for name, data in copies.items() if name.endswith(("_full.ipynb", "_small.ipynb"))}
+    assert folder_bytes(fresh) == {
+        name: data for name, data in copies.items() if name.endswith(("_full.ipynb", "_small.ipynb"))
+    }
     student = nbformat.read(out / "02_small.ipynb", as_version=4)
     nbformat.validate(student)
     assert student.cells[0].source == EXERCISE_CELL_STUDENT
@@ -390,7 +411,10 @@ def test_cell_ids_missing_from_the_source_do_not_make_output_random(tmp_path):
 
 def test_command_line_reports_a_bad_notebook_and_fails(tmp_path):
     source = tmp_path / "notebooks"
-    write(lesson(v4.new_markdown_cell("x"), v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n")), source / "03_bad.ipynb")
+    write(
+        lesson(v4.new_markdown_cell("x"), v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n")),
+        source / "03_bad.ipynb",
+    )
     result = run_cli("release", "--out", tmp_path / "student", "--notebooks", source)
     assert result.returncode == 1
     assert "03_bad.ipynb, cell index 1" in result.stderr and "nothing was written" in result.stderr
@@ -443,7 +467,12 @@ def test_the_leak_finder_finds_solutions_in_sources_outputs_and_metadata():
     secrets = {"result = x * 2  # the secret of doubling", ")"}
     leaky = json.loads(nbformat.writes(full_lesson()))  # the source itself: everything leaks
     leaky["cells"][2]["outputs"] = [
-        {"output_type": "error", "ename": "E", "evalue": "", "traceback": ["----> 3 result = x * 2  # the secret of doubling"]}
+        {
+            "output_type": "error",
+            "ename": "E",
+            "evalue": "",
+            "traceback": ["----> 3 result = x * 2  # the secret of doubling"],
+        }
     ]
     leaky["metadata"]["widgets"] = {"state": "x; result = x * 2  # the secret of doubling"}
     places = find_leaks(leaky, secrets)
@@ -497,7 +526,9 @@ def test_lesson_exercises_follow_the_course_convention(released_lesson):
     exercises = find_exercises(notebook, path.name)
     assert len(exercises) >= 2, f"{path.name}: {len(exercises)} exercise(s), the course asks for at least two"
     for exercise in exercises:
-        assert exercise.function, f"{path.name} cell index {exercise.cell_index}: a solution region outside a function body"
+        assert exercise.function, (
+            f"{path.name} cell index {exercise.cell_index}: a solution region outside a function body"
+        )
         following = [c for c in notebook.cells[exercise.cell_index + 1 :] if c.cell_type == "code"]
         following = [c for c in following if "solution-only" not in c.metadata.get("tags", [])]
         assert following and re.search(r"\bcheck_\w+\(", following[0].source), (
@@ -600,10 +631,19 @@ def test_nbgrader_source_marks_answers_and_turns_checks_into_graded_tests():
     graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
     assert len(graded.cells) == 5  # the solution-only cell is gone
     answer, check = graded.cells[0].metadata.nbgrader, graded.cells[2].metadata.nbgrader
-    assert answer == {"grade": False, "grade_id": "double-0-answer", "locked": False, "schema_version": 3, "solution": True, "task": False}
+    assert answer == {
+        "grade": False,
+        "grade_id": "double-0-answer",
+        "locked": False,
+        "schema_version": 3,
+        "solution": True,
+        "task": False,
+    }
     assert check["grade"] and check["points"] == 1 and check["locked"] and check["grade_id"] == "double-0-check"
     assert "# BEGIN SOLUTION" in graded.cells[0].source  # nbgrader strips the solution itself
-    assert graded.cells[2].source.startswith("_verdict_1 = check_double(double)\nassert all(verdict.passed for verdict in (_verdict_1,)), ")
+    assert graded.cells[2].source.startswith(
+        "_verdict_1 = check_double(double)\nassert all(verdict.passed for verdict in (_verdict_1,)), "
+    )
     assert graded.cells[4].source.startswith(
         "print('checking')\n_verdict_1 = check_triple(\n    triple,\n)\n_verdict_2 = check_half(half)\n"
         "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2,)), "
@@ -634,7 +674,9 @@ def test_a_graded_check_cell_fails_unless_every_check_in_it_passes(triple, half,
 
 
 def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
-    notebook = lesson(v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"), v4.new_code_cell("f"))
+    notebook = lesson(
+        v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"), v4.new_code_cell("f")
+    )
     with pytest.raises(ReleaseError, match="fixture.ipynb, cell index 0.*check_"):
         assignments.nbgrader_source(notebook, "fixture.ipynb")
 

@@ -110,9 +110,7 @@ def test_causal_mask_blocks_the_future():
 
 def test_padding_mask_marks_padding_true():
     mask = padding_mask([3, 1, 0], max_len=4)
-    expected = torch.tensor(
-        [[False, False, False, True], [False, True, True, True], [True, True, True, True]]
-    )
+    expected = torch.tensor([[False, False, False, True], [False, True, True, True], [True, True, True, True]])
     assert torch.equal(mask, expected)
     assert padding_mask(torch.tensor([2, 5])).shape == (2, 5)
     with pytest.raises(ValueError, match="exceeds max_len=2"):
@@ -137,7 +135,9 @@ def test_state_dict_names_and_shapes_match_both_ways():
         torch.manual_seed(0)
         theirs = nn.MultiheadAttention(16, 4, **kwargs)
         ours = MultiHeadAttention(16, 4, **kwargs)
-        assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+        assert {k: v.shape for k, v in ours.state_dict().items()} == {
+            k: v.shape for k, v in theirs.state_dict().items()
+        }
         theirs.load_state_dict(ours.state_dict())  # ours -> torch
         for name, tensor in ours.state_dict().items():
             assert torch.equal(theirs.state_dict()[name], tensor)
@@ -205,7 +205,9 @@ def test_multihead_matches_torch(
         pad[:, 0] = False
         key_padding_mask = pad if kpm_kind == "bool" else torch.randn(N, S, generator=g)
 
-    kwargs = dict(key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights, average_attn_weights=average)
+    kwargs = dict(
+        key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights, average_attn_weights=average
+    )
     out_ours, w_ours = ours(query, key, value, **kwargs)
     out_theirs, w_theirs = theirs(query, key, value, **kwargs)
     torch.testing.assert_close(out_ours, out_theirs, atol=ATOL, rtol=1e-4)
@@ -268,7 +270,9 @@ def test_drop_in_inside_torch_transformer_layer():
     pad = padding_mask([5, 3])
     stock.train()  # training mode: no nested-tensor fast path, which would bypass self_attn
     swapped.train()
-    torch.testing.assert_close(swapped(x, src_key_padding_mask=pad), stock(x, src_key_padding_mask=pad), atol=ATOL, rtol=1e-4)
+    torch.testing.assert_close(
+        swapped(x, src_key_padding_mask=pad), stock(x, src_key_padding_mask=pad), atol=ATOL, rtol=1e-4
+    )
 
 
 def test_fully_masked_query_gets_zero_weights_not_nan():
@@ -404,7 +408,8 @@ def test_sdpa_mask_from_padding_flips_and_broadcasts_over_queries():
     q, k, v = torch.randn(2, 4, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     mha_style = torch.zeros(2, 1, 3).masked_fill(pad[:, None, :], float("-inf"))
     torch.testing.assert_close(
-        scaled_dot_product_attention(q, k, v, attn_mask=mask)[0], F.scaled_dot_product_attention(q, k, v, attn_mask=mha_style)
+        scaled_dot_product_attention(q, k, v, attn_mask=mask)[0],
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mha_style),
     )
     with pytest.raises(ValueError, match=r"boolean \(N, S\) key padding mask, got torch.float32 of shape \(2, 3\)"):
         sdpa_mask_from_padding(pad.float())

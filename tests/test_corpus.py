@@ -59,8 +59,13 @@ def test_regeneration_reproduces_committed_files_byte_for_byte(regenerated):
 def test_command_line_regenerates_the_same_bytes_under_another_hash_seed(tmp_path):
     # `make corpus` runs this command; a different PYTHONHASHSEED proves no set/dict-order dependence.
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run([sys.executable, "-m", "helpers.corpus", "--out", str(tmp_path)], check=True, env=env,
-                   cwd=DATA.parents[1], capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "helpers.corpus", "--out", str(tmp_path)],
+        check=True,
+        env=env,
+        cwd=DATA.parents[1],
+        capture_output=True,
+    )
     for name in ("train.de", "test.align", "test.unseen"):
         assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
 
@@ -115,9 +120,11 @@ def test_one_german_sentence_has_one_translation(all_pairs):
 
 def test_running_example_is_in_test_at_the_documented_line(corpus):
     assert corpus["test"]["de"][RUNNING_EXAMPLE_LINE] == (
-        "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien.")
+        "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien."
+    )
     assert corpus["test"]["en"][RUNNING_EXAMPLE_LINE] == (
-        "A mother and her little son are enjoying a beautiful day outdoors.")
+        "A mother and her little son are enjoying a beautiful day outdoors."
+    )
 
 
 def test_unseen_lines_hold_combinations_never_seen_in_training(regenerated):
@@ -151,10 +158,19 @@ def test_alignments_are_in_range_and_cover_every_token(all_pairs):
 
 def test_running_example_alignment_matches_a_hand_written_one(corpus):
     expected = {
-        (0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5),  # Eine Mutter und ihr kleiner Sohn
-        (6, 6), (6, 7),  # genießen -> are enjoying (one-to-many)
-        (7, 8), (8, 9), (9, 10),  # einen schönen Tag -> a beautiful day
-        (10, 11), (11, 11),  # im Freien. -> outdoors. (many-to-one idiom)
+        (0, 0),
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+        (5, 5),  # Eine Mutter und ihr kleiner Sohn
+        (6, 6),
+        (6, 7),  # genießen -> are enjoying (one-to-many)
+        (7, 8),
+        (8, 9),
+        (9, 10),  # einen schönen Tag -> a beautiful day
+        (10, 11),
+        (11, 11),  # im Freien. -> outdoors. (many-to-one idiom)
     }
     assert set(parse_alignment(corpus["test"]["align"][RUNNING_EXAMPLE_LINE])) == expected
 
@@ -177,15 +193,33 @@ def test_separable_verb_particle_aligns_with_the_english_verb(all_pairs):
 # --- German grammar ----------------------------------------------------------------------------
 
 # Hand-written genders and expected forms, independent of the generator's tables.
-GENDER = {"Hund": "m", "Ball": "m", "Hut": "m", "Katze": "f", "Blume": "f", "Jacke": "f", "Pferd": "n",
-          "Buch": "n", "Auto": "n", "Fahrrad": "n"}
+GENDER = {
+    "Hund": "m",
+    "Ball": "m",
+    "Hut": "m",
+    "Katze": "f",
+    "Blume": "f",
+    "Jacke": "f",
+    "Pferd": "n",
+    "Buch": "n",
+    "Auto": "n",
+    "Fahrrad": "n",
+}
 ARTICLE_ADJECTIVE_ENDING = {  # (article, gender) -> adjective ending, for nom/acc/dat contexts
-    ("ein", "m"): "er", ("einen", "m"): "en", ("einem", "m"): "en",
-    ("eine", "f"): "e", ("einer", "f"): "en",
-    ("ein", "n"): "es", ("einem", "n"): "en",
-    ("der", "m"): "e", ("den", "m"): "en", ("dem", "m"): "en",
-    ("die", "f"): "e", ("der", "f"): "en",
-    ("das", "n"): "e", ("dem", "n"): "en",
+    ("ein", "m"): "er",
+    ("einen", "m"): "en",
+    ("einem", "m"): "en",
+    ("eine", "f"): "e",
+    ("einer", "f"): "en",
+    ("ein", "n"): "es",
+    ("einem", "n"): "en",
+    ("der", "m"): "e",
+    ("den", "m"): "en",
+    ("dem", "m"): "en",
+    ("die", "f"): "e",
+    ("der", "f"): "en",
+    ("das", "n"): "e",
+    ("dem", "n"): "en",
 }
 
 
@@ -207,6 +241,7 @@ def test_dative_plural_nouns_end_in_n():
     # After 'mit den/zwei ...' the plural noun takes -n unless it already ends in -n or -s.
     with_plural = {"Hunde": "Hunden", "Kinder": "Kindern", "Pferde": "Pferden", "Äpfel": "Äpfeln"}
     from helpers.corpus.lexicon import NOUNS
+
     for plural, dative in with_plural.items():
         noun = next(n for n in NOUNS.values() if n.de_pl == plural)
         assert noun.german(True, "dat") == dative
@@ -221,7 +256,11 @@ def test_declension_tables_match_a_grammar_book():
     assert [adj("klein", "n", c, "mixed") for c in ("nom", "acc", "dat")] == ["kleines", "kleines", "kleinen"]
     assert [adj("klein", "m", c, "weak") for c in ("nom", "acc", "dat")] == ["kleine", "kleinen", "kleinen"]
     assert [morphology.ein_word("sein", g, "dat") for g in ("m", "f", "n", "pl")] == [
-        "seinem", "seiner", "seinem", "seinen"]
+        "seinem",
+        "seiner",
+        "seinem",
+        "seinen",
+    ]
     assert [morphology.definite_article(g, "dat") for g in ("m", "f", "n", "pl")] == ["dem", "der", "dem", "den"]
     with pytest.raises(ValueError, match="gender"):
         morphology.definite_article("x", "nom")  # type: ignore[arg-type]
@@ -256,6 +295,7 @@ def test_no_coordinated_duplicates(all_pairs):
 def test_subordinate_clauses_are_verb_final(all_pairs):
     # "..., weil sein Hund einen Ball fängt." -- the clause ends in a finite verb form we know.
     from helpers.corpus.lexicon import VERBS
+
     finite = {form for v in VERBS for form in (v.de3sg, v.de3pl)}
     finite |= {v.particle + f for v in VERBS if v.particle and not v.particle_apart for f in (v.de3sg, v.de3pl)}
     finite |= {"hat", "haben", "ist", "sind"}
@@ -306,23 +346,30 @@ def test_english_possessive_follows_the_german_antecedent(all_pairs):
 # --- phenomena ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, pattern, minimum", [
-    ("verb-second after a fronted place", r"^(Im|Am|Auf|In|An|Unter|Vor) [^,]*? (spielt|liest|sitzt|spielen|lesen) ", 50),
-    ("fronted time adverbial", r"^(Am Morgen|Am Abend|Heute|Am Wochenende) ", 200),
-    ("weil clause", r", weil ", 500),
-    ("während clause", r", während ", 500),
-    ("separable verb in a main clause", r" steigt .* (ein|aus)\.$", 20),
-    ("separable verb rejoined in a subordinate clause", r"(einsteigt|aussteigt|zuschaut|aufhebt)\.$", 20),
-    ("perfect with sein", r" (ist|sind) .*(gelaufen|gesprungen|geklettert|geschwommen|gegangen)\.$", 100),
-    ("perfect with haben", r" (hat|haben) .*ge\w+t\.$", 300),
-    ("coordinated subject", r"^\w+ \w+ und ", 500),
-    ("possessive in the dative", r"\b(seinem|seiner|ihrem|ihrer)\b", 300),
-    ("dative plural", r"\b(mit|den|zwei|drei|vier) \w*(en|ern|eln)\b", 100),
-    ("idiom im Freien", r"\bim Freien\b", 100),
-    ("idiom zu Hause", r"\bzu Hause\b", 30),
-    ("contraction ins", r"\bins\b", 30),
-    ("strong adjective after a number", r"\b(zwei|drei|vier) \w+e \w+", 300),
-])
+@pytest.mark.parametrize(
+    "name, pattern, minimum",
+    [
+        (
+            "verb-second after a fronted place",
+            r"^(Im|Am|Auf|In|An|Unter|Vor) [^,]*? (spielt|liest|sitzt|spielen|lesen) ",
+            50,
+        ),
+        ("fronted time adverbial", r"^(Am Morgen|Am Abend|Heute|Am Wochenende) ", 200),
+        ("weil clause", r", weil ", 500),
+        ("während clause", r", während ", 500),
+        ("separable verb in a main clause", r" steigt .* (ein|aus)\.$", 20),
+        ("separable verb rejoined in a subordinate clause", r"(einsteigt|aussteigt|zuschaut|aufhebt)\.$", 20),
+        ("perfect with sein", r" (ist|sind) .*(gelaufen|gesprungen|geklettert|geschwommen|gegangen)\.$", 100),
+        ("perfect with haben", r" (hat|haben) .*ge\w+t\.$", 300),
+        ("coordinated subject", r"^\w+ \w+ und ", 500),
+        ("possessive in the dative", r"\b(seinem|seiner|ihrem|ihrer)\b", 300),
+        ("dative plural", r"\b(mit|den|zwei|drei|vier) \w*(en|ern|eln)\b", 100),
+        ("idiom im Freien", r"\bim Freien\b", 100),
+        ("idiom zu Hause", r"\bzu Hause\b", 30),
+        ("contraction ins", r"\bins\b", 30),
+        ("strong adjective after a number", r"\b(zwei|drei|vier) \w+e \w+", 300),
+    ],
+)
 def test_each_phenomenon_appears_often(all_pairs, name, pattern, minimum):
     count = sum(bool(re.search(pattern, de)) for de, _, _ in all_pairs)
     assert count >= minimum, f"{name}: {count} < {minimum}"
@@ -345,6 +392,7 @@ def test_data_card_examples_occur_in_the_corpus(all_pairs):
 
 def test_data_card_states_the_current_sizes_and_vocabulary(regenerated):
     from helpers.corpus.generate import statistics
+
     card = (DATA.parent / "README.md").read_text(encoding="utf-8")
     stats = statistics(regenerated[0])
     assert f"**{stats['german_types']} German**" in card and f"**{stats['english_types']} English**" in card

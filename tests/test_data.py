@@ -68,9 +68,10 @@ def test_plain_and_gzip_files_read_the_same(tmp_path):
         plain = folder / f"train.{language}"
         (folder / f"train.{language}.gz").write_bytes(gzip.compress(plain.read_bytes()))
         plain.unlink()
-    assert load_corpus("captions", "train", data_dir=folder).pairs() == load_corpus(
-        "captions", "train", data_dir=CAPTIONS_FIXTURE
-    ).pairs()
+    assert (
+        load_corpus("captions", "train", data_dir=folder).pairs()
+        == load_corpus("captions", "train", data_dir=CAPTIONS_FIXTURE).pairs()
+    )
 
 
 def test_surrounding_spaces_and_crlf_are_stripped(tmp_path):
@@ -305,8 +306,12 @@ def test_refused_connection_fails_with_local_folder_advice(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(DownloadError) as error:
         download_multi30k(
-            cache, ("val",), base_url=f"http://127.0.0.1:{_closed_port()}/raw", checksums=fixture_checksums(),
-            timeout=2, progress=False,
+            cache,
+            ("val",),
+            base_url=f"http://127.0.0.1:{_closed_port()}/raw",
+            checksums=fixture_checksums(),
+            timeout=2,
+            progress=False,
         )
     message = str(error.value)
     assert "no network?" in message and "data_dir=" in message and "MULTI30K_DIR" in message
@@ -386,9 +391,10 @@ def test_gzipped_alignments_read_the_same(tmp_path):
     align = folder / "train.align"
     (folder / "train.align.gz").write_bytes(gzip.compress(align.read_bytes()))
     align.unlink()
-    assert load_corpus("captions", "train", data_dir=folder).alignments == load_corpus(
-        "captions", "train", data_dir=CAPTIONS_FIXTURE
-    ).alignments
+    assert (
+        load_corpus("captions", "train", data_dir=folder).alignments
+        == load_corpus("captions", "train", data_dir=CAPTIONS_FIXTURE).alignments
+    )
 
 
 class _CutOffHandler(http.server.BaseHTTPRequestHandler):
@@ -414,8 +420,11 @@ def test_connection_lost_half_way_keeps_nothing(tmp_path):
     try:
         with pytest.raises(DownloadError, match=r"val\.de\.gz: the connection closed after 10 of 1000 bytes"):
             download_multi30k(
-                cache, ("val",), base_url=f"http://127.0.0.1:{httpd.server_address[1]}",
-                checksums=fixture_checksums(), progress=True,  # the progress bar path runs too
+                cache,
+                ("val",),
+                base_url=f"http://127.0.0.1:{httpd.server_address[1]}",
+                checksums=fixture_checksums(),
+                progress=True,  # the progress bar path runs too
             )
     finally:
         httpd.shutdown()
@@ -432,8 +441,12 @@ def test_a_server_that_never_answers_times_out(tmp_path):
         cache = tmp_path / "cache"
         with pytest.raises(DownloadError, match="no network") as error:
             download_multi30k(
-                cache, ("val",), base_url=f"http://127.0.0.1:{silent.getsockname()[1]}",
-                checksums=fixture_checksums(), timeout=0.5, progress=False,
+                cache,
+                ("val",),
+                base_url=f"http://127.0.0.1:{silent.getsockname()[1]}",
+                checksums=fixture_checksums(),
+                timeout=0.5,
+                progress=False,
             )
         assert "timed out" in str(error.value)
     assert list(cache.iterdir()) == []

@@ -48,7 +48,9 @@ def test_every_pip_dependency_is_in_the_conda_environment_with_the_same_version(
             # pyproject pins torch==2.13.*; conda pins pytorch-cpu=2.13 (the same release line).
             assert spec == "==2.13.*" and conda[conda_name] == "==2.13", (spec, conda[conda_name])
         else:
-            assert conda[conda_name] == spec, f"{name}: pyproject says {spec!r}, environment.yml says {conda[conda_name]!r}"
+            assert conda[conda_name] == spec, (
+                f"{name}: pyproject says {spec!r}, environment.yml says {conda[conda_name]!r}"
+            )
 
 
 def test_conda_environment_has_nothing_pyproject_lacks():

@@ -76,7 +76,9 @@ def test_one_hot_lookup_returns_one_hot_only():
 # ---------------------------------------------------------------------------------------------
 # Lesson 01: positional encoding
 # ---------------------------------------------------------------------------------------------
-def make_encoding(base=10000.0, swap=False, halves=False, sign=-1.0, index="pair", divide_by_dim=True, dtype=torch.float32):
+def make_encoding(
+    base=10000.0, swap=False, halves=False, sign=-1.0, index="pair", divide_by_dim=True, dtype=torch.float32
+):
     def positional_encoding(num_positions, dim):
         position = torch.arange(num_positions, dtype=dtype)[:, None]
         exponent_index = torch.arange(0, dim, 2, dtype=dtype)
@@ -89,7 +91,10 @@ def make_encoding(base=10000.0, swap=False, halves=False, sign=-1.0, index="pair
         first = torch.sin(position * base ** (sign * even / scale))
         second = torch.cos(position * base ** (sign * odd / scale))
         if swap:
-            first, second = torch.cos(position * base ** (sign * even / scale)), torch.sin(position * base ** (sign * odd / scale))
+            first, second = (
+                torch.cos(position * base ** (sign * even / scale)),
+                torch.sin(position * base ** (sign * odd / scale)),
+            )
         if halves:
             return torch.cat([first, second], dim=1)
         table = torch.zeros(num_positions, dim, dtype=dtype)
@@ -249,8 +254,16 @@ def test_attention_weights_unknown_mistake_falls_back():
 # ---------------------------------------------------------------------------------------------
 # Lesson 03: masked attention
 # ---------------------------------------------------------------------------------------------
-def masked_answer(scale=True, dim=-1, transpose=True, after_softmax=False, invert=False, fill=float("-inf"),
-                  ignore_mask=False, return_weights=False):
+def masked_answer(
+    scale=True,
+    dim=-1,
+    transpose=True,
+    after_softmax=False,
+    invert=False,
+    fill=float("-inf"),
+    ignore_mask=False,
+    return_weights=False,
+):
     def masked_attention(q, k, v, mask):
         keys = k.transpose(-2, -1) if transpose else k
         scores = q @ keys / (math.sqrt(q.shape[-1]) if scale else 1.0)

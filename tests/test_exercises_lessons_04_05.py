@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.exercises.blocks import _decoder_inputs, _decoder_variant, check_decoder_layer_forward, check_residual_block
+from helpers.exercises.blocks import (
+    _decoder_inputs,
+    _decoder_variant,
+    check_decoder_layer_forward,
+    check_residual_block,
+)
 from helpers.exercises.multihead import (
     _mha_cases,
     _reference_mha,
@@ -85,8 +90,24 @@ def test_merge_check_passes_right_answers_and_spots_stubs():
 # ---------------------------------------------------------------------------------------------
 # Lesson 04, exercise 2: the forward pass
 # ---------------------------------------------------------------------------------------------
-def mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads, *, split=split_right, merge=merge_right,
-        use_out_proj=True, scale=None, softmax_dim=-1, swap_kv=False, heads=None):
+def mha(
+    query,
+    key,
+    value,
+    q_proj,
+    k_proj,
+    v_proj,
+    out_proj,
+    num_heads,
+    *,
+    split=split_right,
+    merge=merge_right,
+    use_out_proj=True,
+    scale=None,
+    softmax_dim=-1,
+    swap_kv=False,
+    heads=None,
+):
     """A learner-style implementation, with knobs that introduce one mistake at a time."""
     h = num_heads if heads is None else heads
     q, k, v = q_proj(query), k_proj(key), v_proj(value)
@@ -130,10 +151,13 @@ def test_mha_check_explains_self_attention_only_code():
     # Uses the query for K and V: computes self-attention where cross-attention was asked for.
     verdict = check_multi_head_attention(lambda q, k, v, *rest: mha(q, q, q, *rest))
     assert verdict.status == "wrong" and "computed from `query`" in verdict.message
+
     # Splits K and V with the query's length L: runs when L = S, crashes for cross-attention.
     def split_with_query_length(query, key, value, q_proj, k_proj, v_proj, out_proj, h):
         N, L, E = query.shape
-        q, k, v = (p(x).view(N, L, h, E // h).transpose(1, 2) for p, x in ((q_proj, query), (k_proj, key), (v_proj, value)))
+        q, k, v = (
+            p(x).view(N, L, h, E // h).transpose(1, 2) for p, x in ((q_proj, query), (k_proj, key), (v_proj, value))
+        )
         return out_proj(merge_right(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // h), dim=-1) @ v))
 
     verdict = check_multi_head_attention(split_with_query_length)
@@ -153,11 +177,25 @@ def test_reference_equals_torch_multihead_attention():
     for query, key, value, proj, h in _mha_cases():
         expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
         torch.testing.assert_close(_reference_mha(query, key, value, proj, h), expected)
-        torch.testing.assert_close(expected, nn.functional.multi_head_attention_forward(
-            query.double().transpose(0, 1), key.double().transpose(0, 1), value.double().transpose(0, 1), query.size(-1), h,
-            torch.cat([proj[c].weight for c in "qkv"]).double(), torch.cat([proj[c].bias for c in "qkv"]).double(),
-            None, None, False, 0.0, proj["o"].weight.double(), proj["o"].bias.double(), need_weights=False,
-        )[0].transpose(0, 1))
+        torch.testing.assert_close(
+            expected,
+            nn.functional.multi_head_attention_forward(
+                query.double().transpose(0, 1),
+                key.double().transpose(0, 1),
+                value.double().transpose(0, 1),
+                query.size(-1),
+                h,
+                torch.cat([proj[c].weight for c in "qkv"]).double(),
+                torch.cat([proj[c].bias for c in "qkv"]).double(),
+                None,
+                None,
+                False,
+                0.0,
+                proj["o"].weight.double(),
+                proj["o"].bias.double(),
+                need_weights=False,
+            )[0].transpose(0, 1),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,15 +291,18 @@ def test_decoder_check_names_each_mistake(mistake, hint):
 def test_decoder_check_other_answers():
     assert check_decoder_layer_forward(decoder_right).passed
     assert check_decoder_layer_forward(_not_attempted).status == "not attempted"
-    whole = check_decoder_layer_forward(lambda layer, t, m, tm, mk: layer(t, m, tgt_mask=tm, memory_key_padding_mask=mk))
+    whole = check_decoder_layer_forward(
+        lambda layer, t, m, tm, mk: layer(t, m, tgt_mask=tm, memory_key_padding_mask=mk)
+    )
     assert "called the layer itself" in whole.message
     no_index = check_decoder_layer_forward(
         lambda layer, t, m, tm, mk: layer.norm1(t + layer.self_attn(t, t, t, attn_mask=tm))
     )
     assert "returns a tuple" in no_index.message
-    assert "differ from nn.TransformerDecoderLayer" in check_decoder_layer_forward(
-        lambda *a: decoder_right(*a) * 1.01
-    ).message
+    assert (
+        "differ from nn.TransformerDecoderLayer"
+        in check_decoder_layer_forward(lambda *a: decoder_right(*a) * 1.01).message
+    )
 
 
 def test_decoder_variant_without_mistake_is_the_stock_layer():

@@ -25,7 +25,11 @@ def test_make_lab_serves_the_notebooks_folder():
     env = {**os.environ, "JUPYTER_TOKEN": token}
     server = subprocess.Popen(
         ["make", "--no-print-directory", "lab", f"PORT={port}"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         listing, deadline = None, time.monotonic() + 60
@@ -40,7 +44,9 @@ def test_make_lab_serves_the_notebooks_folder():
         assert listing is not None, "JupyterLab did not answer within 60 s"
         served = {item["name"] for item in listing["content"]}
         lessons = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
-        assert lessons and lessons <= served, f"expected the lessons {sorted(lessons)} at the root, got {sorted(served)}"
+        assert lessons and lessons <= served, (
+            f"expected the lessons {sorted(lessons)} at the root, got {sorted(served)}"
+        )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -72,7 +72,9 @@ def _inputs(batch_first: bool, seed: int = 0) -> tuple[Tensor, Tensor]:
 def _pair(norm_first: bool, batch_first: bool, **kwargs) -> tuple[nn.TransformerDecoderLayer, InspectableDecoderLayer]:
     """A stock layer with random non-trivial weights, and ours loaded from its state dict."""
     torch.manual_seed(1)
-    config = dict(d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, norm_first=norm_first, batch_first=batch_first, dtype=DTYPE)
+    config = dict(
+        d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, norm_first=norm_first, batch_first=batch_first, dtype=DTYPE
+    )
     config.update(kwargs)
     stock = nn.TransformerDecoderLayer(**config)
     with torch.no_grad():  # make biases and norms non-zero so that a missed term shows up
@@ -141,8 +143,12 @@ def test_equals_stock_layer_outputs_gradients_and_weights(norm_first, batch_firs
     # called on the inputs the stock layer's attention modules received.
     assert ours.self_attn_weights.shape == (N, H, L, L)
     assert ours.cross_attn_weights.shape == (N, H, L, S)
-    torch.testing.assert_close(ours.self_attn_weights, _reference_weights(stock.self_attn, *calls["self"]), atol=ATOL, rtol=0)
-    torch.testing.assert_close(ours.cross_attn_weights, _reference_weights(stock.multihead_attn, *calls["cross"]), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        ours.self_attn_weights, _reference_weights(stock.self_attn, *calls["self"]), atol=ATOL, rtol=0
+    )
+    torch.testing.assert_close(
+        ours.cross_attn_weights, _reference_weights(stock.multihead_attn, *calls["cross"]), atol=ATOL, rtol=0
+    )
 
 
 @pytest.mark.parametrize("norm_first,batch_first", list(itertools.product([False, True], [False, True])))
@@ -168,7 +174,9 @@ def test_eval_under_no_grad_matches_stock():
         ours.eval()
         tgt, memory = _inputs(batch_first)
         with torch.no_grad():
-            torch.testing.assert_close(ours(tgt, memory, **_masks("all")), stock(tgt, memory, **_masks("all")), atol=ATOL, rtol=0)
+            torch.testing.assert_close(
+                ours(tgt, memory, **_masks("all")), stock(tgt, memory, **_masks("all")), atol=ATOL, rtol=0
+            )
 
 
 def test_float32_default_layer_matches_stock():
@@ -177,7 +185,9 @@ def test_float32_default_layer_matches_stock():
     ours = InspectableDecoderLayer(E, H, FF, dropout=0.0)
     ours.load_state_dict(stock.state_dict())
     tgt, memory = torch.randn(L, N, E), torch.randn(S, N, E)
-    masks = {k: (v.float() if v.is_floating_point() else v) if isinstance(v, Tensor) else v for k, v in _masks("all").items()}
+    masks = {
+        k: (v.float() if v.is_floating_point() else v) if isinstance(v, Tensor) else v for k, v in _masks("all").items()
+    }
     torch.testing.assert_close(ours(tgt, memory, **masks), stock(tgt, memory, **masks), atol=1e-5, rtol=1e-5)
 
 
@@ -235,14 +245,15 @@ def test_recording_context_manager_restores_settings():
     decoder(tgt, memory)  # recording off again: records cleared
     with pytest.raises(ValueError, match="recording on"):
         cross_attention_weights(decoder)
-    with pytest.raises(ValueError, match="no InspectableDecoderLayer"):
-        with recording(nn.Linear(2, 2)):
-            pass
+    with pytest.raises(ValueError, match="no InspectableDecoderLayer"), recording(nn.Linear(2, 2)):
+        pass
 
 
 def _stacks(batch_first: bool, norm_first: bool):
     torch.manual_seed(2)
-    cfg = dict(d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, batch_first=batch_first, norm_first=norm_first, dtype=DTYPE)
+    cfg = dict(
+        d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, batch_first=batch_first, norm_first=norm_first, dtype=DTYPE
+    )
     stock = nn.TransformerDecoder(nn.TransformerDecoderLayer(**cfg), num_layers=2, norm=nn.LayerNorm(E, dtype=DTYPE))
     with torch.no_grad():
         for p in stock.parameters():
@@ -262,10 +273,19 @@ def test_inside_transformer_decoder_equals_stock_stack(batch_first, norm_first):
     # nn.TransformerDecoder deep-copies the layer: each copy keeps its own records.
     assert ours.layers[0].cross_attn_weights is not ours.layers[1].cross_attn_weights
     for i, layer in enumerate(ours.layers):
-        torch.testing.assert_close(layer.cross_attn_weights, _reference_weights(stock.layers[i].multihead_attn, *calls[i]["cross"]), atol=ATOL, rtol=0)
-        torch.testing.assert_close(layer.self_attn_weights, _reference_weights(stock.layers[i].self_attn, *calls[i]["self"]), atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            layer.cross_attn_weights,
+            _reference_weights(stock.layers[i].multihead_attn, *calls[i]["cross"]),
+            atol=ATOL,
+            rtol=0,
+        )
+        torch.testing.assert_close(
+            layer.self_attn_weights, _reference_weights(stock.layers[i].self_attn, *calls[i]["self"]), atol=ATOL, rtol=0
+        )
     assert not torch.allclose(ours.layers[0].cross_attn_weights, ours.layers[1].cross_attn_weights)
-    torch.testing.assert_close(cross_attention_weights(ours), torch.stack([layer.cross_attn_weights for layer in ours.layers]))
+    torch.testing.assert_close(
+        cross_attention_weights(ours), torch.stack([layer.cross_attn_weights for layer in ours.layers])
+    )
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's note on batch_first=False encoders
@@ -309,8 +329,9 @@ def test_forward_step_gives_each_row_of_the_causal_forward_pass(norm_first):
     tgt, memory = (x.detach() for x in _inputs(batch_first=True))
     memory_padding = _padding(SRC_LENGTHS, S)
     with torch.no_grad():
-        full = stock(tgt, memory, tgt_mask=helpers.causal_mask(L), tgt_is_causal=True,
-                     memory_key_padding_mask=memory_padding)  # (N, L, E)
+        full = stock(
+            tgt, memory, tgt_mask=helpers.causal_mask(L), tgt_is_causal=True, memory_key_padding_mask=memory_padding
+        )  # (N, L, E)
         past = None
         for t in range(L):
             row, past = ours.forward_step(tgt[:, t : t + 1], past, memory, memory_padding)
@@ -345,5 +366,10 @@ def test_unbatched_inputs_match_stock_and_record_without_batch_dim():
     stock, ours = _pair(False, False)
     tgt, memory = _inputs(False)
     tgt, memory = tgt[:, 0], memory[:, 0]  # (L, E), (S, E): one sentence, no batch dimension
-    torch.testing.assert_close(ours(tgt, memory, tgt_mask=helpers.causal_mask(L)), stock(tgt, memory, tgt_mask=helpers.causal_mask(L)), atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        ours(tgt, memory, tgt_mask=helpers.causal_mask(L)),
+        stock(tgt, memory, tgt_mask=helpers.causal_mask(L)),
+        atol=ATOL,
+        rtol=0,
+    )
     assert ours.cross_attn_weights.shape == (H, L, S) and ours.self_attn_weights.shape == (H, L, L)

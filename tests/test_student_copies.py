@@ -36,8 +36,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode, v4
 
-from helpers.assignments import student_copy
 from helpers.assignments import main as assignments_main
+from helpers.assignments import student_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -61,7 +61,9 @@ def _course_check_names() -> set[str]:
 
 
 # A cell that calls one of the course's checks (not one that defines a check_ function).
-CHECK_CALL = re.compile(r"(?<!def )\b(" + ("|".join(map(re.escape, sorted(_course_check_names()))) or "(?!)") + r")\s*\(")
+CHECK_CALL = re.compile(
+    r"(?<!def )\b(" + ("|".join(map(re.escape, sorted(_course_check_names()))) or "(?!)") + r")\s*\("
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +92,9 @@ def _raises_on_purpose(cell: NotebookNode) -> bool:
 
 
 def _stdout(cell: NotebookNode) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream" and o.name == "stdout")
+    return "".join(
+        o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream" and o.name == "stdout"
+    )
 
 
 def problems_after_running(source: NotebookNode, executed: NotebookNode) -> list[str]:
@@ -116,14 +120,20 @@ def problems_after_running(source: NotebookNode, executed: NotebookNode) -> list
             problems.append(f"{where} never ran")
         errors = [o for o in run.outputs if o.output_type == "error"]
         if i in exercises:
-            problems += [f"{where} is an exercise but raised {e.ename}: {e.evalue}" for e in errors if e.ename != "NotImplementedError"]
+            problems += [
+                f"{where} is an exercise but raised {e.ename}: {e.evalue}"
+                for e in errors
+                if e.ename != "NotImplementedError"
+            ]
         elif not _raises_on_purpose(src):
             problems += [f"{where} raised {e.ename}: {e.evalue}" for e in errors]
         if i in checks:
             verdicts = VERDICT.findall(_stdout(run))
             if not verdicts:
                 problems.append(f"{where} is a check cell but printed no verdict")
-            problems += [f"{where} printed [{v}] instead of [NOT ATTEMPTED YET]" for v in verdicts if v != "NOT ATTEMPTED YET"]
+            problems += [
+                f"{where} printed [{v}] instead of [NOT ATTEMPTED YET]" for v in verdicts if v != "NOT ATTEMPTED YET"
+            ]
     if not exercises:
         problems.append("no exercise cells: nothing in this notebook was released as an exercise")
     return problems
@@ -138,7 +148,9 @@ CHECK = "check_double(double)"
 NOT_ATTEMPTED = "[NOT ATTEMPTED YET] doubling: replace `raise NotImplementedError()` with your code.\n"
 
 
-def _run_cell(source: str, stdout: str = "", error: tuple[str, str] | None = None, count: int | None = 1) -> NotebookNode:
+def _run_cell(
+    source: str, stdout: str = "", error: tuple[str, str] | None = None, count: int | None = 1
+) -> NotebookNode:
     outputs = [v4.new_output("stream", name="stdout", text=stdout)] if stdout else []
     if error:
         outputs.append(v4.new_output("error", ename=error[0], evalue=error[1], traceback=[]))
@@ -155,8 +167,19 @@ def test_a_good_run_has_no_problems():
 
 
 def test_an_exercise_cell_may_raise_not_implemented_but_nothing_else():
-    assert _judge(_run_cell(STUDENT_EXERCISE, error=("NotImplementedError", "")), _run_cell(CHECK, NOT_ATTEMPTED), _run_cell("later = 1")) == []
-    problems = _judge(_run_cell(STUDENT_EXERCISE, error=("NameError", "torch")), _run_cell(CHECK, NOT_ATTEMPTED), _run_cell("later = 1"))
+    assert (
+        _judge(
+            _run_cell(STUDENT_EXERCISE, error=("NotImplementedError", "")),
+            _run_cell(CHECK, NOT_ATTEMPTED),
+            _run_cell("later = 1"),
+        )
+        == []
+    )
+    problems = _judge(
+        _run_cell(STUDENT_EXERCISE, error=("NameError", "torch")),
+        _run_cell(CHECK, NOT_ATTEMPTED),
+        _run_cell("later = 1"),
+    )
     assert problems and "raised NameError" in problems[0]
 
 

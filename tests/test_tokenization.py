@@ -259,7 +259,9 @@ def test_train_tokenizers_uses_the_training_split_only():
         train_tokenizers(ParallelCorpus("x", "test", GERMAN[:5], ENGLISH))
 
 
-@pytest.mark.parametrize("text", ["Der Straßenfußballspieler läuft, weil es regnet.", GERMAN[0], "Ein Hund läuft im Park ."])
+@pytest.mark.parametrize(
+    "text", ["Der Straßenfußballspieler läuft, weil es regnet.", GERMAN[0], "Ein Hund läuft im Park ."]
+)
 def test_labels_from_ids_match_labels_from_text(bpe_de, word_de, text):
     for tokenizer in (bpe_de, word_de):
         ids = tokenizer.encode(text)

@@ -23,7 +23,6 @@ from helpers.translation import (
     load_checkpoint,
     save_checkpoint,
     score_translations,
-    teacher_forced_attention,
     teacher_forcing,
     train,
     word_attention,
@@ -77,8 +76,12 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
     tgt_x = model.tgt_embedding.weight[tgt_in] * math.sqrt(E) + pe[: tgt_in.size(1)]
     stock = stock_copy(model)
     hidden = stock(
-        src_x, tgt_x, tgt_mask=nn.Transformer.generate_square_subsequent_mask(4).bool(),
-        src_key_padding_mask=src.eq(PAD), tgt_key_padding_mask=tgt_in.eq(PAD), memory_key_padding_mask=src.eq(PAD),
+        src_x,
+        tgt_x,
+        tgt_mask=nn.Transformer.generate_square_subsequent_mask(4).bool(),
+        src_key_padding_mask=src.eq(PAD),
+        tgt_key_padding_mask=tgt_in.eq(PAD),
+        memory_key_padding_mask=src.eq(PAD),
     )
     expected = model.generator(hidden)
     with torch.no_grad():
@@ -179,8 +182,10 @@ def test_beam_search_finds_a_hypothesis_at_least_as_good_as_greedy_and_is_batch_
     beams = beam_search(model, src, beam_size=4, alpha=alpha, max_len=10)
     greedy = greedy_decode(model, src, max_len=10)
     for n in range(3):
+
         def normalised(ids):
             return sequence_log_prob(model, src[n], ids) / float(length_penalty(torch.tensor(len(ids) + 1), alpha))
+
         if len(greedy.ids[n]) < 10:  # greedy finished within the limit, so beam search saw its path too
             assert normalised(beams.ids[n]) >= normalised(greedy.ids[n]) - 1e-4
         single = beam_search(model, src[n : n + 1, : int(src[n].ne(PAD).sum())], beam_size=4, alpha=alpha, max_len=10)
@@ -203,7 +208,9 @@ def test_decode_step_gives_the_last_row_of_a_full_decode():
     assert [c.shape for c in cache] == [(3, 6, 16)] * 2  # one (N, t, E) per decoder layer
 
 
-def naive_beam_search(model: Seq2SeqTransformer, src_row: torch.Tensor, k: int, alpha: float, max_len: int) -> list[int]:
+def naive_beam_search(
+    model: Seq2SeqTransformer, src_row: torch.Tensor, k: int, alpha: float, max_len: int
+) -> list[int]:
     """One sentence, k hypotheses as plain lists, a full forward pass for each: the definition the
     batched, cached search must match. A finished hypothesis keeps its score and competes on."""
     src = src_row[src_row.ne(PAD)].unsqueeze(0)
@@ -255,10 +262,13 @@ def test_ablating_a_head_equals_zeroing_its_attention_output_in_multihead_attent
     d = 8
     with torch.no_grad():
         # By hand: per-head outputs from torch's own attention, head 1 dropped, then the output projection.
-        q, k, v = (torch.nn.functional.linear(t, w, b) for t, w, b in zip(
-            (x, mem, mem), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3)))
+        q, k, v = (
+            torch.nn.functional.linear(t, w, b)
+            for t, w, b in zip((x, mem, mem), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3))
+        )
         heads = torch.nn.functional.scaled_dot_product_attention(
-            q.view(2, 3, 2, d).transpose(1, 2), k.view(2, 5, 2, d).transpose(1, 2), v.view(2, 5, 2, d).transpose(1, 2))
+            q.view(2, 3, 2, d).transpose(1, 2), k.view(2, 5, 2, d).transpose(1, 2), v.view(2, 5, 2, d).transpose(1, 2)
+        )
         heads[:, 1] = 0.0  # (N, h, L, d): silence head 1
         expected = mha.out_proj(heads.transpose(1, 2).reshape(2, 3, 16))
         before = mha.out_proj.weight.clone()
@@ -276,9 +286,8 @@ def test_ablating_every_cross_attention_head_cuts_the_decoder_off_from_the_sourc
         a = model(random_source(N=1, seed=1), tgt_in)
         b = model(random_source(N=1, seed=9), tgt_in)
     assert torch.allclose(a, b, atol=1e-5)
-    with pytest.raises(ValueError, match="layer, head"):
-        with ablated_heads(model, {(2, 0)}):
-            pass
+    with pytest.raises(ValueError, match="layer, head"), ablated_heads(model, {(2, 0)}):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,11 +307,13 @@ def test_scores_use_sacrebleu_and_report_its_signature():
 
 
 def test_word_attention_sums_pieces_of_a_source_word_and_averages_rows_of_a_target_word():
-    attention = torch.tensor([
-        [0.1, 0.2, 0.3, 0.4, 0.0],
-        [0.0, 0.5, 0.0, 0.5, 0.0],
-        [0.2, 0.2, 0.2, 0.2, 0.2],
-    ])  # (T, S): rows "dog", "runs", "." (+ no EOS row here); columns <bos> Hund läuft . <eos>
+    attention = torch.tensor(
+        [
+            [0.1, 0.2, 0.3, 0.4, 0.0],
+            [0.0, 0.5, 0.0, 0.5, 0.0],
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+        ]
+    )  # (T, S): rows "dog", "runs", "." (+ no EOS row here); columns <bos> Hund läuft . <eos>
     words = word_attention(attention, source_words=[-1, 0, 1, 1, -1], target_words=[0, 1, 1])
     assert torch.allclose(words, torch.tensor([[0.2, 0.7], [0.35, 0.45]]))
 
@@ -314,8 +325,13 @@ def fake_translator(vocab_words: list[str]) -> Translator:
 
 
 def test_alignment_report_scores_a_head_that_follows_gold_as_perfect(monkeypatch):
-    corpus = ParallelCorpus("captions", "test", de=["Ein Hund läuft im Freien."], en=["A dog runs outdoors."],
-                            alignments=[[(0, 0), (1, 1), (2, 2), (3, 3), (4, 3)]])
+    corpus = ParallelCorpus(
+        "captions",
+        "test",
+        de=["Ein Hund läuft im Freien."],
+        en=["A dog runs outdoors."],
+        alignments=[[(0, 0), (1, 1), (2, 2), (3, 3), (4, 3)]],
+    )
     translator = fake_translator(corpus.de + corpus.en)
     # source ids: <bos> Ein Hund läuft im Freien . <eos> (8); target rows: A dog runs outdoors . <eos> (6)
     perfect = torch.zeros(6, 8)

@@ -16,8 +16,21 @@ from helpers.translation.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-TINY = ["--d-model", "16", "--heads", "2", "--encoder-layers", "1", "--decoder-layers", "1", "--feedforward", "32",
-        "--val-sentences", "8", "--quiet"]
+TINY = [
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--feedforward",
+    "32",
+    "--val-sentences",
+    "8",
+    "--quiet",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -75,8 +88,9 @@ def test_bad_input_gets_a_clear_error(tmp_path, capsys):
 
 
 def test_help_documents_every_command(capsys):
-    result = subprocess.run([sys.executable, "-m", "helpers.translation", "--help"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)  # the real `python -m` entry point
+    result = subprocess.run(
+        [sys.executable, "-m", "helpers.translation", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )  # the real `python -m` entry point
     assert result.returncode == 0 and "{train,evaluate,translate}" in result.stdout
     for command in ("train", "evaluate", "translate"):
         with pytest.raises(SystemExit) as exit_:
@@ -92,8 +106,29 @@ def test_help_documents_every_command(capsys):
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="Multi30k files not present at ../shared/data/multi30k")
 def test_multi30k_trains_evaluates_and_translates_from_the_shared_folder(tmp_path, capsys):
     out = tmp_path / "m30k.pt"
-    assert main(["train", "--corpus", "multi30k", "--data-dir", str(MULTI30K), "--steps", "2", "--limit", "300",
-                 "--vocab-size", "300", "--batch-tokens", "600", "--out", str(out), *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--corpus",
+                "multi30k",
+                "--data-dir",
+                str(MULTI30K),
+                "--steps",
+                "2",
+                "--limit",
+                "300",
+                "--vocab-size",
+                "300",
+                "--batch-tokens",
+                "600",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     _, payload = load_checkpoint(out)
     assert payload["config"]["tokenizer"] == "bpe" and payload["info"]["corpus"] == "multi30k"
     assert main(["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "10", "--json"]) == 0

@@ -34,7 +34,8 @@ def test_teacher_forcing_mistakes_get_specific_hints():
     assert "swapped" in hint_for(lambda t: (t[:, 1:], t[:, :-1], causal_mask(t.size(1) - 1)))
     assert "inverted" in hint_for(lambda t: (t[:, :-1], t[:, 1:], ~causal_mask(t.size(1) - 1)))
     assert "diagonal is blocked" in hint_for(
-        lambda t: (t[:, :-1], t[:, 1:], torch.ones(t.size(1) - 1, t.size(1) - 1, dtype=torch.bool).triu(0)))
+        lambda t: (t[:, :-1], t[:, 1:], torch.ones(t.size(1) - 1, t.size(1) - 1, dtype=torch.bool).triu(0))
+    )
     assert "past instead of the future" in hint_for(lambda t: (t[:, :-1], t[:, 1:], causal_mask(t.size(1) - 1).T))
     assert "(L, L)" in hint_for(lambda t: (t[:, :-1], t[:, 1:], causal_mask(t.size(1))))
     assert "three things" in hint_for(lambda t: (t[:, :-1], t[:, 1:]))
@@ -83,8 +84,10 @@ def test_alignment_accuracy_mistakes_get_specific_hints():
 
     def swapped(attention, gold):
         return sum(
-            int(attention.argmax(1)[i]) in ps for i, ps in partners_of([(j, i) for i, j in gold]).items()
-            if i < attention.size(0)) / len(partners_of([(j, i) for i, j in gold]))
+            int(attention.argmax(1)[i]) in ps
+            for i, ps in partners_of([(j, i) for i, j in gold]).items()
+            if i < attention.size(0)
+        ) / len(partners_of([(j, i) for i, j in gold]))
 
     def all_words(attention, gold):
         predicted = attention.argmax(dim=1)

@@ -17,10 +17,10 @@ from helpers.widgets import cross_attention_explorer, show_cross_attention
 def translations() -> list[Translation]:
     torch.manual_seed(0)
     out = []
-    for source, tokens, output in [("Ein Hund läuft.", ["<bos>", "Ein", "Hund", "läuft", ".", "<eos>"],
-                                    ["A", "dog", "runs", ".", "<eos>"]),
-                                   ("Eine Frau singt.", ["<bos>", "Eine", "Frau", "singt", ".", "<eos>"],
-                                    ["A", "woman", "sings", ".", "<eos>"])]:
+    for source, tokens, output in [
+        ("Ein Hund läuft.", ["<bos>", "Ein", "Hund", "läuft", ".", "<eos>"], ["A", "dog", "runs", ".", "<eos>"]),
+        ("Eine Frau singt.", ["<bos>", "Eine", "Frau", "singt", ".", "<eos>"], ["A", "woman", "sings", ".", "<eos>"]),
+    ]:
         attention = torch.rand(2, 4, len(output), len(tokens)).softmax(-1)  # (layers, h, T, S)
         out.append(Translation(source, " ".join(output[:-1]), tokens, output, attention))
     return out

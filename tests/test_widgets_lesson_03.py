@@ -8,20 +8,20 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
+import torch.nn.functional as F
 
-from helpers.attention import causal_mask  # noqa: E402
-from helpers.embeddings import sinusoidal_positional_encoding  # noqa: E402
-from helpers.plotting import (  # noqa: E402
+from helpers.attention import causal_mask
+from helpers.embeddings import sinusoidal_positional_encoding
+from helpers.plotting import (
     mask_plot,
     position_similarity_plot,
     positional_encoding_heatmap,
     scaling_experiment_plot,
 )
-from helpers.widgets import (  # noqa: E402
+from helpers.widgets import (
     SHARPNESS_TOKENS,
     sharpness_figure,
     sharpness_weights,

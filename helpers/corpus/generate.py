@@ -74,12 +74,15 @@ def choose_held_out(rng: random.Random, keep: Iterable[tuple[str, str, str]]) ->
     return frozenset(rng.sample(candidates, round(HELD_OUT_FRACTION * len(candidates))))
 
 
-def build_corpus(seed: int = SEED, n_train: int = N_TRAIN, n_val: int = N_VAL, n_test: int = N_TEST,
-                 n_unseen: int = N_UNSEEN) -> Corpus:
+def build_corpus(
+    seed: int = SEED, n_train: int = N_TRAIN, n_val: int = N_VAL, n_test: int = N_TEST, n_unseen: int = N_UNSEEN
+) -> Corpus:
     """Sample and split the corpus; deterministic for a given seed and sizes."""
     if min(n_train, n_val, n_test) <= 0 or not 0 <= n_unseen < n_test - RUNNING_EXAMPLE_LINE:
-        raise ValueError(f"sizes must be positive with n_unseen < n_test - {RUNNING_EXAMPLE_LINE}, got "
-                         f"train={n_train} val={n_val} test={n_test} unseen={n_unseen}")
+        raise ValueError(
+            f"sizes must be positive with n_unseen < n_test - {RUNNING_EXAMPLE_LINE}, got "
+            f"train={n_train} val={n_val} test={n_test} unseen={n_unseen}"
+        )
     rng = random.Random(seed)
     example = running_example()
     held_out = choose_held_out(rng, example.features)
@@ -107,7 +110,7 @@ def build_corpus(seed: int = SEED, n_train: int = N_TRAIN, n_val: int = N_VAL, n
         return all(w in vocabulary for w in words(pair.de) + words(pair.en))
 
     rest = [p for p in regular[n_train:] if known(p)]
-    val, test_regular = rest[:n_val], rest[n_val:n_val + n_test - 1 - n_unseen]
+    val, test_regular = rest[:n_val], rest[n_val : n_val + n_test - 1 - n_unseen]
     test_unseen = [p for p in unseen if known(p)][:n_unseen]
     if len(val) < n_val or len(test_regular) < n_test - 1 - n_unseen or len(test_unseen) < n_unseen:
         raise RuntimeError("not enough sentences with known words for val/test; draw more")
@@ -147,6 +150,7 @@ def write_corpus(corpus: Corpus, out_dir: str | os.PathLike) -> list[Path]:
 
 def statistics(corpus: Corpus) -> dict[str, object]:
     """Sizes and vocabulary counts, as reported in data/README.md."""
+
     def types(pairs: Sequence[SentencePair], side: str) -> int:
         return len({w.lower() for p in pairs for w in words(getattr(p, side))})
 

@@ -280,14 +280,20 @@ def _clause_parts(clause: Clause, *, front_place: bool = False) -> _ClauseParts:
     place = realise_place(clause.place) if clause.place and not front_place else Phrase()
     middle_de = before.de + place.de + after.de + fixed.de
     rest_en = fixed.en + en_objects.en + en_to.en + place.en
-    return _ClauseParts(realise_subject(clause.subject), finite_de, right_de, middle_de, verb_en, rest_en,
-                        particle_joins=bool(verb.particle) and not verb.particle_apart)
+    return _ClauseParts(
+        realise_subject(clause.subject),
+        finite_de,
+        right_de,
+        middle_de,
+        verb_en,
+        rest_en,
+        particle_joins=bool(verb.particle) and not verb.particle_apart,
+    )
 
 
 def _realise_slot(slot: Slot, np: NP, verb_group: int) -> Phrase:
     if slot.de_prep:
-        return realise_pp(slot.de_prep, slot.en_prep, np, slot.case,
-                          prep_group=None if slot.en_prep else verb_group)
+        return realise_pp(slot.de_prep, slot.en_prep, np, slot.case, prep_group=None if slot.en_prep else verb_group)
     return realise_np(np, slot.case)
 
 
@@ -318,7 +324,7 @@ def subordinate_clause(clause: Clause, conjunction: tuple[str, str]) -> Phrase:
     if clause.tense == "perfect":
         verb_cluster = parts.right_de + parts.finite_de  # "... geworfen hat"
     elif parts.right_de and parts.particle_joins:  # "einsteigt": particle and verb written as one word
-        (particle, groups), = parts.right_de
+        ((particle, groups),) = parts.right_de
         finite, _ = parts.finite_de[0]
         verb_cluster = [(particle + finite, groups)]
     else:
@@ -357,8 +363,7 @@ def finish(phrase: Phrase, features: frozenset, phenomena: frozenset) -> Sentenc
     """Capitalise, add the final full stop to the last word, and read off the alignment."""
     de, en = _sentence_case(phrase.de), _sentence_case(phrase.en)
     links = sorted({(i, j) for i, (_, gi) in enumerate(de) for j, (_, gj) in enumerate(en) if set(gi) & set(gj)})
-    return SentencePair(" ".join(w for w, _ in de), " ".join(w for w, _ in en), tuple(links), features,
-                        phenomena)
+    return SentencePair(" ".join(w for w, _ in de), " ".join(w for w, _ in en), tuple(links), features, phenomena)
 
 
 def _sentence_case(tokens: list[Token]) -> list[Token]:

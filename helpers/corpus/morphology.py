@@ -105,8 +105,16 @@ def contract(preposition: str, article: str) -> str | None:
 
 
 #: Words starting with a vowel letter but a consonant sound (and the reverse), for a/an.
-_AN_EXCEPTIONS = {"hour": "an", "honest": "an", "uniform": "a", "university": "a", "unicycle": "a",
-                  "european": "a", "one": "a", "useful": "a"}
+_AN_EXCEPTIONS = {
+    "hour": "an",
+    "honest": "an",
+    "uniform": "a",
+    "university": "a",
+    "unicycle": "a",
+    "european": "a",
+    "one": "a",
+    "useful": "a",
+}
 
 
 def english_indefinite(next_word: str) -> str:

@@ -36,8 +36,7 @@ NOUN_LIST: tuple[Noun, ...] = tuple(NOUNS.values())
 ADJECTIVE_LIST: tuple[Adjective, ...] = tuple(ADJECTIVES.values())
 
 #: Nouns a person can have with *sein/ihr*.
-OWNABLE = frozenset("kin parent baby pet horse clothing bag vehicle toy ball picture room chore2 kite "
-                    "readable".split())
+OWNABLE = frozenset(["kin", "parent", "baby", "pet", "horse", "clothing", "bag", "vehicle", "toy", "ball", "picture", "room", "chore2", "kite", "readable"])
 
 
 def labels(noun: Noun) -> frozenset[str]:
@@ -71,7 +70,7 @@ def can_own(owner: Sequence[Noun], possessed: Noun) -> bool:
     for noun in owner:
         if "person" not in noun.tags or noun.has("baby") or noun.de == possessed.de:
             return False
-        if possessed.has("kin") and possessed.has("child") or possessed.has("baby"):
+        if (possessed.has("kin") and possessed.has("child")) or possessed.has("baby"):
             if not noun.has("adult") or noun.has("group", "young"):
                 return False  # sons, daughters, babies belong to adults
         if possessed.has("parent", "sibling") and not noun.has("child"):
@@ -116,8 +115,15 @@ def det_options(noun: Noun, dets: Sequence[str], owner_nouns: Sequence[Noun] | N
     return out
 
 
-def make_np(rng: random.Random, noun: Noun, det: str, *, owner: G.Owner | None = None,
-            adj_p: float = 0.35, plural: bool | None = None) -> G.NP:
+def make_np(
+    rng: random.Random,
+    noun: Noun,
+    det: str,
+    *,
+    owner: G.Owner | None = None,
+    adj_p: float = 0.35,
+    plural: bool | None = None,
+) -> G.NP:
     """Choose number, numeral and adjective for ``noun`` with determiner ``det``."""
     if det == "defpl":  # "mit den Kindern": the definite article in the plural
         det, plural = "def", True
@@ -142,9 +148,14 @@ _SUBJECT_DETS = ("indef",) * 6 + ("def", "def", "defpl", "num", "num", "bare")
 
 @functools.cache
 def subject_nouns(verb: Verb) -> tuple[Noun, ...]:
-    return tuple(n for n in NOUN_LIST
-            if matches(n, verb.subject, verb.subject_excludes) and not n.has("kin", "thing", "place")
-            and "unused" not in n.tags and n.de_pl is not None)
+    return tuple(
+        n
+        for n in NOUN_LIST
+        if matches(n, verb.subject, verb.subject_excludes)
+        and not n.has("kin", "thing", "place")
+        and "unused" not in n.tags
+        and n.de_pl is not None
+    )
 
 
 def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = ()) -> G.NP:
@@ -165,8 +176,9 @@ def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = (
 # ---------------------------------------------------------------------------------------------------
 
 
-def sample_object(rng: random.Random, slot: Slot, subject: G.Subject, subject_nouns_: Sequence[Noun],
-                  exclude: Sequence[str]) -> G.NP:
+def sample_object(
+    rng: random.Random, slot: Slot, subject: G.Subject, subject_nouns_: Sequence[Noun], exclude: Sequence[str]
+) -> G.NP:
     owner = G.OWNER_BY_SEX.get(subject.sex or "")
     owner_nouns = subject_nouns_ if owner is not None else None
     dets = slot.dets
@@ -205,8 +217,9 @@ def place_fits(place: Place, allowed: frozenset[str], nouns: Sequence[Noun]) -> 
     return all(not n.where or (n.where & place.tags) for n in nouns)
 
 
-def sample_place(rng: random.Random, verb: Verb, nouns: Sequence[Noun], kind: str | None = None
-                 ) -> G.PlaceChoice | None:
+def sample_place(
+    rng: random.Random, verb: Verb, nouns: Sequence[Noun], kind: str | None = None
+) -> G.PlaceChoice | None:
     """A place (``loc``) or a direction/goal (``dir``/``goal``) that fits the verb and every noun."""
     options: list[Place] = []
     if kind in (None, "loc") and verb.places:
@@ -235,8 +248,9 @@ def features_of(clause: G.Clause) -> set[tuple[str, str, str]]:
     return out
 
 
-def complete_clause(rng: random.Random, subject: G.Subject, verb: Verb, tense: str,
-                    place_p: float = 0.6, need_place: bool = False) -> G.Clause:
+def complete_clause(
+    rng: random.Random, subject: G.Subject, verb: Verb, tense: str, place_p: float = 0.6, need_place: bool = False
+) -> G.Clause:
     """Add objects and perhaps a place to ``subject`` + ``verb``."""
     nouns = [np.noun for np in subject.conjuncts]  # empty for a pronoun subject
     objects: list[G.NP] = []
@@ -262,8 +276,11 @@ def pick_verb(rng: random.Random, role: str | None = None, tense: str = "present
 
 @functools.cache
 def _verbs_for(role: str | None, tense: str) -> tuple[Verb, ...]:
-    return tuple(v for v in VERBS if (role in v.roles if role else "matrixonly" not in v.roles)
-                 and (tense != "perfect" or v.perfect))
+    return tuple(
+        v
+        for v in VERBS
+        if (role in v.roles if role else "matrixonly" not in v.roles) and (tense != "perfect" or v.perfect)
+    )
 
 
 def simple_clause(rng: random.Random, tense: str = "present", *, need_place: bool = False) -> G.Clause:
@@ -281,8 +298,14 @@ def coordinated_subject(rng: random.Random, verb: Verb) -> G.Subject:
         raise Retry
     first = G.NP(first.noun, first.det if first.det in ("indef", "def") else "indef", adj=first.adj)
     owner = G.OWNER_BY_SEX.get(first.sex or "")
-    possessed = [n for n in NOUN_LIST if matches(n, verb.subject, verb.subject_excludes)
-                 and n.has("person", "pet", "horse") and owner is not None and can_own([first.noun], n)]
+    possessed = [
+        n
+        for n in NOUN_LIST
+        if matches(n, verb.subject, verb.subject_excludes)
+        and n.has("person", "pet", "horse")
+        and owner is not None
+        and can_own([first.noun], n)
+    ]
     if possessed and rng.random() < 0.5:
         second = make_np(rng, rng.choice(possessed), "poss", owner=owner, adj_p=0.3)
     else:
@@ -299,8 +322,11 @@ def possessed_subject(rng: random.Random, owner_subject: G.Subject, verb: Verb) 
     if owner is None:
         raise Retry
     owners = [np.noun for np in owner_subject.conjuncts]
-    nouns = [n for n in NOUN_LIST if matches(n, verb.subject, verb.subject_excludes)
-             and n.has("person", "pet", "horse") and can_own(owners, n)]
+    nouns = [
+        n
+        for n in NOUN_LIST
+        if matches(n, verb.subject, verb.subject_excludes) and n.has("person", "pet", "horse") and can_own(owners, n)
+    ]
     if not nouns:
         raise Retry
     noun = rng.choice(nouns)
@@ -315,8 +341,13 @@ def person_subject(rng: random.Random, verb: Verb) -> G.Subject:
 
 
 PATTERN_WEIGHTS: tuple[tuple[str, int], ...] = (
-    ("simple", 30), ("front_place", 12), ("front_time", 8), ("perfect", 13),
-    ("coordinated", 12), ("while", 12), ("because", 10),
+    ("simple", 30),
+    ("front_place", 12),
+    ("front_time", 8),
+    ("perfect", 13),
+    ("coordinated", 12),
+    ("while", 12),
+    ("because", 10),
 )
 
 
@@ -376,8 +407,11 @@ def _front_place(rng: random.Random) -> G.SentencePair:
 
 def _front_time(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng)
-    options = [t for t in TIME_ADVERBIALS
-               if not t.subject_tags or all(np.noun.tags & t.subject_tags for np in clause.subject.conjuncts)]
+    options = [
+        t
+        for t in TIME_ADVERBIALS
+        if not t.subject_tags or all(np.noun.tags & t.subject_tags for np in clause.subject.conjuncts)
+    ]
     adverbial = rng.choice(options)
     return _finish(G.main_clause(clause, front=G.realise_time(adverbial)), [clause], {"fronted_time"})
 
@@ -464,8 +498,13 @@ def _comma_join(main: G.Phrase, sub: G.Phrase) -> G.Phrase:
 
 
 _PATTERNS = {
-    "simple": _simple, "front_place": _front_place, "front_time": _front_time, "perfect": _perfect,
-    "coordinated": _coordinated, "while": _while, "because": _because,
+    "simple": _simple,
+    "front_place": _front_place,
+    "front_time": _front_time,
+    "perfect": _perfect,
+    "coordinated": _coordinated,
+    "while": _while,
+    "because": _because,
 }
 
 

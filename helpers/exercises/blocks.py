@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from helpers.attention import causal_mask
 from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
-__all__ = ["check_residual_block", "check_decoder_layer_forward", "StandInDropout"]
+__all__ = ["StandInDropout", "check_decoder_layer_forward", "check_residual_block"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,7 +55,9 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
     def body() -> str:
         x, sublayer, norm = _block_inputs()
         for norm_first, right, other in [(False, "post", "pre"), (True, "pre", "post")]:
-            answer = as_tensor(residual_block(x.clone(), sublayer, norm, norm_first), f"residual_block(..., norm_first={norm_first})")
+            answer = as_tensor(
+                residual_block(x.clone(), sublayer, norm, norm_first), f"residual_block(..., norm_first={norm_first})"
+            )
             expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first}) (N, L, E)")
             with torch.no_grad():
                 expected = _block(x, sublayer, norm, right)
@@ -64,7 +66,9 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
                 which = "post-norm (norm_first=False)" if not norm_first else "pre-norm (norm_first=True)"
                 formula = "norm(x + sublayer(x))" if not norm_first else "x + sublayer(norm(x))"
                 mistakes = {
-                    f"with norm_first={norm_first} you computed the other variant. {which} is {formula}.": _block(x, sublayer, norm, other),
+                    f"with norm_first={norm_first} you computed the other variant. {which} is {formula}.": _block(
+                        x, sublayer, norm, other
+                    ),
                     f"the residual is missing: add the block's input x back, {formula}.": _block(
                         x, sublayer, norm, "no residual post" if not norm_first else "no residual pre"
                     ),
@@ -123,9 +127,14 @@ def _decoder_inputs():
     return layer, tgt, memory, causal_mask(L), memory_padding
 
 
-def _decoder_variant(layer: nn.TransformerDecoderLayer, tgt, memory, tgt_mask, memory_padding, mistake: str = "") -> Tensor:
+def _decoder_variant(
+    layer: nn.TransformerDecoderLayer, tgt, memory, tgt_mask, memory_padding, mistake: str = ""
+) -> Tensor:
     """The decoder layer's post-norm forward written out, with one named mistake switched on."""
-    drop = {name: (lambda t: t) if mistake in (f"no {name}", "no dropouts") else getattr(layer, name) for name in _DROPOUT_FACTORS}
+    drop = {
+        name: (lambda t: t) if mistake in (f"no {name}", "no dropouts") else getattr(layer, name)
+        for name in _DROPOUT_FACTORS
+    }
     activation = (lambda t: t) if mistake == "no activation" else layer.activation
     residual = {i: mistake != f"no residual {i}" for i in (1, 2, 3)}
 
@@ -136,7 +145,9 @@ def _decoder_variant(layer: nn.TransformerDecoderLayer, tgt, memory, tgt_mask, m
     def cross_block(x):
         source = x if mistake == "cross over target" else memory
         padding = None if mistake in ("no memory padding", "cross over target") else memory_padding
-        return drop["dropout2"](layer.multihead_attn(x, source, source, key_padding_mask=padding, need_weights=False)[0])
+        return drop["dropout2"](
+            layer.multihead_attn(x, source, source, key_padding_mask=padding, need_weights=False)[0]
+        )
 
     def ff_block(x):
         return drop["dropout3"](layer.linear2(drop["dropout"](activation(layer.linear1(x)))))
@@ -178,7 +189,9 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
         finally:
             hook.remove()
         if called_whole_layer:
-            raise wrong("you called the layer itself: write the three sub-blocks with its parts (layer.self_attn, ...).")
+            raise wrong(
+                "you called the layer itself: write the three sub-blocks with its parts (layer.self_attn, ...)."
+            )
         answer = as_tensor(result, "the output")
         expect_shape(answer, tgt.shape, "the output (N, L, E)")
         with torch.no_grad():
@@ -197,14 +210,18 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
                 "the encoder's `memory`.": variant("cross over target"),
                 "the sub-blocks are in the wrong order: masked self-attention first, then cross-attention, then "
                 "feed-forward.": variant("cross before self"),
-                "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": variant("no residual 1"),
+                "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": variant(
+                    "no residual 1"
+                ),
                 "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, memory)).": variant(
                     "no residual 2"
                 ),
                 "the residual around the feed-forward network is missing: x = layer.norm3(x + feed_forward(x)).": variant(
                     "no residual 3"
                 ),
-                "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": variant("no activation"),
+                "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": variant(
+                    "no activation"
+                ),
                 "no dropout is applied: each sub-block's output goes through its own dropout (dropout1, dropout2, "
                 "dropout3) before the residual sum, and the feed-forward network has `layer.dropout` after the "
                 "activation.": variant("no dropouts"),

@@ -128,8 +128,7 @@ def _encoding_mistakes(num_positions: int, dim: int) -> dict[str, Tensor]:
     for base in (1000.0, 100.0, 100000.0, 10.0):
         freq = base ** (-pair / dim)
         mistakes[
-            f"the frequency base is wrong: your encoding matches base {base:g}, the paper (and this "
-            "lesson) uses 10000."
+            f"the frequency base is wrong: your encoding matches base {base:g}, the paper (and this lesson) uses 10000."
         ] = interleave(torch.sin(position * freq), torch.cos(position * freq))
     return mistakes
 

@@ -40,7 +40,9 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
     try:
         verdict = Verdict(exercise, "pass", body())
     except NotImplementedError:
-        verdict = Verdict(exercise, "not attempted", "replace `raise NotImplementedError()` with your code, then run this cell again.")
+        verdict = Verdict(
+            exercise, "not attempted", "replace `raise NotImplementedError()` with your code, then run this cell again."
+        )
     except _Wrong as problem:
         verdict = Verdict(exercise, "wrong", str(problem))
     except Exception as error:  # the learner's code crashed: say how, keep the notebook going

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
-__all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
+__all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +64,10 @@ def _reference_mha(
     one_head: bool = False,
 ) -> Tensor:
     """Multi-head attention (no masks, no dropout) in float64: (N, L, E), (N, S, E), (N, S, E) -> (N, L, E)."""
-    p = {name: (lin.weight.double(), None if lin.bias is None else lin.bias.double()) for name, lin in projections.items()}
+    p = {
+        name: (lin.weight.double(), None if lin.bias is None else lin.bias.double())
+        for name, lin in projections.items()
+    }
     lin = lambda x, name: torch.nn.functional.linear(x.double(), *p[name])  # noqa: E731
     q, k, v = lin(query, "q"), lin(key, "k"), lin(value, "v")  # (N, L, E), (N, S, E), (N, S, E)
     if swap_kv:
@@ -74,7 +77,12 @@ def _reference_mha(
     heads = 1 if one_head else h
     q, k, v = (_split(x, heads, split) for x in (q, k, v))  # (N, h, T, d)
     d = q.size(-1)
-    scale = {"d": math.sqrt(d), "E": math.sqrt(query.size(-1)), "none": 1.0, "d_per_head": math.sqrt(query.size(-1) // h)}[scale_by]
+    scale = {
+        "d": math.sqrt(d),
+        "E": math.sqrt(query.size(-1)),
+        "none": 1.0,
+        "d_per_head": math.sqrt(query.size(-1) // h),
+    }[scale_by]
     weights = torch.softmax(q @ k.transpose(-2, -1) / scale, dim=softmax_dim)  # (N, h, L, S)
     out = _merge(weights @ v, merge)  # (N, h, L, d) -> (N, L, E)
     return lin(out, "o") if out_proj else out
@@ -110,7 +118,9 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
                 {
                     "reshape without transpose: `x.reshape(N, h, T, d)` has the right shape, but it cuts the flat list of "
                     "numbers in the wrong places, so one 'head' gets features of several tokens. First `view(N, T, h, d)` "
-                    "(each token's E features -> h groups of d), then `.transpose(1, 2)`.": _split(x.double(), h, "no transpose"),
+                    "(each token's E features -> h groups of d), then `.transpose(1, 2)`.": _split(
+                        x.double(), h, "no transpose"
+                    ),
                     "the heads get interleaved features (head 0 gets features 0, h, 2h, ...): view the last dimension as "
                     "(h, d), not (d, h), so that head i gets the contiguous block of features i*d to (i+1)*d - 1, "
                     "as nn.MultiheadAttention does.": _split(x.double(), h, "interleaved"),
@@ -219,7 +229,9 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
             N, L, E = query.shape
             expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
             try:
-                result = multi_head_attention(query.clone(), key.clone(), value.clone(), proj["q"], proj["k"], proj["v"], proj["o"], h)
+                result = multi_head_attention(
+                    query.clone(), key.clone(), value.clone(), proj["q"], proj["k"], proj["v"], proj["o"], h
+                )
             except RuntimeError as error:
                 if index == 1:
                     raise wrong(
@@ -251,7 +263,9 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                     *args, scale_by="E"
                 ),
                 "the scores are not scaled: divide Q Kᵀ by √d, d = E / h.": _reference_mha(*args, scale_by="none"),
-                "the softmax runs over the queries: it must run over the keys, `dim=-1`.": _reference_mha(*args, softmax_dim=-2),
+                "the softmax runs over the queries: it must run over the keys, `dim=-1`.": _reference_mha(
+                    *args, softmax_dim=-2
+                ),
                 "this is one wide head over all E features: split Q, K and V into h heads of d = E / h first.": _reference_mha(
                     *args, one_head=True, scale_by="d_per_head"
                 ),
@@ -260,7 +274,9 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                 ),
             }
             if index == 1:
-                mistakes["keys and values are swapped: K = k_proj(key), V = v_proj(value)."] = _reference_mha(*args, swap_kv=True)
+                mistakes["keys and values are swapped: K = k_proj(key), V = v_proj(value)."] = _reference_mha(
+                    *args, swap_kv=True
+                )
                 mistakes[
                     "K and V are computed from `query`: that is self-attention. In cross-attention the queries come from "
                     "`query`, the keys and values from `key` and `value`: K = k_proj(key), V = v_proj(value)."

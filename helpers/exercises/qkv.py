@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
-__all__ = ["check_linear_projection", "check_cross_attention_inputs"]
+__all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,8 +46,7 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
                 answer,
                 {
                     "the weight is used untransposed: nn.Linear stores it as (E_out, E_in) and computes "
-                    "`x @ weight.T + bias`. With a square weight `x @ weight` runs but gives other numbers.": x64
-                    @ w64
+                    "`x @ weight.T + bias`. With a square weight `x @ weight` runs but gives other numbers.": x64 @ w64
                     + b64,
                     "the weight is used untransposed AND the bias is missing: nn.Linear computes "
                     "`x @ weight.T + bias`.": x64 @ w64,

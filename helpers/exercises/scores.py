@@ -18,9 +18,17 @@ from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expe
 __all__ = ["check_attention_weights", "check_masked_attention", "check_padding_to_attn_mask"]
 
 
-def _weights(q: Tensor, k: Tensor, mask: Tensor | None = None, *, scale: float | None = None,
-             softmax_dim: int = -1, transpose_keys: bool = True, mask_fill: float = float("-inf"),
-             mask_after_softmax: bool = False) -> Tensor:
+def _weights(
+    q: Tensor,
+    k: Tensor,
+    mask: Tensor | None = None,
+    *,
+    scale: float | None = None,
+    softmax_dim: int = -1,
+    transpose_keys: bool = True,
+    mask_fill: float = float("-inf"),
+    mask_after_softmax: bool = False,
+) -> Tensor:
     """Attention weights, with switches that reproduce the usual mistakes one at a time."""
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     keys = k.transpose(-2, -1) if transpose_keys else k
@@ -114,13 +122,23 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
         padding_keep = torch.tensor([True, True, True, False, False]).expand(3, 5)  # the last 2 keys are padding
         cases = [
             # square, so that untransposed keys still run; dv = 3 differs from S so returned weights show
-            (torch.randn(4, 4, generator=generator) * 2, torch.randn(4, 4, generator=generator) * 2,
-             torch.randn(4, 3, generator=generator), causal_keep),
-            (torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator),
-             torch.randn(2, 5, 6, generator=generator), padding_keep),
+            (
+                torch.randn(4, 4, generator=generator) * 2,
+                torch.randn(4, 4, generator=generator) * 2,
+                torch.randn(4, 3, generator=generator),
+                causal_keep,
+            ),
+            (
+                torch.randn(2, 3, 8, generator=generator),
+                torch.randn(2, 5, 8, generator=generator),
+                torch.randn(2, 5, 6, generator=generator),
+                padding_keep,
+            ),
         ]
         for index, (q, k, v, mask) in enumerate(cases):
-            expected, expected_weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+            expected, expected_weights = scaled_dot_product_attention(
+                q.double(), k.double(), v.double(), attn_mask=mask
+            )
             answer = _call_learner(masked_attention, (q, k, v, mask), "the output", shapes_differ=index == 1)
             if tuple(answer.shape) == tuple(expected_weights.shape):
                 raise wrong(

@@ -1,14 +1,14 @@
 """German -> English translation with a small transformer whose decoder heads can be inspected.
 
-    config.py       TranslationConfig: model size and training settings
-    model.py        Seq2SeqTransformer (nn.Transformer + InspectableDecoderLayer), head ablation
-    training.py     the training loop (label smoothing, AdamW + warm-up, clipping, best weights kept)
-    decoding.py     greedy search and beam search, with per-head cross-attention of the output
-    translator.py   Translator: a model and its tokenizers, text in and text out
-    evaluation.py   sacreBLEU scores, heads against gold alignments, head ablation
-    checkpoint.py   save / load (weights_only) of weights, config, tokenizers and metrics
-    pipeline.py     corpus -> tokenizers -> model -> trained translator
-    cli.py          ``python -m helpers.translation train | evaluate | translate``
+config.py       TranslationConfig: model size and training settings
+model.py        Seq2SeqTransformer (nn.Transformer + InspectableDecoderLayer), head ablation
+training.py     the training loop (label smoothing, AdamW + warm-up, clipping, best weights kept)
+decoding.py     greedy search and beam search, with per-head cross-attention of the output
+translator.py   Translator: a model and its tokenizers, text in and text out
+evaluation.py   sacreBLEU scores, heads against gold alignments, head ablation
+checkpoint.py   save / load (weights_only) of weights, config, tokenizers and metrics
+pipeline.py     corpus -> tokenizers -> model -> trained translator
+cli.py          ``python -m helpers.translation train | evaluate | translate``
 """
 
 from helpers.translation.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -29,9 +29,30 @@ from helpers.translation.training import TrainingHistory, teacher_forcing, train
 from helpers.translation.translator import Translation, Translator
 
 __all__ = [
-    "AlignmentReport", "CheckpointError", "Decoded", "Scores", "Seq2SeqTransformer", "TrainingHistory",
-    "Translation", "TranslationConfig", "Translator", "ablated_heads", "alignment_report", "beam_search",
-    "build_translator", "encode_pairs", "evaluate", "fit", "greedy_decode", "head_ablation", "load_checkpoint",
-    "save_checkpoint", "score_translations", "teacher_forced_attention", "teacher_forcing", "train",
-    "translation_loss", "word_attention",
+    "AlignmentReport",
+    "CheckpointError",
+    "Decoded",
+    "Scores",
+    "Seq2SeqTransformer",
+    "TrainingHistory",
+    "Translation",
+    "TranslationConfig",
+    "Translator",
+    "ablated_heads",
+    "alignment_report",
+    "beam_search",
+    "build_translator",
+    "encode_pairs",
+    "evaluate",
+    "fit",
+    "greedy_decode",
+    "head_ablation",
+    "load_checkpoint",
+    "save_checkpoint",
+    "score_translations",
+    "teacher_forced_attention",
+    "teacher_forcing",
+    "train",
+    "translation_loss",
+    "word_attention",
 ]

@@ -26,8 +26,9 @@ class CheckpointError(ValueError):
     """A file that is not a usable translation checkpoint (truncated, foreign, or inconsistent)."""
 
 
-def save_checkpoint(path: str | Path, translator: Translator, metrics: dict[str, Any] | None = None,
-                    info: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path, translator: Translator, metrics: dict[str, Any] | None = None, info: dict[str, Any] | None = None
+) -> Path:
     """Write ``translator`` (and ``metrics``, ``info``: plain values) to ``path``, atomically.
 
     The file is written under a temporary name in the same folder and renamed into place only when
@@ -74,7 +75,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
             f"(written by helpers.translation.save_checkpoint), found {found}"
         )
     if payload.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})")
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})"
+        )
     missing = [key for key in ("config", "weights", "source_tokenizer", "target_tokenizer") if key not in payload]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {missing}")

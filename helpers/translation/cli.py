@@ -1,10 +1,10 @@
 """The command line: ``python -m helpers.translation train | evaluate | translate``.
 
-    python -m helpers.translation train --corpus captions --epochs 3 --out runs/captions.pt
-    python -m helpers.translation train --corpus multi30k --data-dir ../shared/data/multi30k --minutes 60 --out runs/m30k.pt
-    python -m helpers.translation evaluate --checkpoint runs/m30k.pt --split test --json
-    python -m helpers.translation translate --checkpoint runs/m30k.pt "Ein Hund läuft im Schnee."
-    python -m helpers.translation translate --checkpoint runs/m30k.pt --input sentences.de > sentences.en
+python -m helpers.translation train --corpus captions --epochs 3 --out runs/captions.pt
+python -m helpers.translation train --corpus multi30k --data-dir ../shared/data/multi30k --minutes 60 --out runs/m30k.pt
+python -m helpers.translation evaluate --checkpoint runs/m30k.pt --split test --json
+python -m helpers.translation translate --checkpoint runs/m30k.pt "Ein Hund läuft im Schnee."
+python -m helpers.translation translate --checkpoint runs/m30k.pt --input sentences.de > sentences.en
 """
 
 from __future__ import annotations
@@ -32,9 +32,20 @@ from helpers.translation.pipeline import build_translator, fit
 PRESETS: dict[str, TranslationConfig] = {
     "captions": replace(LESSON_CONFIG, eval_every=500),
     "multi30k": TranslationConfig(
-        tokenizer="bpe", vocab_size=6000, d_model=256, heads=8, encoder_layers=3, decoder_layers=3,
-        feedforward=512, dropout=0.1, steps=4000, batch_tokens=3000, lr=1.5e-3, warmup_steps=300,
-        eval_every=250, val_sentences=300,
+        tokenizer="bpe",
+        vocab_size=6000,
+        d_model=256,
+        heads=8,
+        encoder_layers=3,
+        decoder_layers=3,
+        feedforward=512,
+        dropout=0.1,
+        steps=4000,
+        batch_tokens=3000,
+        lr=1.5e-3,
+        warmup_steps=300,
+        eval_every=250,
+        val_sentences=300,
     ),
 }
 CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi30k"}
@@ -57,54 +68,93 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m helpers.translation",
         description="Train, evaluate and use a German->English transformer (the course's lesson 06 model).",
     )
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for PyTorch (default: PyTorch's choice; 1 is often fastest for the small "
-                             "captions model on a busy machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for PyTorch (default: PyTorch's choice; 1 is often fastest for the small "
+        "captions model on a busy machine)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,translate}")
 
-    train = commands.add_parser("train", help="train a model and save the best checkpoint",
-                                description="Train on a corpus's training split, validate BLEU on its validation split, "
-                                            "and keep the best weights in --out (rewritten whenever validation improves).")
-    train.add_argument("--corpus", choices=sorted(CORPUS_NAMES), default="captions",
-                       help="'captions' (alias 'course'): the course's own corpus; 'multi30k': real captions")
-    train.add_argument("--data-dir", default=None,
-                       help="folder with the corpus files (default: data/captions, or $MULTI30K_DIR for multi30k)")
+    train = commands.add_parser(
+        "train",
+        help="train a model and save the best checkpoint",
+        description="Train on a corpus's training split, validate BLEU on its validation split, "
+        "and keep the best weights in --out (rewritten whenever validation improves).",
+    )
+    train.add_argument(
+        "--corpus",
+        choices=sorted(CORPUS_NAMES),
+        default="captions",
+        help="'captions' (alias 'course'): the course's own corpus; 'multi30k': real captions",
+    )
+    train.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder with the corpus files (default: data/captions, or $MULTI30K_DIR for multi30k)",
+    )
     length = train.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="train for this many minutes of wall-clock time")
     length.add_argument("--epochs", type=int, help="train for this many passes over the training split")
     length.add_argument("--steps", type=int, help="train for this many optimiser steps (default: the preset's)")
     train.add_argument("--out", required=True, type=Path, help="checkpoint file to write")
     train.add_argument("--limit", type=int, default=None, help="use only the first N training pairs (quick trials)")
-    for flag, field in [("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"), ("--d-model", "d_model"),
-                        ("--heads", "heads"), ("--encoder-layers", "encoder_layers"),
-                        ("--decoder-layers", "decoder_layers"), ("--feedforward", "feedforward"),
-                        ("--dropout", "dropout"), ("--batch-tokens", "batch_tokens"), ("--lr", "lr"),
-                        ("--warmup-steps", "warmup_steps"), ("--eval-every", "eval_every"),
-                        ("--val-sentences", "val_sentences"), ("--seed", "seed")]:
+    for flag, field in [
+        ("--tokenizer", "tokenizer"),
+        ("--vocab-size", "vocab_size"),
+        ("--d-model", "d_model"),
+        ("--heads", "heads"),
+        ("--encoder-layers", "encoder_layers"),
+        ("--decoder-layers", "decoder_layers"),
+        ("--feedforward", "feedforward"),
+        ("--dropout", "dropout"),
+        ("--batch-tokens", "batch_tokens"),
+        ("--lr", "lr"),
+        ("--warmup-steps", "warmup_steps"),
+        ("--eval-every", "eval_every"),
+        ("--val-sentences", "val_sentences"),
+        ("--seed", "seed"),
+    ]:
         kind = type(getattr(TranslationConfig(), field))
-        train.add_argument(flag, dest=field, type=kind, default=None,
-                           help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
-                                f"multi30k: {getattr(PRESETS['multi30k'], field)})")
+        train.add_argument(
+            flag,
+            dest=field,
+            type=kind,
+            default=None,
+            help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
+            f"multi30k: {getattr(PRESETS['multi30k'], field)})",
+        )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(run=run_train)
 
-    evaluate_ = commands.add_parser("evaluate", help="score a checkpoint with sacreBLEU (BLEU, chrF)",
-                                    description="Translate a split of the checkpoint's corpus and score it with "
-                                                "sacreBLEU; prints BLEU, chrF and sacreBLEU's signature.")
+    evaluate_ = commands.add_parser(
+        "evaluate",
+        help="score a checkpoint with sacreBLEU (BLEU, chrF)",
+        description="Translate a split of the checkpoint's corpus and score it with "
+        "sacreBLEU; prints BLEU, chrF and sacreBLEU's signature.",
+    )
     evaluate_.add_argument("--checkpoint", required=True, type=Path)
     evaluate_.add_argument("--split", choices=["train", "val", "test"], default="test")
-    evaluate_.add_argument("--corpus", choices=sorted(CORPUS_NAMES), default=None,
-                           help="default: the corpus the checkpoint was trained on")
+    evaluate_.add_argument(
+        "--corpus", choices=sorted(CORPUS_NAMES), default=None, help="default: the corpus the checkpoint was trained on"
+    )
     evaluate_.add_argument("--data-dir", default=None, help="default: the folder used for training")
     evaluate_.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy; 4 = beam search)")
     evaluate_.add_argument("--limit", type=int, default=None, help="score only the first N sentences")
-    evaluate_.add_argument("--json", action="store_true",
-                           help="print one JSON object (bleu, chrf, signature, chrf_signature, sentences, ...)")
+    evaluate_.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (bleu, chrf, signature, chrf_signature, sentences, ...)",
+    )
     evaluate_.set_defaults(run=run_evaluate)
 
-    translate = commands.add_parser("translate", help="translate German sentences to English",
-                                    description="Translate sentences given as arguments, or one per line from "
-                                                "--input FILE ('-' for standard input); writes one translation a line.")
+    translate = commands.add_parser(
+        "translate",
+        help="translate German sentences to English",
+        description="Translate sentences given as arguments, or one per line from "
+        "--input FILE ('-' for standard input); writes one translation a line.",
+    )
     translate.add_argument("sentences", nargs="*", help="German sentences (quote each)")
     translate.add_argument("--checkpoint", required=True, type=Path)
     translate.add_argument("--input", default=None, help="file with one German sentence a line, '-' for standard input")
@@ -116,27 +166,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_train(args: argparse.Namespace) -> int:
     corpus_name = CORPUS_NAMES[args.corpus]
-    overrides = {field: value for field, value in vars(args).items()
-                 if field in TranslationConfig.__dataclass_fields__ and value is not None}
+    overrides = {
+        field: value
+        for field, value in vars(args).items()
+        if field in TranslationConfig.__dataclass_fields__ and value is not None
+    }
     config = replace(PRESETS[corpus_name], **overrides)
     train_corpus = _limited(load_corpus(corpus_name, "train", args.data_dir), args.limit)
     val_corpus = load_corpus(corpus_name, "val", args.data_dir)
     translator = build_translator(train_corpus, config)
-    info = {"corpus": corpus_name, "data_dir": None if args.data_dir is None else str(Path(args.data_dir).resolve()),
-            "train_pairs": len(train_corpus), "parameters": translator.model.num_parameters()}
-    print(f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
-          f"on {translator.device}; vocabularies {translator.source_tokenizer.vocab_size} (de) / "
-          f"{translator.target_tokenizer.vocab_size} (en)", file=sys.stderr)
+    info = {
+        "corpus": corpus_name,
+        "data_dir": None if args.data_dir is None else str(Path(args.data_dir).resolve()),
+        "train_pairs": len(train_corpus),
+        "parameters": translator.model.num_parameters(),
+    }
+    print(
+        f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
+        f"on {translator.device}; vocabularies {translator.source_tokenizer.vocab_size} (de) / "
+        f"{translator.target_tokenizer.vocab_size} (en)",
+        file=sys.stderr,
+    )
 
     def keep_best(_model, history) -> None:  # the best weights so far are on disk even if training is cut short
-        save_checkpoint(args.out, translator, {"best_val_bleu": history.best_score, "best_step": history.best_step}, info)
+        save_checkpoint(
+            args.out, translator, {"best_val_bleu": history.best_score, "best_step": history.best_step}, info
+        )
 
-    history = fit(translator, train_corpus, val_corpus, steps=args.steps, epochs=args.epochs, minutes=args.minutes,
-                  progress=not args.quiet, on_best=keep_best)
+    history = fit(
+        translator,
+        train_corpus,
+        val_corpus,
+        steps=args.steps,
+        epochs=args.epochs,
+        minutes=args.minutes,
+        progress=not args.quiet,
+        on_best=keep_best,
+    )
     metrics = {**history.to_dict(), "val_bleu": history.best_score}
     save_checkpoint(args.out, translator, metrics, info)
-    print(f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
-          f" ({history.seconds:.0f} s); saved {args.out}", file=sys.stderr)
+    print(
+        f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
+        f" ({history.seconds:.0f} s); saved {args.out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -144,14 +217,27 @@ def run_evaluate(args: argparse.Namespace) -> int:
     translator, payload = load_checkpoint(args.checkpoint, device=_device())
     info = payload.get("info", {})
     corpus_name = CORPUS_NAMES[args.corpus] if args.corpus else info.get("corpus", "captions")
-    data_dir = args.data_dir if args.data_dir is not None else (info.get("data_dir") if corpus_name == info.get("corpus") else None)
+    data_dir = (
+        args.data_dir
+        if args.data_dir is not None
+        else (info.get("data_dir") if corpus_name == info.get("corpus") else None)
+    )
     corpus = _limited(load_corpus(corpus_name, args.split, data_dir), args.limit)
     start = time.perf_counter()
     scores, _ = evaluate(translator, corpus, beam_size=args.beam)
     seconds = time.perf_counter() - start
     if args.json:
-        print(json.dumps({**scores.to_dict(), "corpus": corpus_name, "split": args.split, "beam": args.beam,
-                          "seconds": round(seconds, 2)}))
+        print(
+            json.dumps(
+                {
+                    **scores.to_dict(),
+                    "corpus": corpus_name,
+                    "split": args.split,
+                    "beam": args.beam,
+                    "seconds": round(seconds, 2),
+                }
+            )
+        )
     else:
         print(f"{corpus_name} {args.split}: {scores} [{seconds:.1f} s, beam {args.beam}]")
     return 0
@@ -172,8 +258,9 @@ def run_translate(args: argparse.Namespace) -> int:
     keep = [i for i, s in enumerate(sentences) if s]
     outputs = [""] * len(sentences)
     if keep:
-        for i, text in zip(keep, translator.translate([sentences[i] for i in keep], beam_size=args.beam,
-                                                      batch_size=args.batch_size)):
+        for i, text in zip(
+            keep, translator.translate([sentences[i] for i in keep], beam_size=args.beam, batch_size=args.batch_size)
+        ):
             outputs[i] = text
     sys.stdout.write("".join(f"{line}\n" for line in outputs))
     return 0

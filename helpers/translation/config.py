@@ -65,7 +65,6 @@ class TranslationConfig:
         return cls(**values)
 
 
-
 #: Lesson 06's model and training settings, also the command line's ``captions`` preset (with validation every
 #: 500 steps there). Chosen by measuring (``benchmarks/translation.py``, process CPU time on one thread of the
 #: course's 2-core machine): at equal time, small batches and more steps beat larger batches (600-token batches:
@@ -74,7 +73,17 @@ class TranslationConfig:
 #: 99.6); dropout 0.1 makes each step a third slower for no gain in the same steps (99.1), since the model sees
 #: each pair only about four times. The lesson trains ``LESSON_STEPS`` steps, never for a time budget.
 LESSON_CONFIG = TranslationConfig(
-    d_model=64, heads=4, encoder_layers=1, decoder_layers=2, feedforward=128, dropout=0.0,
-    batch_tokens=600, lr=8e-3, warmup_steps=150, label_smoothing=0.1, eval_every=0, steps=2000,
+    d_model=64,
+    heads=4,
+    encoder_layers=1,
+    decoder_layers=2,
+    feedforward=128,
+    dropout=0.0,
+    batch_tokens=600,
+    lr=8e-3,
+    warmup_steps=150,
+    label_smoothing=0.1,
+    eval_every=0,
+    steps=2000,
 )
 LESSON_STEPS = LESSON_CONFIG.steps

@@ -54,8 +54,9 @@ def score_translations(hypotheses: Sequence[str], references: Sequence[str]) -> 
     )
 
 
-def evaluate(translator: Translator, corpus: ParallelCorpus, beam_size: int = 1,
-             indices: Sequence[int] | None = None) -> tuple[Scores, list[str]]:
+def evaluate(
+    translator: Translator, corpus: ParallelCorpus, beam_size: int = 1, indices: Sequence[int] | None = None
+) -> tuple[Scores, list[str]]:
     """Translate ``corpus.de`` (or the sentences at ``indices``) and score against ``corpus.en``."""
     indices = list(range(len(corpus))) if indices is None else list(indices)
     sources = [corpus.de[i] for i in indices]
@@ -109,8 +110,9 @@ class AlignmentReport:
         return divmod(flat, self.accuracy.size(1))
 
 
-def alignment_report(translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None,
-                     batch_size: int = 200) -> AlignmentReport:
+def alignment_report(
+    translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None, batch_size: int = 200
+) -> AlignmentReport:
     """Score every cross-attention head against ``corpus.alignments``, reading the *reference* translations.
 
     Teacher forcing on the reference (not the model's own output) means every sentence is scored on the
@@ -152,8 +154,11 @@ def alignment_report(translator: Translator, corpus: ParallelCorpus, indices: Se
     if words == 0:
         raise ValueError("no aligned words to score in the chosen sentences")
     return AlignmentReport(
-        accuracy=hits / words, edge_share=edge / rows, entropy=entropy / rows,
-        diagonal_baseline=diagonal_hits / words, words=words,
+        accuracy=hits / words,
+        edge_share=edge / rows,
+        entropy=entropy / rows,
+        diagonal_baseline=diagonal_hits / words,
+        words=words,
     )
 
 
@@ -168,8 +173,9 @@ def _gold_sets(alignment: Alignment) -> dict[int, set[int]]:
 # ---------------------------------------------------------------------------------------------
 # Head ablation
 # ---------------------------------------------------------------------------------------------
-def head_ablation(translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None,
-                  beam_size: int = 1) -> tuple[float, Tensor]:
+def head_ablation(
+    translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None, beam_size: int = 1
+) -> tuple[float, Tensor]:
     """BLEU with every head, and (layers, h) BLEU with each cross-attention head silenced in turn.
 
     The cost of a head is the drop from the first number to its entry: a head whose removal costs

@@ -41,7 +41,11 @@ class Seq2SeqTransformer(nn.Module):
         self.tgt_embedding = TokenEmbedding(tgt_vocab_size, E, padding_idx=PAD)
         self.positions = PositionalEncoding(E, max_len=config.max_len, dropout=config.dropout)
         decoder_layer = InspectableDecoderLayer(
-            E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True,
+            E,
+            config.heads,
+            dim_feedforward=config.feedforward,
+            dropout=config.dropout,
+            batch_first=True,
             norm_first=config.norm_first,
             record=False,  # weights are recorded only on request (`model.recording()`): training runs the fused kernel
         )
@@ -57,7 +61,11 @@ class Seq2SeqTransformer(nn.Module):
             # (a prototype API that warns, and would make eval-mode memory differ at padding positions).
             custom_encoder=nn.TransformerEncoder(
                 nn.TransformerEncoderLayer(
-                    E, config.heads, dim_feedforward=config.feedforward, dropout=config.dropout, batch_first=True,
+                    E,
+                    config.heads,
+                    dim_feedforward=config.feedforward,
+                    dropout=config.dropout,
+                    batch_first=True,
                     norm_first=config.norm_first,
                 ),
                 config.encoder_layers,
@@ -90,8 +98,9 @@ class Seq2SeqTransformer(nn.Module):
         )  # (N, L, E)
         return self.generator(hidden)  # (N, L, V)
 
-    def decode_step(self, token: Tensor, memory: Tensor, src_padding: Tensor,
-                    cache: list[Tensor] | None = None) -> tuple[Tensor, list[Tensor]]:
+    def decode_step(
+        self, token: Tensor, memory: Tensor, src_padding: Tensor, cache: list[Tensor] | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
         """Logits for the next token after one more target token, without re-reading the earlier ones.
 
         token (N, 1): the newest token of each sequence; cache: what the previous call returned (None

@@ -1,6 +1,6 @@
 """The steps from a corpus to a trained translator, in the order the lesson and the command line run them.
 
-    corpus -> tokenizers -> model -> encoded pairs -> training (validated on BLEU) -> Translator
+corpus -> tokenizers -> model -> encoded pairs -> training (validated on BLEU) -> Translator
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from helpers.translation.training import Example, TrainingHistory, default_devic
 from helpers.translation.translator import Translator
 
 
-def build_translator(train_corpus: ParallelCorpus, config: TranslationConfig,
-                     device: torch.device | str | None = None) -> Translator:
+def build_translator(
+    train_corpus: ParallelCorpus, config: TranslationConfig, device: torch.device | str | None = None
+) -> Translator:
     """Tokenizers trained on ``train_corpus`` (training split only) and a freshly initialised, seeded model."""
     # Word-level: keep every word seen in training (min_frequency 1) up to vocab_size, since the course
     # corpus has no rare words worth hiding; BPE merges pairs seen at least twice.
     min_frequency = 1 if config.tokenizer == "word" else 2
-    source, target = train_tokenizers(train_corpus, kind=config.tokenizer, vocab_size=config.vocab_size,
-                                      min_frequency=min_frequency)
+    source, target = train_tokenizers(
+        train_corpus, kind=config.tokenizer, vocab_size=config.vocab_size, min_frequency=min_frequency
+    )
     torch.manual_seed(config.seed)  # the same initial weights on every run
     model = Seq2SeqTransformer(config, source.vocab_size, target.vocab_size)
     return Translator(model.to(device or default_device()), source, target)
@@ -40,7 +42,9 @@ def encode_pairs(translator: Translator, corpus: ParallelCorpus) -> list[Example
     return [(s, t) for s, t in zip(source, target) if len(s) <= limit and len(t) <= limit]
 
 
-def bleu_validator(translator: Translator, val_corpus: ParallelCorpus, sentences: int) -> Callable[[Seq2SeqTransformer], float]:
+def bleu_validator(
+    translator: Translator, val_corpus: ParallelCorpus, sentences: int
+) -> Callable[[Seq2SeqTransformer], float]:
     """A function scoring the model's greedy BLEU on the first ``sentences`` validation pairs."""
     indices = list(range(min(sentences, len(val_corpus))))
 
@@ -51,11 +55,28 @@ def bleu_validator(translator: Translator, val_corpus: ParallelCorpus, sentences
     return validate
 
 
-def fit(translator: Translator, train_corpus: ParallelCorpus, val_corpus: ParallelCorpus | None = None, *,
-        steps: int | None = None, epochs: int | None = None, minutes: float | None = None, progress: bool = True,
-        on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None = None) -> TrainingHistory:
+def fit(
+    translator: Translator,
+    train_corpus: ParallelCorpus,
+    val_corpus: ParallelCorpus | None = None,
+    *,
+    steps: int | None = None,
+    epochs: int | None = None,
+    minutes: float | None = None,
+    progress: bool = True,
+    on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None = None,
+) -> TrainingHistory:
     """Train ``translator.model`` on ``train_corpus``, validating BLEU on ``val_corpus`` (if given)."""
     config = translator.model.config
     validate = bleu_validator(translator, val_corpus, config.val_sentences) if val_corpus is not None else None
-    return train(translator.model, encode_pairs(translator, train_corpus), config, steps=steps, epochs=epochs,
-                 minutes=minutes, validate=validate, on_best=on_best, progress=progress)
+    return train(
+        translator.model,
+        encode_pairs(translator, train_corpus),
+        config,
+        steps=steps,
+        epochs=epochs,
+        minutes=minutes,
+        validate=validate,
+        on_best=on_best,
+        progress=progress,
+    )

@@ -114,7 +114,9 @@ def train(
     gives the same weights.
     """
     if sum(x is not None for x in (steps, epochs, minutes)) > 1:
-        raise ValueError(f"give at most one of steps, epochs, minutes; got steps={steps}, epochs={epochs}, minutes={minutes}")
+        raise ValueError(
+            f"give at most one of steps, epochs, minutes; got steps={steps}, epochs={epochs}, minutes={minutes}"
+        )
     if not examples:
         raise ValueError("no training examples")
     if steps is None and epochs is None and minutes is None:
@@ -124,7 +126,11 @@ def train(
     torch.manual_seed(config.seed)  # dropout masks
     # fused: one kernel updates every parameter; on the lesson's small model it saves about 8 % of each step
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=config.weight_decay,
+        model.parameters(),
+        lr=config.lr,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        weight_decay=config.weight_decay,
         fused=device.type in ("cpu", "cuda"),
     )
     history = TrainingHistory()
@@ -133,8 +139,12 @@ def train(
     budget = minutes * 60.0 if minutes is not None else None
     best_state = None
     start, cpu_start = time.perf_counter(), time.process_time()
-    bar = tqdm(total=total_steps if total_steps is not None else round(budget), disable=not progress,
-               unit="step" if total_steps is not None else "s", desc="training")
+    bar = tqdm(
+        total=total_steps if total_steps is not None else round(budget),
+        disable=not progress,
+        unit="step" if total_steps is not None else "s",
+        desc="training",
+    )
 
     def progress_done(step: int) -> float:
         if total_steps is not None:
@@ -179,7 +189,9 @@ def train(
                 history.steps.append(step)
                 history.losses.append(round(float(loss.detach()), 4))
                 elapsed = time.perf_counter() - start
-                bar.set_postfix(loss=f"{float(loss.detach()):.3f}", tok_s=f"{history.target_tokens / max(elapsed, 1e-9):.0f}")
+                bar.set_postfix(
+                    loss=f"{float(loss.detach()):.3f}", tok_s=f"{history.target_tokens / max(elapsed, 1e-9):.0f}"
+                )
             if total_steps is not None:
                 bar.update(1)
             else:

@@ -56,8 +56,9 @@ class Translator:
                 )
         return ids
 
-    def decode_ids(self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 250,
-                   return_attention: bool = False) -> Decoded:
+    def decode_ids(
+        self, sentences: Sequence[str], beam_size: int = 1, batch_size: int = 250, return_attention: bool = False
+    ) -> Decoded:
         """Run greedy search (``beam_size`` 1) or beam search over ``sentences``, in batches.
 
         Sentences are sorted by length before batching (less padding, and a batch finishes when its
