@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit notebooks setup benchmark corpus release clean
+.PHONY: lab test unit lint notebooks setup benchmark corpus release clean
 
 # The virtual environment is rebuilt only when pyproject.toml changes (idempotent).
 $(STAMP): pyproject.toml
@@ -31,8 +31,15 @@ test: $(STAMP)  ## unit tests, then every notebook under strict nbval
 unit: $(STAMP)  ## unit tests only (fast)
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
 
-notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one)
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
+lint: $(STAMP)  ## ruff: lint everything (lessons too), check the formatting of the Python files
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded,
+# so re-running an unchanged lesson changes only outputs that truly change.
+NB ?= notebooks/*.ipynb
+notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one; NB=... for some)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NB)
 
 benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py
