@@ -20,8 +20,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from helpers.batching import make_batches
+from helpers.tokenization import PAD_ID
 from helpers.translation.config import TranslationConfig
-from helpers.translation.model import PAD, Seq2SeqTransformer
+from helpers.translation.model import Seq2SeqTransformer
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), both with BOS ... EOS
 
@@ -69,7 +70,7 @@ def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
 def translation_loss(logits: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy over real target tokens: logits (N, L, V), tgt_out (N, L); padding ignored."""
     return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD, label_smoothing=label_smoothing
+        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID, label_smoothing=label_smoothing
     )
 
 
@@ -184,7 +185,7 @@ def train(
             optimizer.step()
             step += 1
             history.steps_done = step
-            history.target_tokens += int(tgt_out.ne(PAD).sum())
+            history.target_tokens += int(tgt_out.ne(PAD_ID).sum())
             if step % log_every == 0 or step == 1:
                 history.steps.append(step)
                 history.losses.append(round(float(loss.detach()), 4))
@@ -199,10 +200,7 @@ def train(
                 bar.refresh()
             if config.eval_every and step % config.eval_every == 0:
                 run_validation(step)
-            if total_steps is not None:
-                finished = step >= total_steps
-            else:
-                finished = time.perf_counter() - start >= budget
+            finished = step >= total_steps if total_steps is not None else time.perf_counter() - start >= budget
             if finished:
                 break
     if not history.val_steps or history.val_steps[-1] != step:
