@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers.attention import MultiHeadAttention
 from helpers.data import ParallelCorpus
 from helpers.tokenization import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from helpers.translation import (
@@ -25,6 +26,7 @@ from helpers.translation import (
     score_translations,
     teacher_forcing,
     train,
+    translation_loss,
     word_attention,
 )
 from helpers.translation.decoding import length_penalty
@@ -90,6 +92,88 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
     real = tgt_in.ne(PAD_ID)
     assert torch.allclose(got[real], expected[real], atol=1e-5)
     assert torch.allclose(recorded[real], expected[real], atol=1e-5)  # recording does not change the output
+
+
+def torch_twin(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
+    """The same model with nn.Transformer (torch's layers and nn.MultiheadAttention) as its ``transformer``:
+    the model as it was built before it used the course's own attention, loaded with the same weights."""
+    c = model.config
+    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
+    twin = copy.deepcopy(model)
+    twin.transformer = nn.Transformer(
+        c.d_model,
+        c.heads,
+        custom_encoder=nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
+            c.encoder_layers,
+            norm=nn.LayerNorm(c.d_model),
+            enable_nested_tensor=False,
+        ),
+        custom_decoder=nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
+        ),
+        batch_first=True,
+    )
+    twin.transformer.load_state_dict(model.transformer.state_dict())
+    return twin
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_model_on_our_attention_equals_the_model_on_torchs_layers_in_outputs_and_gradients(norm_first):
+    torch.manual_seed(0)
+    ours = Seq2SeqTransformer(TranslationConfig(**{**TINY, "norm_first": norm_first}), 11, 13)
+    with torch.no_grad():  # non-zero biases and norms, so that a missed term shows up
+        for p in ours.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    theirs = torch_twin(ours)
+    assert list(theirs.state_dict()) == list(ours.state_dict())  # the same keys: checkpoints move both ways
+    src = random_source()
+    tgt_in = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, PAD_ID], [BOS_ID, 4, PAD_ID, PAD_ID]])
+    tgt_out = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
+    real = tgt_in.ne(PAD_ID)
+    for model in (ours, theirs):
+        model.train()
+        model.loss = translation_loss(model(src, tgt_in), tgt_out, label_smoothing=0.1)
+        model.loss.backward()
+        with torch.no_grad():
+            model.logits = model.eval()(src, tgt_in)
+    torch.testing.assert_close(ours.loss, theirs.loss, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours.logits[real], theirs.logits[real], atol=1e-5, rtol=1e-5)
+    their_parameters = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, their_parameters[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+    # Decoding agrees too (greedy on our cache against torch's layers re-run on the whole prefix).
+    assert greedy_decode(ours, src, max_len=8).ids == [naive_greedy(theirs, row, 8) for row in src]
+
+
+def test_a_checkpoint_written_by_the_model_on_torchs_layers_loads_and_translates_the_same(tmp_path):
+    """Checkpoints saved before the model used the course's own attention hold nn.Transformer's state dict: the
+    parameter names are the same, so they load unchanged (format version 1)."""
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    with torch.no_grad():
+        for p in translator.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    old = Translator(torch_twin(translator.model), translator.source_tokenizer, translator.target_tokenizer)
+    path = save_checkpoint(tmp_path / "old.pt", old)
+    assert torch.load(path, weights_only=True)["version"] == 1
+    loaded, _ = load_checkpoint(path)
+    assert isinstance(loaded.model.transformer.decoder.layers[0].multihead_attn, MultiHeadAttention)
+    src = random_source(vocab=loaded.source_tokenizer.vocab_size)
+    tgt_in = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(src, tgt_in), old.model.eval()(src, tgt_in), atol=1e-5, rtol=1e-5)
+    assert loaded.translate(sentences) == translator.translate(sentences)
+
+
+def test_the_lesson_config_is_the_defaults_and_holds_the_measured_settings():
+    from helpers.translation.config import LESSON_CONFIG
+
+    assert TranslationConfig() == LESSON_CONFIG
+    # The settings benchmarks/RESULTS.md measured: change one only together with a new measurement.
+    measured = dict(d_model=64, heads=4, encoder_layers=1, decoder_layers=2, feedforward=128, dropout=0.0)
+    measured |= dict(batch_tokens=600, lr=8e-3, warmup_steps=150, label_smoothing=0.1, eval_every=0, steps=2000)
+    assert {name: getattr(LESSON_CONFIG, name) for name in measured} == measured
 
 
 def test_decoder_layers_are_inspectable_and_record_cross_attention_per_head_only_on_request():
