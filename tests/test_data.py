@@ -362,7 +362,6 @@ def test_real_multi30k_running_example_and_checksums():
 # ---------------------------------------------------------------------------------------------
 # The committed course corpus (generated into data/captions)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not (data.CAPTIONS_DIR / "train.de").is_file(), reason="data/captions not generated yet")
 def test_committed_captions_corpus_loads_with_valid_alignments():
     for split in ("train", "val", "test"):
         corpus = load_corpus("captions", split)  # the default folder: <repo>/data/captions

@@ -63,8 +63,17 @@ def test_conda_environment_has_nothing_pyproject_lacks():
 def test_python_versions_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     conda, _ = _conda()
-    minimum = project["requires-python"].removeprefix(">=")
-    assert conda["python"].lstrip("=") >= minimum
+    minimum = _version(project["requires-python"].removeprefix(">="))
+    assert _version(conda["python"].lstrip("=")) >= minimum, (conda["python"], project["requires-python"])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'3.11' -> (3, 11): versions compare as numbers ('3.9' > '3.11' as strings, (3, 9) < (3, 11) as tuples)."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_versions_compare_as_numbers_not_as_strings():
+    assert _version("3.9") < _version("3.11") and not ("3.9" < "3.11")
 
 
 def test_torch_is_pinned_to_the_cpu_release_line():
