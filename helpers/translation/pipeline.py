@@ -39,7 +39,7 @@ def encode_pairs(translator: Translator, corpus: ParallelCorpus) -> list[Example
     source = translator.source_tokenizer.encode_batch(corpus.de)
     target = translator.target_tokenizer.encode_batch(corpus.en)
     limit = translator.model.config.max_len
-    return [(s, t) for s, t in zip(source, target) if len(s) <= limit and len(t) <= limit]
+    return [(s, t) for s, t in zip(source, target, strict=True) if len(s) <= limit and len(t) <= limit]
 
 
 def bleu_validator(

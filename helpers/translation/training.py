@@ -199,10 +199,7 @@ def train(
                 bar.refresh()
             if config.eval_every and step % config.eval_every == 0:
                 run_validation(step)
-            if total_steps is not None:
-                finished = step >= total_steps
-            else:
-                finished = time.perf_counter() - start >= budget
+            finished = step >= total_steps if total_steps is not None else time.perf_counter() - start >= budget
             if finished:
                 break
     if not history.val_steps or history.val_steps[-1] != step:
