@@ -100,11 +100,17 @@ def test_resume_from_the_command_line_continues_to_the_same_checkpoint(tmp_path,
     state = tmp_path / "cut.resume.pt"
     assert cli.main(["train", "--resume", str(state), "--out", str(tmp_path / "cut.pt"), "--quiet"]) == 0
 
-    straight, straight_payload = load_checkpoint(tmp_path / "straight.pt")
-    resumed, resumed_payload = load_checkpoint(tmp_path / "cut.pt")
-    assert resumed_payload["metrics"]["steps"] == straight_payload["metrics"]["steps"] == 6
-    for name, tensor in straight.model.state_dict().items():
-        assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+    # both the best weights (--out) and the last ones (the final resume state) are the same
+    for best_or_last in ("{}.pt", "{}.resume.pt"):
+        straight, straight_payload = load_checkpoint(tmp_path / best_or_last.format("straight"))
+        resumed, resumed_payload = load_checkpoint(tmp_path / best_or_last.format("cut"))
+        same = ("step", "steps", "final_loss", "best_step", "best_val_score")  # not the times
+        assert {k: v for k, v in resumed_payload["metrics"].items() if k in same} == {
+            k: v for k, v in straight_payload["metrics"].items() if k in same
+        }
+        assert 6 in (straight_payload["metrics"].get("steps"), straight_payload["metrics"].get("step"))
+        for name, tensor in straight.model.state_dict().items():
+            assert torch.equal(tensor, resumed.model.state_dict()[name]), name
 
 
 def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
