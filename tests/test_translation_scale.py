@@ -226,3 +226,20 @@ def test_device_choice_is_checked():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
             choose_device("cuda")
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this PyTorch build has no torch.distributed")
+def test_ranks_agree_when_a_time_budget_ends(tmp_path):
+    """Each rank's clock differs; rank 0's decides, so both stop at the same step and neither waits forever."""
+    args = ["-m", "helpers.translation", "--threads", "1", "--device", "cpu", "train", "--corpus", "captions"]
+    run = subprocess.run(
+        [*TORCHRUN, *args, "--limit", "200", "--minutes", "0.1", *TINY, "--out", str(tmp_path / "run.pt")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_environment(),
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = load_checkpoint(tmp_path / "run.pt")[1]["metrics"]["steps"]
+    assert steps >= 1 and f"of {steps} (" in run.stderr
