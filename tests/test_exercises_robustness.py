@@ -103,7 +103,26 @@ ODD_ANSWERS = {
     "returns the answer plus a random number": lambda right: (
         lambda *a: _map(right(*a), lambda t: t.float() + torch.randn(()))
     ),
+    "returns a sparse tensor": lambda right: lambda *a: _map(right(*a), lambda t: (t.float() + 1).to_sparse()),
+    "returns a tensor on the meta device": lambda right: lambda *a: _map(right(*a), lambda t: t.to("meta")),
+    "returns the answer in bfloat16 plus one": lambda right: lambda *a: _map(right(*a), lambda t: t.bfloat16() + 1),
+    "writes into its inputs, then answers zeros": lambda right: (
+        lambda *a: _map(right(*_double_in_place(a)), torch.zeros_like)
+    ),
 }
+
+
+def _double_in_place(args):
+    """A careless answer that writes into its inputs (tensors, and the weights of modules it is given)."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+            arg.mul_(2)
+        elif isinstance(arg, torch.nn.Module):
+            with torch.no_grad():
+                for parameter in arg.parameters():
+                    parameter.mul_(2)
+    return args
+
 
 RAISED = {
     "ValueError": ValueError("bad value"),

@@ -137,15 +137,24 @@ def wrong(hint: str) -> _Wrong:
 def as_tensor(answer: Any, name: str) -> Tensor:
     """The learner's result as a float64 tensor, or a clear complaint about what it is."""
     if isinstance(answer, Tensor):
+        expect_plain_tensor(answer, name)
         if answer.is_complex():
             raise wrong(f"{name} should hold real numbers, got dtype {answer.dtype}")
-        return answer.detach().to(torch.float64)
+        return answer.detach().to("cpu", torch.float64)
     if isinstance(answer, (tuple, list)) and any(isinstance(item, Tensor) for item in answer):
         raise wrong(f"{name} should be one tensor, got a {type(answer).__name__} of {len(answer)} items")
     try:
         return torch.as_tensor(answer, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         raise wrong(f"{name} should be a tensor, got {type(answer).__name__}") from None
+
+
+def expect_plain_tensor(answer: Tensor, name: str) -> None:
+    """Complain unless ``answer`` is an ordinary dense tensor holding numbers (not sparse, not on "meta")."""
+    if answer.layout != torch.strided:
+        raise wrong(f"{name} should be an ordinary (dense) tensor, got layout {answer.layout}: use `.to_dense()`")
+    if answer.device.type == "meta":
+        raise wrong(f"{name} is on the meta device: it has a shape but no numbers")
 
 
 def expect_shape(answer: Tensor, shape: Iterable[int], name: str, letters: str = "") -> None:

@@ -21,6 +21,7 @@ from helpers.exercises.feedback import (
     call_learner,
     close,
     diagnose,
+    expect_plain_tensor,
     expect_shape,
     run_check,
     wrong,
@@ -254,6 +255,7 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
         answer = call_learner(padding_to_attn_mask, key_padding.clone())
         if not isinstance(answer, Tensor):
             raise wrong(f"return a tensor, got {type(answer).__name__}")
+        expect_plain_tensor(answer, "the mask")
         if answer.dtype == torch.bool:
             may_attend = answer
         elif answer.is_floating_point():
