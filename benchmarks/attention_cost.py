@@ -12,6 +12,9 @@ return freed blocks); time is the median of several calls, the three ways altern
 all alike.
 
     .venv/bin/python benchmarks/attention_cost.py [--lengths 512 1024 2048 4096 8192] [--repeats 3] [--no-causal]
+        [--threads 1]
+
+On a busy machine pass ``--threads 1``: flash's many small products suffer most when two threads wait for each other.
 
 Prints a Markdown table and the targets of lesson 07 (flash at most 3x sdpa and faster than the weights path from
 T = 1024 up; flash's memory growing from T = 1024 to the largest T by less than a tenth of the (h, T, T) weights).
@@ -59,7 +62,10 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-causal", dest="causal", action="store_false")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
         f"load average {os.getloadavg()[0]:.1f}; N = 1, h = {HEADS}, d = {HEAD_DIM}, "
