@@ -80,10 +80,11 @@ def flash_attention(
 ) -> Tensor:
     """Scaled dot-product attention over tiles, never materialising the (..., L, S) scores or weights.
 
-    Same arguments, mask meaning and result as ``torch.nn.functional.scaled_dot_product_attention``
-    (no dropout). The queries are cut into tiles of ``query_block_size`` and the
-    keys and values into blocks of ``block_size``; each tile walks over the key blocks with an online softmax,
-    so the largest temporary is one (..., Bq, B) block of scores and the memory grows linearly with L and S.
+    Same arguments, mask meaning and result as ``torch.nn.functional.scaled_dot_product_attention`` (no dropout).
+    The queries are cut into tiles of ``query_block_size`` and the keys and values into blocks of ``block_size``;
+    each tile walks over the key blocks with an online softmax, so the largest temporary is one (..., Bq, B) block
+    of scores and the memory grows linearly with L and S. Gradients flow through it with plain autograd (which
+    then keeps every block's intermediates; a FlashAttention backward would recompute them instead).
 
     Args:
         query: (..., L, d) queries.
@@ -122,19 +123,17 @@ def flash_attention(
             k_end = min(k_start + block_size, k_last)
             scores = q_tile @ key[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
             blocked = _blocked(q_start, q_end, k_start, k_end, is_causal, window, query.device)  # (Bq, B) or None
-            if blocked is not None:  # (the scores are a fresh product: filling them in place is safe)
-                scores = (
-                    scores.masked_fill_(blocked, float("-inf"))
-                    if in_place
-                    else scores.masked_fill(blocked, float("-inf"))
-                )
+            # Masking in place is safe even for autograd: a product's gradient needs its inputs, not its output.
+            if blocked is not None:
+                scores.masked_fill_(blocked, float("-inf"))
             if attn_mask is not None:
                 tile_mask = attn_mask[..., q_start:q_end, k_start:k_end]
                 if tile_mask.dtype == torch.bool:
-                    tile_mask = torch.zeros_like(tile_mask, dtype=scores.dtype).masked_fill_(~tile_mask, float("-inf"))
-                scores = scores.add_(tile_mask) if in_place else scores + tile_mask
-            # The online softmax, in place: the block's maximum may raise the running one; what was summed
-            # against the old maximum shrinks by exp(old - new), then the block's exponentials are added.
+                    scores.masked_fill_(~tile_mask, float("-inf"))
+                else:
+                    scores.add_(tile_mask)
+            # The online softmax: the block's maximum may raise the running one; what was summed against the old
+            # maximum shrinks by exp(old - new), then the block's exponentials are added.
             new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
             reference = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # a row blocked so far: no NaN
             rescale = torch.exp(running_max - reference)  # (..., Bq, 1), each <= 1
