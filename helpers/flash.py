@@ -83,8 +83,8 @@ def flash_attention(
     Same arguments, mask meaning and result as ``torch.nn.functional.scaled_dot_product_attention`` (no dropout).
     The queries are cut into tiles of ``query_block_size`` and the keys and values into blocks of ``block_size``;
     each tile walks over the key blocks with an online softmax, so the largest temporary is one (..., Bq, B) block
-    of scores and the memory grows linearly with L and S. Gradients flow through it with plain autograd (which
-    then keeps every block's intermediates; a FlashAttention backward would recompute them instead).
+    of scores and the memory grows linearly with L and S. Gradients for query, key and value come from a backward
+    pass that recomputes each tile's weights from the rows' saved log-sum-exp, so training is linear in memory too.
 
     Args:
         query: (..., L, d) queries.
@@ -103,53 +103,110 @@ def flash_attention(
         (..., L, dv). A query whose every key is blocked gets a zero output, as in torch.
     """
     _check_arguments(query, key, value, attn_mask, is_causal, block_size, window, query_block_size)
-    L, S, d = query.size(-2), key.size(-2), query.size(-1)
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    output = query.new_empty(*batch_shape, L, value.size(-1))  # (..., L, dv), filled tile by tile
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    L, S = query.size(-2), key.size(-2)
     if attn_mask is not None:  # size-1 query or key dims become full views (no copy), so tiles can be sliced
         attn_mask = attn_mask.expand(*attn_mask.shape[:-2], L, S)
+    tiling = _Tiling(L, S, query_block_size, block_size, is_causal, window)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        # Gradients: a backward that recomputes the tiles instead of keeping them (linear memory here too).
+        # Broadcast batch dims first, so that autograd sums the gradients of shared tensors back.
+        batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        query, key, value = (t.expand(*batch_shape, *t.shape[-2:]) for t in (query, key, value))
+        return _FlashAttention.apply(query, key, value, attn_mask, tiling, scale)
+    return _forward(query, key, value, attn_mask, tiling, scale)[0]
 
-    # In-place updates save memory and time, but autograd needs the intermediates: only without gradients.
-    in_place = not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
-    for q_start in range(0, L, query_block_size):
-        q_end = min(q_start + query_block_size, L)
+
+class _Tiling:
+    """Which (query tile, key block) pairs to compute, and which of their (query, key) pairs the causal and
+    window rules block. Query tile ``[q_start, q_end)``, key blocks ``[k_start, k_end)``."""
+
+    def __init__(self, L, S, query_block_size, block_size, is_causal, window) -> None:
+        self.L, self.S, self.query_block_size, self.block_size = L, S, query_block_size, block_size
+        self.is_causal, self.window = is_causal, window
+
+    def tiles(self):
+        for q_start in range(0, self.L, self.query_block_size):
+            q_end = min(q_start + self.query_block_size, self.L)
+            k_first, k_last = _key_range(q_start, q_end, self.S, self.is_causal, self.window)
+            blocks = range(k_first - k_first % self.block_size, k_last, self.block_size)
+            yield q_start, q_end, [(k_start, min(k_start + self.block_size, k_last)) for k_start in blocks]
+
+    def scores(self, q_tile: Tensor, key: Tensor, attn_mask: Tensor | None, q_start, q_end, k_start, k_end) -> Tensor:
+        """The masked scores (..., Bq, B) of one tile (``q_tile`` is already scaled)."""
+        scores = q_tile @ key[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
+        blocked = _blocked(q_start, q_end, k_start, k_end, self.is_causal, self.window, q_tile.device)  # (Bq, B)
+        if blocked is not None:
+            scores.masked_fill_(blocked, float("-inf"))
+        if attn_mask is not None:
+            tile_mask = attn_mask[..., q_start:q_end, k_start:k_end]
+            if tile_mask.dtype == torch.bool:
+                scores.masked_fill_(~tile_mask, float("-inf"))
+            else:
+                scores.add_(tile_mask)
+        return scores
+
+
+@torch.no_grad()
+def _forward(query, key, value, attn_mask, tiling: _Tiling, scale: float) -> tuple[Tensor, Tensor]:
+    """Output (..., L, dv) and each row's log-sum-exp of scores (..., L, 1) (+inf for a row with no key)."""
+    batch_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    output = query.new_empty(*batch_shape, tiling.L, value.size(-1))  # (..., L, dv), filled tile by tile
+    logsumexp = query.new_empty(*batch_shape, tiling.L, 1)  # (..., L, 1), what a backward pass needs
+    for q_start, q_end, blocks in tiling.tiles():
         q_tile = query[..., q_start:q_end, :] * scale  # (..., Bq, d): scaling the tile is cheaper than the scores
         running_max = q_tile.new_full((*batch_shape, q_end - q_start, 1), float("-inf"))  # (..., Bq, 1)
         running_sum = q_tile.new_zeros((*batch_shape, q_end - q_start, 1))  # (..., Bq, 1)
         accumulator = q_tile.new_zeros((*batch_shape, q_end - q_start, value.size(-1)))  # (..., Bq, dv)
-        k_first, k_last = _key_range(q_start, q_end, S, is_causal, window)
-        for k_start in range(k_first - k_first % block_size, k_last, block_size):
-            k_end = min(k_start + block_size, k_last)
-            scores = q_tile @ key[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
-            blocked = _blocked(q_start, q_end, k_start, k_end, is_causal, window, query.device)  # (Bq, B) or None
-            # Masking in place is safe even for autograd: a product's gradient needs its inputs, not its output.
-            if blocked is not None:
-                scores.masked_fill_(blocked, float("-inf"))
-            if attn_mask is not None:
-                tile_mask = attn_mask[..., q_start:q_end, k_start:k_end]
-                if tile_mask.dtype == torch.bool:
-                    scores.masked_fill_(~tile_mask, float("-inf"))
-                else:
-                    scores.add_(tile_mask)
+        for k_start, k_end in blocks:
+            scores = tiling.scores(q_tile, key, attn_mask, q_start, q_end, k_start, k_end)  # (..., Bq, B)
             # The online softmax: the block's maximum may raise the running one; what was summed against the old
-            # maximum shrinks by exp(old - new), then the block's exponentials are added.
+            # maximum shrinks by exp(old - new), in place, then the block's exponentials are added.
             new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
             reference = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # a row blocked so far: no NaN
             rescale = torch.exp(running_max - reference)  # (..., Bq, 1), each <= 1
-            block_values = value[..., k_start:k_end, :]  # (..., B, dv)
-            if in_place:  # reuse the scores' memory and rescale the running tensors where they lie
-                weights = scores.sub_(reference).exp_()  # (..., Bq, B), unnormalised
-                running_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
-                accumulator.mul_(rescale).add_(weights @ block_values)  # (..., Bq, dv)
-            else:  # autograd needs every intermediate kept: the same steps, out of place
-                weights = torch.exp(scores - reference)
-                running_sum = running_sum * rescale + weights.sum(dim=-1, keepdim=True)
-                accumulator = accumulator * rescale + weights @ block_values
+            weights = scores.sub_(reference).exp_()  # (..., Bq, B), unnormalised, in the scores' memory
+            running_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
+            accumulator.mul_(rescale).add_(weights @ value[..., k_start:k_end, :])  # (..., Bq, dv)
             running_max = new_max
         # Divide once at the end; a row with no allowed key has sum 0 and accumulator 0: output 0, as in torch.
         output[..., q_start:q_end, :] = accumulator / running_sum.clamp_min(torch.finfo(running_sum.dtype).tiny)
-    return output
+        row_lse = running_max + running_sum.log()  # log Σ exp(scores); -inf (or NaN) for an empty row
+        logsumexp[..., q_start:q_end, :] = row_lse.masked_fill(running_sum == 0, float("inf"))  # its weights: 0
+    return output, logsumexp
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Tiled attention whose backward recomputes each tile's weights from the saved log-sum-exp of every row,
+    exp(scores - logsumexp), instead of storing the (L, S) weights. No gradient for a float ``attn_mask``."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, tiling, scale):
+        output, logsumexp = _forward(query, key, value, attn_mask, tiling, scale)
+        ctx.save_for_backward(query, key, value, output, logsumexp)
+        ctx.attn_mask, ctx.tiling, ctx.scale = attn_mask, tiling, scale
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        query, key, value, output, logsumexp = ctx.saved_tensors
+        tiling, scale = ctx.tiling, ctx.scale
+        grad_query, grad_key, grad_value = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        # d(loss)/d(score) = weight · (d(loss)/d(weight) - Σ_j weight_j · d(loss)/d(weight_j)); that last sum equals
+        # the row's dO · O, so it needs no weights: (..., L, 1).
+        row_dot = (grad_output * output).sum(dim=-1, keepdim=True)
+        for q_start, q_end, blocks in tiling.tiles():
+            q_tile = query[..., q_start:q_end, :] * scale  # (..., Bq, d)
+            grad_out_tile = grad_output[..., q_start:q_end, :]  # (..., Bq, dv)
+            for k_start, k_end in blocks:
+                scores = tiling.scores(q_tile, key, ctx.attn_mask, q_start, q_end, k_start, k_end)
+                weights = torch.exp(scores - logsumexp[..., q_start:q_end, :])  # (..., Bq, B), recomputed
+                grad_value[..., k_start:k_end, :] += weights.transpose(-2, -1) @ grad_out_tile
+                grad_weights = grad_out_tile @ value[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
+                grad_scores = weights * (grad_weights - row_dot[..., q_start:q_end, :])
+                grad_query[..., q_start:q_end, :] += grad_scores @ key[..., k_start:k_end, :] * scale
+                grad_key[..., k_start:k_end, :] += grad_scores.transpose(-2, -1) @ q_tile
+        return grad_query, grad_key, grad_value, None, None, None
 
 
 def _key_range(q_start: int, q_end: int, S: int, is_causal: bool, window: int | None) -> tuple[int, int]:

@@ -80,15 +80,44 @@ def test_unbatched_and_scaled_inputs_and_default_blocks():
     )
 
 
-def test_gradients_flow_through_the_tiles():
-    q, k, v = (torch.randn(2, 9, 4, requires_grad=True) for _ in range(3))
-    flash_attention(q, k, v, is_causal=True, block_size=2).sum().backward()
-    mine = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-    for a, t in zip(mine, (q, k, v), strict=True):
-        torch.testing.assert_close(a, t.grad, atol=ATOL, rtol=0)
+@settings(max_examples=25, deadline=None)
+@given(shapes, st.sampled_from(["none", "causal", "padding", "window", "float"]))
+def test_gradients_equal_torch(s, masking):
+    q, k, v, g = _qkv({**s, "S": s["L"]} if masking == "window" else s)
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    kwargs, reference = {}, {}
+    if masking == "causal":
+        kwargs = reference = {"is_causal": True}
+    elif masking == "padding":
+        lengths = torch.randint(1, s["S"] + 1, (s["N"],), generator=g)  # at least one key: torch's gradient is defined
+        kwargs = reference = {"attn_mask": (torch.arange(s["S"])[None, :] < lengths[:, None])[:, None, None, :]}
+    elif masking == "window":
+        kwargs, reference = {"is_causal": True, "window": 3}, {"attn_mask": ~sliding_window_mask(s["L"], 3)}
+    elif masking == "float":
+        kwargs = reference = {"attn_mask": torch.randn(s["L"], s["S"], generator=g, dtype=torch.float64)}
+    grad_out = torch.randn(s["N"], s["h"], s["L"], s["dv"], generator=g, dtype=torch.float64)
+    ours = torch.autograd.grad(_flash(q, k, v, s, **kwargs), (q, k, v), grad_out)
+    theirs = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, **reference), (q, k, v), grad_out)
+    for mine, torchs in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine, torchs, atol=1e-9, rtol=1e-7)
+
+
+def test_gradients_in_float32_and_broadcast_batch_dims():
+    q = torch.randn(2, 3, 50, 8, requires_grad=True)
+    k, v = torch.randn(1, 3, 70, 8, requires_grad=True), torch.randn(3, 70, 5, requires_grad=True)  # shared over N
+    ours = torch.autograd.grad(flash_attention(q, k, v, block_size=16, query_block_size=8).sum(), (q, k, v))
+    theirs = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v).sum(), (q, k, v))
+    for mine, torchs in zip(ours, theirs, strict=True):
+        assert mine.shape == torchs.shape
+        torch.testing.assert_close(mine, torchs, atol=1e-5, rtol=1e-4)
+
+
+def test_a_query_with_no_key_gets_zero_gradients():
+    q, k, v = (torch.randn(4, 6, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[2] = False  # query 2 may attend to nothing
+    flash_attention(q, k, v, attn_mask=mask, block_size=3).sum().backward()
+    assert torch.all(q.grad[2] == 0) and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
 
 
 @pytest.mark.parametrize(
