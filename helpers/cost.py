@@ -9,8 +9,10 @@ only Python's own objects, not the tensors' memory.)
 One trap: memory freed by an earlier call may stay resident inside the C allocator (glibc's malloc keeps freed
 blocks for reuse), and a later call reusing it would raise no mark. So the first measurement tells glibc to
 serve every block of 64 KiB or more straight from the system and to hand it back on ``free``
-(``mallopt``: a fixed mmap threshold), for the rest of the process. PyTorch's CPU allocator keeps no cache of
-its own. Linux with glibc only; elsewhere ``peak_memory`` raises ``OSError``.
+(``mallopt``: a fixed mmap threshold), for the rest of the process. That costs time in allocation-heavy work
+done later in the same process (a small model's training ran about a third slower, measured); restoring large
+thresholds after each measurement avoided that but made repeated measurements drift upwards, so exact counts won.
+PyTorch's CPU allocator keeps no cache of its own. Linux with glibc only; elsewhere ``peak_memory`` raises ``OSError``.
 """
 
 from __future__ import annotations
