@@ -12,8 +12,10 @@ from helpers.attention import (
     padding_mask,
     scaled_dot_product_attention,
     sdpa_mask_from_padding,
+    sliding_window_mask,
 )
 from helpers.batching import Batch, make_batches, pad
+from helpers.cost import median_time, peak_memory
 from helpers.data import ParallelCorpus, download_multi30k, load_corpus
 
 # Lesson modules add their public names below, one import line each.
@@ -24,6 +26,9 @@ from helpers.embeddings import (
     one_hot_embedding,
     sinusoidal_positional_encoding,
 )
+from helpers.flash import flash_attention, online_softmax, online_softmax_update
+from helpers.gpt import GPT, GPTConfig, KVCache, generate, kv_cache_bytes
 from helpers.layers import InspectableDecoderLayer
+from helpers.rotary import apply_rotary, rotary_angles
 from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint

@@ -31,6 +31,7 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "sdpa_mask_from_padding",
+    "sliding_window_mask",
 ]
 
 
@@ -47,6 +48,22 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     if size < 1:
         raise ValueError(f"causal_mask needs a positive size, got {size}")
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> Tensor:
+    """Boolean (L, L) mask that is **True where attention is blocked**: the future and the distant past.
+
+    Query position ``i`` may look at key positions ``i - window + 1 .. i`` only: itself and the
+    ``window - 1`` positions before it (a causal mask with a window; ``window >= size`` gives
+    ``causal_mask(size)``). As ``causal_mask``, this is the meaning of ``attn_mask`` in
+    ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True = take part) pass
+    ``~sliding_window_mask(L, window)``.
+    """
+    if size < 1 or window < 1:
+        raise ValueError(f"sliding_window_mask needs a positive size and window, got size={size}, window={window}")
+    positions = torch.arange(size, device=device)
+    offset = positions[:, None] - positions[None, :]  # (L, L): query position minus key position
+    return (offset < 0) | (offset >= window)
 
 
 def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
