@@ -190,17 +190,24 @@ class PretrainedEncoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor] | None]:
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"input_ids must be integer ids (N, T), got {input_ids.dtype} {tuple(input_ids.shape)}")
-        padding = None
-        if attention_mask is not None:
-            if attention_mask.shape != input_ids.shape:
-                raise ValueError(
-                    f"attention_mask (N, T) must have input_ids' shape {tuple(input_ids.shape)}, "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-            padding = attention_mask == 0  # (N, T): the course's key_padding_mask, True = padding
-        x = self.embeddings(input_ids)  # (N, T, E)
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask (N, T) must have input_ids' shape {tuple(input_ids.shape)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        return self.run_layers(self.embeddings(input_ids), attention_mask, need_weights=need_weights)
+
+    def run_layers(
+        self, x: Tensor, attention_mask: Tensor | None = None, start: int = 0, need_weights: bool = True
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """Run layers ``start, start + 1, ...`` on x (N, T, E), the input of layer ``start``: (states, weights).
+
+        ``forward`` runs them all on the embeddings; starting later reuses the inputs of an earlier pass
+        (what head ablation does: silencing a head in layer l changes nothing below it).
+        """
+        padding = None if attention_mask is None else attention_mask == 0  # (N, T) key_padding_mask, True = padding
         weights = []
-        for layer in self.layers:
+        for layer in self.layers[start:]:
             x, layer_weights = layer(x, key_padding_mask=padding, need_weights=need_weights)
             weights.append(layer_weights)
         return x, (weights if need_weights else None)
