@@ -24,6 +24,8 @@ from helpers.embeddings import (
     one_hot_embedding,
     sinusoidal_positional_encoding,
 )
+from helpers.head_roles import HeadRoles, SimilarityTask, measure_head_roles
 from helpers.layers import InspectableDecoderLayer
+from helpers.pretrained import PretrainedEncoder, load_pretrained_encoder, sentence_embeddings
 from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint
