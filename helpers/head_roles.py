@@ -32,6 +32,7 @@ __all__ = [
     "SimilarityTask",
     "TaskScore",
     "ablation_costs",
+    "contributions",
     "gated_heads",
     "gradient_importance",
     "head_gates",
@@ -133,16 +134,54 @@ class HeadRoles:
 
 
 @torch.no_grad()
+def contributions(model: PretrainedEncoder, input_ids: Tensor, attention_mask: Tensor) -> list[Tensor]:
+    """How much each key adds to each query's output in every head, as a share: per layer (N, h, T, T).
+
+    A weight says how much of token j's value a head takes, not how large that value is. What head k
+    really adds at query t from key j is ``w[t, j] * W_o^k v_j`` (its value, through the head's columns of
+    the output projection); this returns ``w[t, j] * ||W_o^k v_j||`` with every row scaled to sum to 1, so it
+    reads like attention (the "norm-based" analysis of Kobayashi et al., 2020).
+    """
+    x = model.embeddings(input_ids)  # (N, T, E)
+    padding = attention_mask == 0
+    shares = []
+    for layer in model.layers:
+        attn = layer.self_attn
+        N, T, E = x.shape
+        h, d = attn.num_heads, attn.head_dim
+        values = F.linear(x, attn.in_proj_weight[2 * E :], attn.in_proj_bias[2 * E :]).view(N, T, h, d)
+        out_columns = attn.out_proj.weight.view(E, h, d)  # head k owns columns k*d .. (k+1)*d - 1
+        sizes = torch.einsum("nthd,ehd->nhte", values, out_columns).norm(dim=-1)  # (N, h, T): ||W_o^k v_j||
+        x, weights = layer(x, key_padding_mask=padding)
+        added = weights * sizes[:, :, None, :]  # (N, h, T, T)
+        shares.append(added / added.sum(-1, keepdim=True).clamp_min(1e-12))
+    return shares
+
+
+@torch.no_grad()
 def measure_head_roles(
-    model: PretrainedEncoder, tokenizer, sentences: Sequence[str], batch_size: int = 64
+    model: PretrainedEncoder,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_size: int = 64,
+    weighting: str = "attention",
 ) -> HeadRoles:
-    """Run ``sentences`` through ``model`` in batches and average every head's role scores over them."""
+    """Run ``sentences`` through ``model`` in batches and average every head's role scores over them.
+
+    ``weighting="attention"`` scores the attention weights; ``"contribution"`` scores the share each key
+    really adds to the output (see ``contributions``).
+    """
     if not sentences:
         raise ValueError("measure_head_roles needs at least one sentence")
+    if weighting not in ("attention", "contribution"):
+        raise ValueError(f'weighting must be "attention" or "contribution", got {weighting!r}')
     total, count = None, None
     for start in range(0, len(sentences), batch_size):
         ids, mask, tokens = encode(tokenizer, list(sentences[start : start + batch_size]))
-        _, weights = model(ids, mask)
+        if weighting == "attention":
+            _, weights = model(ids, mask)
+        else:
+            weights = contributions(model, ids, mask)
         sums, counts = role_sums(torch.stack(weights), mask, token_kinds(tokens, ids.size(1)))
         total = sums if total is None else total + sums
         count = counts if count is None else count + counts

@@ -32,9 +32,11 @@ from helpers.attention import MultiHeadAttention
 from helpers.embeddings import TokenEmbedding
 
 __all__ = [
+    "AttentionView",
     "EncoderConfig",
     "EncoderLayer",
     "PretrainedEncoder",
+    "attention_views",
     "bert_to_course_state_dict",
     "encode",
     "load_pretrained_encoder",
@@ -311,6 +313,41 @@ def sentence_embeddings(model: PretrainedEncoder, input_ids: Tensor, attention_m
     """
     states, _ = model(input_ids, attention_mask, need_weights=False)
     return F.normalize(mean_pool(states, attention_mask), dim=-1)
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """One sentence's self-attention in every layer and head, for plots and explorers.
+
+    ``attention`` is (layers, h, T, T) over the sentence's T real tokens (no padding). ``source_tokens`` and
+    ``output_tokens`` (both the tokens: in self-attention queries and keys are the same sentence) let
+    lesson 06's ``helpers.widgets.cross_attention_explorer`` browse it unchanged.
+    """
+
+    source: str
+    tokens: list[str]
+    attention: Tensor
+
+    @property
+    def source_tokens(self) -> list[str]:
+        return self.tokens
+
+    @property
+    def output_tokens(self) -> list[str]:
+        return self.tokens
+
+
+@torch.no_grad()
+def attention_views(model: PretrainedEncoder, tokenizer, sentences: str | list[str]) -> list[AttentionView]:
+    """Run sentences through ``model`` and keep each one's (layers, h, T, T) attention, padding cut off."""
+    sentences = [sentences] if isinstance(sentences, str) else list(sentences)
+    ids, mask, tokens = encode(tokenizer, sentences)
+    _, weights = model(ids, mask)
+    stacked = torch.stack(weights, dim=1)  # (N, layers, h, T, T)
+    return [
+        AttentionView(sentence, toks, stacked[n, :, :, : len(toks), : len(toks)].clone())
+        for n, (sentence, toks) in enumerate(zip(sentences, tokens, strict=True))
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
