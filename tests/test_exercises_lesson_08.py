@@ -137,8 +137,18 @@ def test_similarity_scores_mistakes_get_specific_hints():
     assert "down the columns" in hint(check_similarity_scores, by_columns)
     assert "percentage" in hint(check_similarity_scores, lambda c: (right(c)[0], 100 * right(c)[1]))
     assert "two numbers" in hint(check_similarity_scores, lambda c: right(c)[0])
+    assert "each be one number" in hint(check_similarity_scores, lambda c: (c.diagonal(), right(c)[1]))
     assert "expected the margin" in hint(check_similarity_scores, lambda c: (0.123, right(c)[1]))
 
 
 def test_similarity_scores_not_attempted():
     assert check_similarity_scores(not_attempted).status == "not attempted"
+
+
+def test_a_crash_in_the_learners_code_is_reported_as_theirs():
+    def crashes(*args):
+        raise IndexError("tuple index out of range")
+
+    for check in (check_stack_qkv, check_previous_token_score, check_similarity_scores):
+        verdict = check(crashes)
+        assert verdict.status == "wrong" and "your code raised IndexError" in verdict.message
