@@ -28,7 +28,9 @@ from helpers.embeddings import (
 )
 from helpers.flash import flash_attention, online_softmax, online_softmax_update
 from helpers.gpt import GPT, GPTConfig, KVCache, generate, kv_cache_bytes
+from helpers.head_roles import HeadRoles, SimilarityTask, measure_head_roles
 from helpers.layers import InspectableDecoderLayer
+from helpers.pretrained import PretrainedEncoder, load_pretrained_encoder, sentence_embeddings
 from helpers.rotary import apply_rotary, rotary_angles
 from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint
