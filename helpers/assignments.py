@@ -56,7 +56,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +63,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
+
+from helpers.files import write_atomically
 
 __all__ = [
     "BEGIN_MARKER",
@@ -343,23 +344,8 @@ def _serialize(notebook: NotebookNode, name: str) -> bytes:
 
 
 def _write_atomically(path: Path, data: bytes) -> bool:
-    """Write ``data`` to ``path`` via a temporary file and a rename; False if it was already so."""
-    if path.is_file() and path.read_bytes() == data:
-        return False
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a class copy must be readable
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return True
+    """Write ``data`` to ``path`` atomically (readable by the class); False if it was already so."""
+    return write_atomically(path, data, skip_unchanged=True)
 
 
 def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:

@@ -6,13 +6,12 @@ with ``torch.load(..., weights_only=True)``: opening a checkpoint never runs cod
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from helpers.files import atomic_target
 from helpers.tokenization import Tokenizer
 from helpers.translation.config import TranslationConfig
 from helpers.translation.model import Seq2SeqTransformer
@@ -46,13 +45,8 @@ def save_checkpoint(
         "metrics": dict(metrics or {}),
         "info": dict(info or {}),
     }
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(handle)
-    try:
-        torch.save(payload, temp_name)
-        os.replace(temp_name, path)
-    finally:
-        Path(temp_name).unlink(missing_ok=True)
+    with atomic_target(path) as temporary:  # readable by everyone the umask allows: a class shares it
+        torch.save(payload, temporary)
     return path
 
 
