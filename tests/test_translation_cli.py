@@ -249,14 +249,14 @@ def test_checkpoint_follows_the_umask_so_a_class_can_read_it(checkpoint, tmp_pat
 
 
 def test_unreadable_checkpoint_is_a_permission_error_not_corruption(checkpoint, monkeypatch, capsys):
-    real_open = open
+    real_read_bytes = Path.read_bytes
 
-    def deny(path, *args, **kwargs):
-        if Path(path) == checkpoint:
+    def deny(path):  # root reads anything: simulate what another account sees
+        if path == checkpoint:
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)
+        return real_read_bytes(path)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr(Path, "read_bytes", deny)
     assert main(["translate", "--checkpoint", str(checkpoint), "Ein Hund."]) == 2
     err = capsys.readouterr().err
     assert f"cannot read checkpoint {checkpoint}: Permission denied" in err and "corrupt" not in err

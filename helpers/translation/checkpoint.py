@@ -9,6 +9,7 @@ tensor by tensor, with the weights actually stored, before the real model is bui
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 from pathlib import Path
@@ -77,10 +78,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
-        with open(path, "rb") as handle:
-            payload = torch.load(handle, map_location="cpu", weights_only=True)
-    except OSError as error:  # a permission problem is reported as one, not as a corrupt file
+        data = path.read_bytes()  # read first, so that a permission problem is reported as one, not as corruption
+    except OSError as error:
         raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from error
+    try:
+        payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # torch's own message advises retrying with weights_only=False, i.e. running code from the file: not ours.
         found = re.search(r"GLOBAL (\S+)", str(error))
