@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+#: Set by ``python -m helpers.assignments check``: a file (outside the notebook's folder) where every verdict
+#: is also recorded, one JSON object a line, so that what a student prints cannot pass for a verdict.
+VERDICT_LOG_ENV = "ATTENTION_COURSE_VERDICT_LOG"
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,17 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
     except Exception as error:  # the learner's code crashed: say how, keep the notebook going
         verdict = Verdict(exercise, "wrong", f"your code raised {type(error).__name__}: {error}")
     print(verdict)
+    _record(verdict)
     return verdict
+
+
+def _record(verdict: Verdict) -> None:
+    """Append the verdict to the checker's log when one is set (see ``VERDICT_LOG_ENV``); else do nothing."""
+    log = os.environ.get(VERDICT_LOG_ENV)
+    if log:
+        entry = {"exercise": verdict.exercise, "status": verdict.status, "message": verdict.message}
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
 
 
 def wrong(hint: str) -> _Wrong:
