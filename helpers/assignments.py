@@ -14,6 +14,7 @@ A release writes one student copy per lesson, with the same file name, into an o
     python -m helpers.assignments list                   # the exercises each lesson holds
     python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
     python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
+    python -m helpers.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
 What a student copy is:
 
@@ -83,6 +84,7 @@ __all__ = [
     "ReleaseError",
     "SubmissionReport",
     "check_submission",
+    "collapse_solutions",
     "find_exercises",
     "main",
     "nbgrader_source",
@@ -684,6 +686,49 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
         print(f"{'wrote' if _write_atomically(target, data) else 'unchanged'}  {target}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Solutions out of sight in the lessons themselves (self-study)
+# ---------------------------------------------------------------------------------------------
+def is_solution_cell(cell: dict) -> bool:
+    """A cell that holds a solution: a code cell with a ``# BEGIN SOLUTION`` line, or one tagged ``solution-only``."""
+    source = cell.get("source", "")
+    text = "".join(source) if isinstance(source, list) else source
+    tagged = SOLUTION_ONLY_TAG in cell.get("metadata", {}).get("tags", [])
+    return tagged or (
+        cell.get("cell_type") == "code" and any(line.strip() == BEGIN_MARKER for line in text.split("\n"))
+    )
+
+
+def collapse_solutions(notebook: dict) -> int:
+    """Set ``metadata.jupyter.source_hidden`` on every solution cell (JupyterLab shows them collapsed).
+
+    Works on the notebook as stored (a JSON dict), so nothing else changes; returns how many cells changed.
+    Idempotent: a second call changes nothing. Student copies drop this metadata (they keep only tags).
+    """
+    changed = 0
+    for cell in notebook.get("cells", []):
+        if is_solution_cell(cell):
+            jupyter = cell.setdefault("metadata", {}).setdefault("jupyter", {})
+            if jupyter.get("source_hidden") is not True:
+                jupyter["source_hidden"] = True
+                changed += 1
+    return changed
+
+
+def _collapse(notebooks_dir: Path, check_only: bool) -> int:
+    """Collapse every lesson's solution cells in place (metadata only); 1 if ``check_only`` finds one open."""
+    open_cells = 0
+    for source in sorted(notebooks_dir.glob("*.ipynb")):
+        notebook = json.loads(source.read_text(encoding="utf-8"))
+        changed = collapse_solutions(notebook)
+        open_cells += changed
+        if changed and not check_only:  # nbformat's own layout, so that only the metadata lines differ
+            write_atomically(source, json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+        verb = "would collapse" if check_only else "collapsed"
+        print(f"{source.name}: {verb} {changed} solution cell(s)" if changed else f"{source.name}: unchanged")
+    return 1 if check_only and open_cells else 0
+
+
 def _list(notebooks_dir: Path) -> None:
     for source in sorted(notebooks_dir.glob("*.ipynb")):
         exercises = find_exercises(_read(source), str(source))
@@ -723,7 +768,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="exam mode: students see no checks and no hints; nbgrader runs them when grading",
     )
-    for sub in (release_parser, list_parser, nbgrader_parser):
+    collapse_parser = commands.add_parser(
+        "collapse",
+        help="collapse every solution cell of the lessons in JupyterLab (cell metadata only; run after editing)",
+    )
+    collapse_parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a solution cell is not collapsed"
+    )
+    for sub in (release_parser, list_parser, nbgrader_parser, collapse_parser):
         sub.add_argument(
             "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)"
         )
@@ -753,6 +805,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{len(copies)} student copies in {args.out}")
         elif args.command == "nbgrader":
             _nbgrader(args.out, args.notebooks, args.hide_checks)
+        elif args.command == "collapse":
+            return _collapse(args.notebooks, args.check)
         elif args.command == "check":
             return _check(args.submissions, args.timeout, args.notebook_timeout)
         else:
