@@ -131,7 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except PermissionError as error:
         print(f"error: permission denied: {error.filename or error}", file=sys.stderr)
-    except (CommandLineError, CheckpointError, FileNotFoundError, ValueError) as error:
+    except FileNotFoundError as error:  # before OSError: ours carry a message that says what to do
+        print(f"error: {error}", file=sys.stderr)
+    except OSError as error:  # a full disk, a vanished folder: the file and the reason, not a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+    except (CommandLineError, CheckpointError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
     return 2
 
