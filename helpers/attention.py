@@ -452,11 +452,14 @@ def _check_dtypes(weights_dtype: torch.dtype, **inputs: Tensor) -> None:
             )
 
 
-def _check_batch_and_length(query: Tensor, key: Tensor, value: Tensor, layout: str | None) -> None:
+def _check_batch_and_length(
+    query: Tensor, key: Tensor, value: Tensor, layout: str | None, switchable: bool = True
+) -> None:
     """Batch-first (N, T, ·) inputs: equal batch sizes, key and value of one length S.
 
     ``layout`` is how the caller read the inputs ("(T, N, E)" or "(N, T, E)", None if unbatched): when the other
-    reading would make the batch sizes agree, the message says so (the ``batch_first`` mix-up).
+    reading would make the batch sizes agree, the message says so (the ``batch_first`` mix-up); ``switchable``
+    says whether the module has a ``batch_first`` option to suggest, or only transposing helps.
     """
     if key.shape[:2] != value.shape[:2]:
         raise ValueError(
@@ -468,10 +471,8 @@ def _check_batch_and_length(query: Tensor, key: Tensor, value: Tensor, layout: s
         if layout is not None and query.size(1) == key.size(1):
             other = "(N, T, E)" if layout == "(T, N, E)" else "(T, N, E)"
             flag = "True" if other == "(N, T, E)" else "False"
-            message += (
-                f". This module reads inputs as {layout}; read as {other} the batch sizes would agree: "
-                f"build it with batch_first={flag}, or transpose the inputs"
-            )
+            fix = f"build it with batch_first={flag}, or transpose the inputs" if switchable else "transpose them"
+            message += f". This module reads inputs as {layout}; read as {other} the batch sizes would agree: {fix}"
         raise ValueError(message)
 
 
@@ -585,7 +586,7 @@ class GroupedQueryAttention(nn.Module):
                 raise ValueError(
                     f"{name} must have {self.embed_dim} features in its last dim, got shape {tuple(x.shape)}"
                 )
-        _check_batch_and_length(query, key, value, "(N, T, E)")
+        _check_batch_and_length(query, key, value, "(N, T, E)", switchable=False)
         N, L, _ = query.shape
         S = key.size(1)
         group = self.num_heads // self.num_kv_heads

@@ -499,8 +499,10 @@ def test_gqa_refuses_bad_input_like_multihead():
         gqa(torch.randn(2, 3, 12), x, x)
     with pytest.raises(ValueError, match=r"key and value must have the same batch size and length"):
         gqa(x, x, torch.randn(2, 4, 16))
-    with pytest.raises(ValueError, match=r"query and key must have the same batch size, got 2 and 3"):
-        gqa(x, torch.randn(3, 3, 16), torch.randn(3, 3, 16))
+    with pytest.raises(ValueError, match=r"query and key must have the same batch size, got 2 and 3$"):
+        gqa(x, torch.randn(3, 4, 16), torch.randn(3, 4, 16))
+    with pytest.raises(ValueError, match=r"got 5 and 7.*reads inputs as \(N, T, E\).*transpose them$"):
+        gqa(torch.randn(5, 2, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16))  # sequence-first tensors
 
 
 def test_multihead_constructor_and_dtype_checks():
