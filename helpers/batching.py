@@ -119,8 +119,8 @@ def make_batches(
         raise ValueError(f"src_ids has {len(src_ids)} sequences but tgt_ids has {len(tgt_ids)}")
     if len(src_ids) == 0:
         raise ValueError("make_batches needs at least one pair")
-    sizes = [max(len(s), len(t)) for s, t in zip(src_ids, tgt_ids)]
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+    sizes = [max(len(s), len(t)) for s, t in zip(src_ids, tgt_ids, strict=True)]
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
         if len(s) == 0 or len(t) == 0:
             raise ValueError(f"pair {i} has an empty sequence")
         if sizes[i] > max_tokens:

@@ -297,12 +297,14 @@ def head_split_diagram(num_tokens: int = 4, embed_dim: int = 8, num_heads: int =
     return fig
 
 
-def transformer_diagram(num_layers: str = "N") -> Figure:
+def transformer_diagram(num_layers: str = "n_layers") -> Figure:
     """Encoder and decoder layers as stacks of boxes, attention highlighted, memory flowing across.
 
     Encoder layer: self-attention, add & norm, feed-forward, add & norm. Decoder layer: masked
     self-attention, add & norm, cross-attention (queries from the decoder; keys and values from the
-    encoder's output, the memory), add & norm, feed-forward, add & norm.
+    encoder's output, the memory), add & norm, feed-forward, add & norm. A residual arrow runs around
+    every sublayer into its add & norm. Each framed layer repeats ``num_layers`` times (named so, never
+    N, which is the batch in the memory's shape (N, S, E)).
     """
     attention, other = plt.get_cmap("cividis")(0.85), "#d9d9d9"
     fig, ax = plt.subplots(figsize=(9.0, 6.4), constrained_layout=True)
@@ -340,9 +342,18 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
     # Frames around one layer of each stack, repeated num_layers times.
     for x, n in ((ex, len(encoder)), (dx, len(decoder))):
         ax.add_patch(
-            plt.Rectangle((x - 0.25, y0 - 0.25), width + 0.5, n * step + 0.25, fill=False, linestyle="--", linewidth=1)
+            plt.Rectangle((x - 0.3, y0 - 0.25), width + 0.6, n * step + 0.25, fill=False, linestyle="--", linewidth=1)
         )
-        ax.text(x + width + 0.35, y0 + n * step / 2, f"x {num_layers}", fontsize=11, va="center")
+        ax.text(x + width + 0.4, y0 + n * step - 0.3, f"× {num_layers}", fontsize=11, va="center")
+    # Residual arrows: each sublayer's input goes around it into the add & norm above it.
+    # The encoder's run on the left; the decoder's on the right, clear of the memory arrow.
+    for x, n, side in ((ex, len(encoder), -0.15), (dx, len(decoder), width + 0.15)):
+        for i in range(0, n, 2):
+            below, into = y0 + i * step - 0.13, y0 + (i + 1) * step + height / 2
+            edge = x if side < 0 else x + width
+            ax.plot([x + width / 2, x + side, x + side], [below, below, into], color="0.35", linewidth=1.1)
+            arrow(x + side, into, edge, into, color="0.35")
+    ax.text(ex - 0.38, y0 + step * 0.6, "residual", fontsize=8, color="0.35", rotation=90, ha="right", va="center")
     ax.text(ex + width / 2, y0 + len(encoder) * step + 0.2, "encoder layer", ha="center", fontsize=11)
     ax.text(dx + width / 2, y0 + len(decoder) * step + 0.2, "decoder layer", ha="center", fontsize=11)
     # Inputs from below, flow upwards.
@@ -368,7 +379,7 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
     ax.plot([xs, xs, bend, bend], [top, ys, ys, cross_y], color="black", linewidth=1.6)
     arrow(bend, cross_y, dx, cross_y, mutation_scale=14)
     ax.text(ex, ys + 0.1, "memory (N, S, E): keys and values\nof every cross-attention", fontsize=9, va="bottom")
-    ax.text(dx + width + 0.35, cross_y - 0.35, "queries from\nthe decoder", fontsize=8, va="center")
+    ax.text(dx + width + 0.4, cross_y - 0.35, "queries from\nthe decoder", fontsize=8, va="center")
     ax.text(
         dx + width / 2,
         y0 + len(decoder) * step + 0.7,
@@ -376,8 +387,15 @@ def transformer_diagram(num_layers: str = "N") -> Figure:
         ha="center",
         fontsize=9,
     )
-    ax.set_xlim(-0.6, dx + width + 1.6)
-    ax.set_ylim(-0.5, y0 + len(decoder) * step + 1.0)
+    ax.text(
+        (ex + dx + width) / 2,
+        -0.6,
+        f"{num_layers}: layers in each stack (6 in the original transformer); N: sentences in a batch",
+        ha="center",
+        fontsize=8,
+    )
+    ax.set_xlim(-0.7, dx + width + 1.7)
+    ax.set_ylim(-0.8, y0 + len(decoder) * step + 1.0)
     ax.axis("off")
     ax.set_title(
         "where attention sits (highlighted): encoder self-attention; decoder masked self-attention and cross-attention",

@@ -110,7 +110,7 @@ class Tokenizer:
         sub-word piece that continues a word marked ``##`` (``Fußball`` → ``Fuß``, ``##ball``)."""
         encoding = self.backend.encode(_check_text(text))
         continues = _continues_word(text, encoding)
-        labels = [_label(piece, inside) for piece, inside in zip(encoding.tokens, continues)]
+        labels = [_label(piece, inside) for piece, inside in zip(encoding.tokens, continues, strict=True)]
         return [BOS, *labels, EOS] if add_special else labels
 
     def id_tokens(self, ids: Iterable[int]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -110,10 +111,10 @@ def test_token_budget_is_respected_and_used():
 def test_batches_do_not_interleave_in_length():
     """Bucketing: sort the batches by length and each covers its own range of pair sizes."""
     src, tgt = random_pairs(400, seed=5)
-    sizes = [max(len(s), len(t)) for s, t in zip(src, tgt)]
+    sizes = [max(len(s), len(t)) for s, t in zip(src, tgt, strict=True)]
     batches = make_batches(src, tgt, max_tokens=250, seed=2)
     ranges = sorted((min(sizes[i] for i in b.indices), max(sizes[i] for i in b.indices)) for b in batches)
-    for (_, high), (low, _) in zip(ranges, ranges[1:]):
+    for (_, high), (low, _) in itertools.pairwise(ranges):
         assert high <= low
 
 
@@ -124,12 +125,12 @@ def test_same_seed_same_batches_different_seed_different_order():
     other = [b.indices.tolist() for b in make_batches(src, tgt, max_tokens=200, seed=8)]
     assert first == again
     assert first != other
-    assert sorted(sum(first, [])) == sorted(sum(other, []))
+    assert sorted(itertools.chain(*first)) == sorted(itertools.chain(*other))
 
 
 def test_without_shuffle_batches_go_from_short_to_long():
     src, tgt = random_pairs(200)
-    sizes = [max(len(s), len(t)) for s, t in zip(src, tgt)]
+    sizes = [max(len(s), len(t)) for s, t in zip(src, tgt, strict=True)]
     batches = make_batches(src, tgt, max_tokens=200, shuffle=False)
     flat = [sizes[i] for b in batches for i in b.indices.tolist()]
     assert flat == sorted(flat)

@@ -131,7 +131,7 @@ def test_positional_encoding_not_attempted():
         ({"index": "feature"}, "pair index"),
         ({"divide_by_dim": False}, "divide by E"),
         ({"base": 1000.0}, "base 1000,"),
-        ({"base": 100.0}, "base 100,"),
+        ({"base": 100.0}, "-2k / E"),  # base 100 is k / E in disguise: the hint names the likelier cause
         ({"base": 100000.0}, "base 100000,"),
     ],
 )
@@ -140,7 +140,10 @@ def test_positional_encoding_usual_mistakes(kwargs, fragment):
 
 
 def test_positional_encoding_wrong_shape_and_unknown_error():
-    assert_hint(check_positional_encoding(lambda p, e: torch.zeros(e, p)), "should have shape (12, 8)")
+    assert_hint(
+        check_positional_encoding(lambda p, e: torch.zeros(e, p)),
+        "the encoding should have shape (P, E) = (12, 8), got (8, 12)",
+    )
     assert_hint(check_positional_encoding(lambda p, e: make_encoding()(p, e) + 0.5), "differ from the formula")
 
 
@@ -291,7 +294,7 @@ def test_masked_attention_not_attempted():
     "kwargs, fragment",
     [
         ({"after_softmax": True}, "after the softmax"),
-        ({"invert": True}, "invert the mask"),
+        ({"invert": True}, "mask is inverted"),
         ({"fill": 0.0}, "set to 0, not -inf"),
         ({"ignore_mask": True}, "mask is ignored"),
         ({"scale": False}, "not scaled"),
@@ -364,3 +367,114 @@ def test_padding_to_attn_mask_not_attempted():
 )
 def test_padding_to_attn_mask_usual_mistakes(wrong_answer, fragment):
     assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue #11: misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
+# ---------------------------------------------------------------------------------------------
+def test_positional_encoding_k_over_e_is_named_not_sent_to_the_base():
+    """k / E (k counting pairs) equals base 100 exactly; the hint must name the exponent first."""
+
+    def half_exponent(num_positions, dim):
+        angles = torch.arange(num_positions)[:, None] * 10000.0 ** (-torch.arange(dim // 2) / dim)
+        table = torch.zeros(num_positions, dim)
+        table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return table
+
+    verdict = check_positional_encoding(half_exponent)
+    assert_hint(verdict, "-k / E", "it must be -2k / E")
+    assert not verdict.message.startswith("the frequency base is wrong")
+
+
+def test_positional_encoding_divided_by_half_of_e():
+    def over_half(num_positions, dim):
+        angles = torch.arange(num_positions)[:, None] * 10000.0 ** (-torch.arange(0, dim, 2) / (dim / 2))
+        table = torch.zeros(num_positions, dim)
+        table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        return table
+
+    assert_hint(check_positional_encoding(over_half), "divides by E / 2")
+
+
+@pytest.mark.parametrize(
+    "shortcut, named",
+    [
+        (lambda ids, w: w[ids], "indexing"),
+        (lambda ids, w: w.float()[ids.flatten()].view(*ids.shape, -1), "indexing"),
+        (lambda ids, w: F.embedding(ids, w), "F.embedding"),
+        (lambda ids, w: torch.index_select(w, 0, ids.flatten()).view(*ids.shape, -1), "index_select"),
+    ],
+)
+def test_one_hot_lookup_forbidden_shortcut_is_named(shortcut, named):
+    assert_hint(check_one_hot_lookup(shortcut), "shortcut", named, "F.one_hot")
+
+
+def test_one_hot_lookup_built_from_an_identity_matrix_is_no_shortcut():
+    # torch.eye(V)[ids] indexes an identity matrix, not the table: a fair way to build one-hot vectors
+    assert check_one_hot_lookup(lambda ids, w: torch.eye(w.shape[0])[ids] @ w).passed
+    assert check_one_hot_lookup(
+        lambda ids, w: torch.einsum("nlv,ve->nle", F.one_hot(ids, w.shape[0]).float(), w)
+    ).passed
+
+
+def _with_linear_module(x, w, b):
+    linear = torch.nn.Linear(w.shape[1], w.shape[0])
+    with torch.no_grad():
+        linear.weight.copy_(w)
+        linear.bias.copy_(b)
+    return linear(x)
+
+
+@pytest.mark.parametrize("shortcut", [lambda x, w, b: F.linear(x, w, b), _with_linear_module])
+def test_linear_projection_forbidden_shortcut_is_named(shortcut):
+    assert_hint(check_linear_projection(shortcut), "shortcut", "F.linear", "x @ weight.T + bias")
+
+
+def test_linear_projection_with_addmm_or_matmul_is_fine():
+    assert check_linear_projection(lambda x, w, b: torch.matmul(x, w.t()) + b).passed
+    assert check_linear_projection(lambda x, w, b: torch.addmm(b, x.flatten(0, 1), w.T).view(*x.shape[:2], -1)).passed
+
+
+def _counting_from_the_front(softmax_dim_1=False, d_from_shape_1=False):
+    """Code that works for one (L, d) sentence but counts dimensions from the front."""
+
+    def attention_weights(q, k):
+        d = q.shape[1] if d_from_shape_1 else q.shape[-1]
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=1 if softmax_dim_1 else -1)
+
+    return attention_weights
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragments",
+    [
+        ({"softmax_dim_1": True}, ("softmax runs over dim=1", "dim=-1")),
+        ({"d_from_shape_1": True}, ("q.shape[1]", "q.shape[-1]")),
+        ({"softmax_dim_1": True, "d_from_shape_1": True}, ("`dim=1` and `q.shape[1]`", "Count from the end")),
+    ],
+)
+def test_attention_weights_batch_only_mistakes_are_named(kwargs, fragments):
+    """#11: these were reported as "your code raised RuntimeError" by the check's own simulation."""
+    verdict = check_attention_weights(_counting_from_the_front(**kwargs))
+    assert_hint(verdict, *fragments)
+    assert "raised" not in verdict.message
+
+
+@pytest.mark.parametrize(
+    "softmax_dim, fragment",
+    [(1, "softmax runs over dim=1"), (-2, "wrong dimension"), (0, "")],
+)
+def test_masked_attention_softmax_over_the_wrong_axis_is_not_called_an_inverted_mask(softmax_dim, fragment):
+    """#11: the padding case gives NaN with the softmax over the queries; that is no inverted mask."""
+    verdict = check_masked_attention(masked_answer(dim=softmax_dim))
+    assert verdict.status == "wrong"
+    assert "inverted" not in verdict.message, verdict.message
+    assert fragment in verdict.message
+
+
+def test_masked_attention_scale_from_shape_1_is_named():
+    def answer(q, k, v, mask):
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[1])).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    assert_hint(check_masked_attention(answer), "q.shape[1]")

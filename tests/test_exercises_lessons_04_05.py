@@ -312,3 +312,66 @@ def test_decoder_variant_without_mistake_is_the_stock_layer():
             _decoder_variant(layer, tgt, memory, tgt_mask, padding),
             layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=padding),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue #11: misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
+# ---------------------------------------------------------------------------------------------
+def test_mha_without_transpose_in_both_split_and_merge_is_named():
+    """The natural mistake: reshape straight to (N, h, T, d) and straight back; it used to get "the numbers differ"."""
+    knobs = dict(split=SPLIT_MISTAKES["reshape without transpose"], merge=MERGE_MISTAKES["merge without transpose"])
+    verdict = check_multi_head_attention(lambda *args: mha(*args, **knobs))
+    assert verdict.status == "wrong" and "split AND merged with reshape but no transpose" in verdict.message
+
+
+def test_split_and_merge_wrong_shape_messages_read_cleanly():
+    split = check_split_heads(SPLIT_MISTAKES["should have shape"])  # (N, h, d, T)
+    assert split.message == (
+        "for x of shape (N, T, E) = (2, 3, 8), split_heads(x, 4) should have shape (N, h, T, d) = (2, 4, 3, 2), "
+        "got (2, 4, 2, 3)"
+    )
+    merge = check_merge_heads(lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), -1, x.size(2)))  # (N, E, T)
+    assert merge.message == (
+        "for x of shape (N, h, T, d) = (2, 4, 3, 2), merge_heads(x) should have shape (N, T, E) = (2, 3, 8), "
+        "got (2, 8, 3)"
+    )
+
+
+def _decoder_with(self_mask=None, padding=None, drop_index=""):
+    """A decoder answer with one of the mistakes #11 lists: a mask flipped, or an attention's tuple used whole."""
+
+    def answer(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+        mask = tgt_mask if self_mask is None else self_mask(tgt_mask)
+        kpm = memory_key_padding_mask if padding is None else padding(memory_key_padding_mask)
+        attended = layer.self_attn(tgt, tgt, tgt, attn_mask=mask, need_weights=False)
+        x = layer.norm1(tgt + layer.dropout1(attended if drop_index == "self" else attended[0]))
+        attended = layer.multihead_attn(x, memory, memory, key_padding_mask=kpm, need_weights=False)
+        x = layer.norm2(x + layer.dropout2(attended if drop_index == "cross" else attended[0]))
+        return layer.norm3(x + layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        (dict(self_mask=lambda m: ~m), "causal mask is inverted"),
+        (dict(padding=lambda m: ~m), "padding mask is inverted"),
+        (dict(drop_index="self"), "returns a tuple (output, weights)"),
+        (dict(drop_index="cross"), "returns a tuple (output, weights)"),
+    ],
+)
+def test_decoder_mask_polarity_and_forgotten_index_are_named(kwargs, hint):
+    verdict = check_decoder_layer_forward(_decoder_with(**kwargs))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+    assert "[0]" in verdict.message or "inverted" in verdict.message
+
+
+def test_decoder_forgotten_index_without_dropout_is_named():
+    # x + (output, weights): the TypeError mentions the tuple; the hint explains it
+    def answer(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+        x = layer.norm1(tgt + layer.self_attn(tgt, tgt, tgt, attn_mask=tgt_mask))
+        return x
+
+    verdict = check_decoder_layer_forward(answer)
+    assert "returns a tuple (output, weights)" in verdict.message and "[0]" in verdict.message

@@ -94,9 +94,9 @@ def test_decode_puts_no_space_before_punctuation(word_de):
 
 def test_decode_stops_at_eos_and_skips_padding_and_accepts_tensors(word_de):
     ids = word_de.encode("Ein Hund läuft im Park.")
-    padded = ids + [PAD_ID, PAD_ID]
+    padded = [*ids, PAD_ID, PAD_ID]
     assert word_de.decode(torch.tensor(padded)) == "Ein Hund läuft im Park."
-    assert word_de.decode(ids[:3] + [EOS_ID] + ids[3:]) == "Ein Hund"
+    assert word_de.decode([*ids[:3], EOS_ID, *ids[3:]]) == "Ein Hund"
     assert word_de.decode_batch(torch.tensor([padded, padded])) == ["Ein Hund läuft im Park."] * 2
 
 
@@ -161,7 +161,7 @@ def test_word_index_groups_pieces_into_whitespace_tokens(bpe_de, text):
     # gluing the pieces of each whitespace token gives back that token
     pieces = [bpe_de.id_to_token(i).replace("▁", "") for i in ids]
     for k, word in enumerate(words):
-        assert "".join(p for p, w in zip(pieces, index) if w == k) == word
+        assert "".join(p for p, w in zip(pieces, index, strict=True) if w == k) == word
     # a bare space marker (before "." or an extra space) belongs to the word after it
     bare = [pos for pos, i in enumerate(ids) if bpe_de.id_to_token(i) == "▁"]
     assert all(index[pos] == index[pos + 1] for pos in bare)
@@ -182,7 +182,7 @@ def test_json_round_trip_survives_a_weights_only_checkpoint(bpe_de, word_de, tmp
         torch.save({"tokenizer_de": tokenizer.to_json(), "weights": torch.zeros(2)}, path)
         loaded = Tokenizer.from_json(torch.load(path, weights_only=True)["tokenizer_de"])
         assert (loaded.kind, loaded.vocab_size) == (tokenizer.kind, tokenizer.vocab_size)
-        for text in GERMAN + ["Ein Zebra läuft."]:
+        for text in [*GERMAN, "Ein Zebra läuft."]:
             assert loaded.encode(text) == tokenizer.encode(text)
             assert loaded.decode(loaded.encode(text)) == tokenizer.decode(tokenizer.encode(text))
 
@@ -233,7 +233,9 @@ def test_bpe_on_multi30k_round_trips_the_test_split():
     train = load_corpus("multi30k", "train", data_dir=REAL)
     test = load_corpus("multi30k", "test", data_dir=REAL)
     tokenizer = train_tokenizer(train.de, kind="bpe", vocab_size=4000)
-    exact = sum(tokenizer.decode(ids) == text for ids, text in zip(tokenizer.encode_batch(test.de), test.de))
+    exact = sum(
+        tokenizer.decode(ids) == text for ids, text in zip(tokenizer.encode_batch(test.de), test.de, strict=True)
+    )
     assert exact / len(test) > 0.99  # only sentences with characters never seen in training may differ
     index = tokenizer.word_index(test.de[10])  # the running example: 12 whitespace tokens
     assert index == sorted(index) and set(index) == set(range(12))
@@ -280,5 +282,5 @@ def test_bpe_on_the_course_corpus_round_trips_its_test_split():
     for tokenizer, texts in ((tok_de, test.de), (tok_en, test.en)):
         assert [tokenizer.decode(ids) for ids in tokenizer.encode_batch(texts)] == texts
     # every gold alignment index names a whitespace token that word_index can reach
-    for de, alignment in zip(test.de[:200], test.alignments[:200]):
+    for de, alignment in zip(test.de[:200], test.alignments[:200], strict=True):
         assert {i for i, _ in alignment} <= set(tok_de.word_index(de))

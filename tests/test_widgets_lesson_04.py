@@ -39,7 +39,7 @@ def test_head_figure_accepts_one_layer_and_rejects_bad_choices():
     fig = head_figure(weights, TOKENS_Q, TOKENS_K, head=1)
     assert fig.axes[0].get_title() == "head 1"
     plt.close(fig)
-    with pytest.raises(ValueError, match="head in 0..2"):
+    with pytest.raises(ValueError, match=r"head in 0\.\.2"):
         head_figure(weights, TOKENS_Q, TOKENS_K, head=3)
     with pytest.raises(ValueError, match="expected"):
         head_figure(weights[0], TOKENS_Q, TOKENS_K)

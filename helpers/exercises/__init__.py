@@ -3,7 +3,9 @@
 Every check takes the learner's answer (usually a function), runs it on small inputs, and prints
 one clear verdict: a pass, a specific hint naming the likely mistake, or "not attempted yet" when
 the answer still raises ``NotImplementedError`` (as it does in a student copy).
-Each check also returns a ``Verdict`` so tests and graders can read the result.
+Each check also returns a ``Verdict`` so tests and graders can read the result; in a notebook the
+returned verdict does not show a second time, so a check cell is just ``check_x(x)``. Checks run in
+``torch.random.fork_rng()`` and never move the notebook's random numbers (see ``feedback.py``).
 """
 
 from helpers.exercises.feedback import Verdict

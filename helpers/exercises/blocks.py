@@ -11,7 +11,17 @@ import torch
 from torch import Tensor, nn
 
 from helpers.attention import causal_mask
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from helpers.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    run_check,
+    wrong,
+)
 
 __all__ = ["StandInDropout", "check_decoder_layer_forward", "check_residual_block"]
 
@@ -56,9 +66,10 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
         x, sublayer, norm = _block_inputs()
         for norm_first, right, other in [(False, "post", "pre"), (True, "pre", "post")]:
             answer = as_tensor(
-                residual_block(x.clone(), sublayer, norm, norm_first), f"residual_block(..., norm_first={norm_first})"
+                call_learner(residual_block, x.clone(), sublayer, norm, norm_first),
+                f"residual_block(..., norm_first={norm_first})",
             )
-            expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first}) (N, L, E)")
+            expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first})", "(N, L, E)")
             with torch.no_grad():
                 expected = _block(x, sublayer, norm, right)
                 if close(answer, expected):
@@ -79,9 +90,8 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
                     ),
                     "the sum is normalised as well: pre-norm normalises only the sublayer's input, "
                     "x + sublayer(norm(x)); the output is not normalised.": _block(x, sublayer, norm, "norm twice"),
-                    "only the sublayer's output is normalised: post-norm normalises the SUM, norm(x + sublayer(x)).": _block(
-                        x, sublayer, norm, "norm sublayer only"
-                    ),
+                    "only the sublayer's output is normalised: post-norm normalises the SUM, norm(x + "
+                    "sublayer(x)).": _block(x, sublayer, norm, "norm sublayer only"),
                 }
             raise diagnose(answer, mistakes, f"the shape is right but the numbers differ from {which}, {formula}.")
         return "post-norm norm(x + sublayer(x)) and pre-norm x + sublayer(norm(x))."
@@ -100,6 +110,8 @@ class StandInDropout(nn.Module):
         self.factor = factor
 
     def forward(self, x: Tensor) -> Tensor:
+        if isinstance(x, tuple):  # the usual slip: an attention's (output, weights) passed on whole
+            raise TypeError(f"{type(self).__name__} got a tuple, not a tensor")
         return x * self.factor
 
     def extra_repr(self) -> str:
@@ -139,12 +151,13 @@ def _decoder_variant(
     residual = {i: mistake != f"no residual {i}" for i in (1, 2, 3)}
 
     def self_block(x):
-        mask = None if mistake == "no causal mask" else tgt_mask
+        mask = {"no causal mask": None, "inverted causal mask": ~tgt_mask}.get(mistake, tgt_mask)
         return drop["dropout1"](layer.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0])
 
     def cross_block(x):
         source = x if mistake == "cross over target" else memory
         padding = None if mistake in ("no memory padding", "cross over target") else memory_padding
+        padding = ~memory_padding if mistake == "inverted memory padding" else padding
         return drop["dropout2"](
             layer.multihead_attn(x, source, source, key_padding_mask=padding, need_weights=False)[0]
         )
@@ -157,10 +170,8 @@ def _decoder_variant(
         blocks[0], blocks[1] = (cross_block, layer.norm1, 1), (self_block, layer.norm2, 2)
     x = tgt
     for block, norm, i in blocks:
-        if mistake == "pre-norm":
-            x = x + block(norm(x))
-        else:
-            x = norm((x if residual[i] else 0) + block(x))
+        pre_norm = mistake == "pre-norm"
+        x = x + block(norm(x)) if pre_norm else norm((x if residual[i] else 0) + block(x))
     return x
 
 
@@ -178,12 +189,16 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
         called_whole_layer = []
         hook = layer.register_forward_pre_hook(lambda module, args: called_whole_layer.append(True))
         try:
-            result = decoder_layer_forward(layer, tgt.clone(), memory.clone(), tgt_mask.clone(), memory_padding.clone())
-        except TypeError as error:
-            if "tuple" in str(error):
+            result = call_learner(
+                decoder_layer_forward, layer, tgt.clone(), memory.clone(), tgt_mask.clone(), memory_padding.clone()
+            )
+        except LearnerError as problem:
+            message = str(problem.error)
+            if isinstance(problem.error, TypeError) and ("tuple" in message or "sequence" in message):
                 raise wrong(
-                    f"nn.MultiheadAttention returns a tuple (output, weights) ({error}): take the output, "
-                    "`layer.self_attn(x, x, x, ...)[0]`."
+                    "nn.MultiheadAttention returns a tuple (output, weights), and your code used the whole tuple "
+                    f"as a tensor ({type(problem.error).__name__}: {message}). Take the output, "
+                    "`layer.self_attn(x, x, x, ...)[0]` (and the same for `layer.multihead_attn`)."
                 ) from None
             raise
         finally:
@@ -192,18 +207,30 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
             raise wrong(
                 "you called the layer itself: write the three sub-blocks with its parts (layer.self_attn, ...)."
             )
+        if isinstance(result, tuple):
+            raise wrong("return only the layer's output tensor (N, L, E), not a tuple.")
         answer = as_tensor(result, "the output")
-        expect_shape(answer, tgt.shape, "the output (N, L, E)")
+        expect_shape(answer, tgt.shape, "the output", "(N, L, E)")
         with torch.no_grad():
             expected = layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=memory_padding)
             if close(answer, expected):
-                return "masked self-attention, cross-attention over the memory, feed-forward; each dropout, residual and norm in place."
+                return (
+                    "masked self-attention, cross-attention over the memory, feed-forward; "
+                    "each dropout, residual and norm in place."
+                )
             variant = lambda mistake: _decoder_variant(layer, tgt, memory, tgt_mask, memory_padding, mistake)  # noqa: E731
             mistakes = {
-                "the norms are applied first (pre-norm). This layer is post-norm (norm_first=False, PyTorch's default): "
+                "the norms are applied first (pre-norm). This layer is post-norm (norm_first=False, PyTorch's "
+                "default): "
                 "x = norm(x + block(x)).": variant("pre-norm"),
                 "the causal mask is not used: pass `attn_mask=tgt_mask` to the self-attention, or each target token "
                 "sees the words after it.": variant("no causal mask"),
+                "the causal mask is inverted: `tgt_mask` is already True where a key is BLOCKED (above the diagonal), "
+                "the convention of nn.MultiheadAttention's attn_mask; pass it as it is, `attn_mask=tgt_mask`. "
+                "Inverted, each token may look only at the tokens after it, and the last one at none "
+                "(its row is NaN).": variant("inverted causal mask"),
+                "the memory's padding mask is inverted: `memory_key_padding_mask` is True at padding, which is "
+                "what `key_padding_mask` expects; pass it as it is, without `~`.": variant("inverted memory padding"),
                 "the memory's padding mask is not used: pass `key_padding_mask=memory_key_padding_mask` to the "
                 "cross-attention.": variant("no memory padding"),
                 "the cross-attention attends over the target: its queries come from x, but its keys and values are "
@@ -213,30 +240,25 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
                 "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": variant(
                     "no residual 1"
                 ),
-                "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, memory)).": variant(
-                    "no residual 2"
-                ),
-                "the residual around the feed-forward network is missing: x = layer.norm3(x + feed_forward(x)).": variant(
-                    "no residual 3"
-                ),
+                "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, "
+                "memory)).": variant("no residual 2"),
+                "the residual around the feed-forward network is missing: x = layer.norm3(x + "
+                "feed_forward(x)).": variant("no residual 3"),
                 "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": variant(
                     "no activation"
                 ),
                 "no dropout is applied: each sub-block's output goes through its own dropout (dropout1, dropout2, "
                 "dropout3) before the residual sum, and the feed-forward network has `layer.dropout` after the "
                 "activation.": variant("no dropouts"),
-                "layer.dropout1 is missing: apply it to the self-attention's output before adding the residual.": variant(
-                    "no dropout1"
-                ),
-                "layer.dropout2 is missing: apply it to the cross-attention's output before adding the residual.": variant(
-                    "no dropout2"
-                ),
+                "layer.dropout1 is missing: apply it to the self-attention's output before adding the "
+                "residual.": variant("no dropout1"),
+                "layer.dropout2 is missing: apply it to the cross-attention's output before adding the "
+                "residual.": variant("no dropout2"),
                 "layer.dropout3 is missing: apply it to the feed-forward output before adding the residual.": variant(
                     "no dropout3"
                 ),
-                "the feed-forward network's inner dropout is missing: linear2(dropout(activation(linear1(x)))).": variant(
-                    "no dropout"
-                ),
+                "the feed-forward network's inner dropout is missing: "
+                "linear2(dropout(activation(linear1(x)))).": variant("no dropout"),
             }
         raise diagnose(
             answer,

@@ -13,7 +13,18 @@ import torch
 from torch import Tensor
 
 from helpers.embeddings import sinusoidal_positional_encoding
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from helpers.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    run_check,
+    wrong,
+)
+from helpers.exercises.shortcuts import FunctionRecorder
 
 __all__ = ["check_one_hot_lookup", "check_positional_encoding"]
 
@@ -31,13 +42,21 @@ def check_one_hot_lookup(one_hot_lookup: Callable[[Tensor, Tensor], Tensor]) -> 
             weight = torch.randn(vocab_size, dim, generator=generator)
             ids = torch.tensor([[0, 3, 1], [4, 4, 2]])  # (N, L) = (2, 3); id V-1 absent on purpose for V=9
             expected = weight[ids]  # (N, L, E): what nn.Embedding returns
-            try:
-                answer = as_tensor(one_hot_lookup(ids.clone(), weight.clone()), "the result")
-            except NotImplementedError:
-                raise
-            except RuntimeError as error:
-                raise wrong(_lookup_error_hint(str(error), vocab_size, dim)) from None
-            expect_shape(answer, expected.shape, "the embeddings (N, L, E)")
+            with FunctionRecorder(watched=weight) as recorder:
+                try:
+                    result = call_learner(one_hot_lookup, ids.clone(), weight.clone())
+                except LearnerError as problem:
+                    if isinstance(problem.error, RuntimeError):
+                        raise wrong(_lookup_error_hint(str(problem.error), vocab_size, dim)) from None
+                    raise
+            answer = as_tensor(result, "the result")
+            expect_shape(answer, expected.shape, "the embeddings", "(N, L, E)")
+            if close(answer, expected) and recorder.looked_up_rows():
+                raise wrong(
+                    f"the numbers are right, but you looked the rows up ({recorder.looked_up_rows()}), the shortcut "
+                    "this exercise asks you to avoid. Build the one-hot vectors with `F.one_hot(ids, num_classes=V)` "
+                    "and multiply them by the table: that product is what an embedding layer computes."
+                )
             if close(answer, expected):
                 continue
             one_hot = torch.nn.functional.one_hot(ids, vocab_size).double()  # (N, L, V)
@@ -82,8 +101,8 @@ def check_positional_encoding(positional_encoding: Callable[[int, int], Tensor])
     def body() -> str:
         for num_positions, dim in ((12, 8), (50, 16)):
             expected = sinusoidal_positional_encoding(num_positions, dim, dtype=torch.float64)
-            answer = as_tensor(positional_encoding(num_positions, dim), "the encoding")
-            expect_shape(answer, (num_positions, dim), "the encoding (P, E)")
+            answer = as_tensor(call_learner(positional_encoding, num_positions, dim), "the encoding")
+            expect_shape(answer, (num_positions, dim), "the encoding", "(P, E)")
             if close(answer, expected):
                 continue
             raise diagnose(answer, _encoding_mistakes(num_positions, dim), _encoding_fallback(answer, expected))
@@ -125,7 +144,20 @@ def _encoding_mistakes(num_positions: int, dim: int) -> dict[str, Tensor]:
             torch.sin(position * 10000.0 ** (-pair)), torch.cos(position * 10000.0 ** (-pair))
         ),
     }
-    for base in (1000.0, 100.0, 100000.0, 10.0):
+    # k / E in the exponent (k = 0, 1, 2, ... counting pairs) gives 10000 ** (-k / E) = 100 ** (-2k / E):
+    # exactly base 100. Far more learners write k / E than change the base, so this hint comes first.
+    half = 10000.0 ** (-(pair / 2) / dim)
+    mistakes[
+        "the exponent is -k / E with k = 0, 1, 2, ... counting the pairs: it must be -2k / E, where 2k = 0, 2, 4, "
+        "... is the index of the pair's first feature (`torch.arange(0, E, 2)`, or twice `torch.arange(E // 2)`). "
+        "(Your frequencies equal those of base 100 with -2k / E, which is the same mistake written differently.)"
+    ] = interleave(torch.sin(position * half), torch.cos(position * half))
+    mistakes["the exponent divides by E / 2 instead of E: w_k = 10000 ** (-2k / E), not 10000 ** (-2k / (E / 2))."] = (
+        interleave(
+            torch.sin(position * 10000.0 ** (-2 * pair / dim)), torch.cos(position * 10000.0 ** (-2 * pair / dim))
+        )
+    )
+    for base in (1000.0, 100000.0, 10.0):
         freq = base ** (-pair / dim)
         mistakes[
             f"the frequency base is wrong: your encoding matches base {base:g}, the paper (and this lesson) uses 10000."

@@ -1,16 +1,27 @@
-"""What every exercise check shares: running the learner's code safely and printing one verdict."""
+"""What every exercise check shares: running the learner's code safely and printing one verdict.
+
+A check prints its verdict (graders and the student-copy tests read that line from stdout) and
+returns it. In a notebook the returned verdict does not show a second time, so a check cell is
+just ``check_x(x)``, without ``_ =``. A check runs inside ``torch.random.fork_rng()``: whatever
+random numbers it or the learner's code draws, the notebook's random stream is untouched.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sysconfig
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+# What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
+CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
 #: Set by ``python -m helpers.assignments check``: a file (outside the notebook's folder) where every verdict
 #: is also recorded, one JSON object a line, so that what a student prints cannot pass for a verdict.
 VERDICT_LOG_ENV = "ATTENTION_COURSE_VERDICT_LOG"
@@ -32,28 +43,73 @@ class Verdict:
         mark = {"pass": "PASS", "wrong": "NOT YET", "not attempted": "NOT ATTEMPTED YET"}[self.status]
         return f"[{mark}] {self.exercise}: {self.message}"
 
+    def _ipython_display_(self) -> None:
+        # Shown as the value of a cell: print the verdict line, unless run_check printed it in this very cell.
+        if getattr(self, "_printed_in_cell", None) != _cell_number():
+            print(self)
+
+
+def _cell_number() -> int | None:
+    """The number of the notebook cell running now (None outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else shell.execution_count
+
 
 class _Wrong(Exception):
     """Raised inside a check to stop at the first problem found."""
 
 
+class LearnerError(Exception):
+    """The learner's code raised ``error``: reported as such, never mistaken for a bug in the check."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's ``function``; any exception it raises becomes a ``LearnerError``.
+
+    ``NotImplementedError`` passes through unchanged: it means "not attempted yet".
+    """
+    try:
+        return function(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # anything the learner's code does wrong is the learner's to fix
+        raise LearnerError(error) from error
+
+
 def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
     """Run ``body`` (which returns a pass message or raises ``wrong(...)``), print and return the verdict.
 
-    The learner's code may raise anything; ``NotImplementedError`` means "not attempted yet", any
-    other exception is reported with its type and message instead of crashing the notebook.
+    ``body`` calls the learner's code through ``call_learner``. ``NotImplementedError`` means
+    "not attempted yet"; a ``LearnerError`` is reported with the error's type and message; any
+    other exception is the check's own bug and says so, instead of blaming the learner.
+    The body runs inside ``torch.random.fork_rng()``, so the caller's random stream is unchanged.
     """
     try:
-        verdict = Verdict(exercise, "pass", body())
+        with torch.random.fork_rng(devices=[]):
+            verdict = Verdict(exercise, "pass", body())
     except NotImplementedError:
         verdict = Verdict(
             exercise, "not attempted", "replace `raise NotImplementedError()` with your code, then run this cell again."
         )
     except _Wrong as problem:
         verdict = Verdict(exercise, "wrong", str(problem))
-    except Exception as error:  # the learner's code crashed: say how, keep the notebook going
-        verdict = Verdict(exercise, "wrong", f"your code raised {type(error).__name__}: {error}")
+    except LearnerError as problem:
+        verdict = Verdict(exercise, "wrong", f"your code raised {problem}")
+    except Exception as error:  # keep the notebook going, and say whose code failed
+        if _raised_in_learner_code(error):
+            verdict = Verdict(exercise, "wrong", f"your code raised {type(error).__name__}: {error}")
+        else:
+            verdict = Verdict(exercise, "wrong", f"{CHECK_BUG}: {type(error).__name__}: {error}")
     print(verdict)
+    object.__setattr__(verdict, "_printed_in_cell", _cell_number())
     _record(verdict)
     return verdict
 
@@ -67,6 +123,27 @@ def _record(verdict: Verdict) -> None:
             handle.write(json.dumps(entry) + "\n")
 
 
+# Code that is not the learner's: the course's package, torch, and Python's standard library.
+_NOT_LEARNER_CODE = tuple(
+    str(Path(root).resolve())
+    for root in (Path(__file__).parents[1], Path(torch.__file__).parent, sysconfig.get_paths()["stdlib"])
+)
+
+
+def _raised_in_learner_code(error: Exception) -> bool:
+    """Whether the traceback of ``error`` passes through code outside the course, torch and the stdlib.
+
+    For checks that call the learner's function directly rather than through ``call_learner``.
+    """
+    for frame in traceback.extract_tb(error.__traceback__):
+        filename = frame.filename
+        if filename.startswith("<frozen"):
+            continue
+        if filename.startswith("<") or not str(Path(filename).resolve()).startswith(_NOT_LEARNER_CODE):
+            return True
+    return False
+
+
 def wrong(hint: str) -> _Wrong:
     """Build the exception a check raises to report a mistake: ``raise wrong("...")``."""
     return _Wrong(hint)
@@ -75,28 +152,57 @@ def wrong(hint: str) -> _Wrong:
 def as_tensor(answer: Any, name: str) -> Tensor:
     """The learner's result as a float64 tensor, or a clear complaint about what it is."""
     if isinstance(answer, Tensor):
-        return answer.detach().to(torch.float64)
+        expect_plain_tensor(answer, name)
+        if answer.is_complex():
+            raise wrong(f"{name} should hold real numbers, got dtype {answer.dtype}")
+        return answer.detach().to("cpu", torch.float64)
+    if isinstance(answer, (tuple, list)) and any(isinstance(item, Tensor) for item in answer):
+        raise wrong(f"{name} should be one tensor, got a {type(answer).__name__} of {len(answer)} items")
     try:
         return torch.as_tensor(answer, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         raise wrong(f"{name} should be a tensor, got {type(answer).__name__}") from None
 
 
-def expect_shape(answer: Tensor, shape: Iterable[int], name: str) -> None:
-    """Complain, naming both shapes, unless ``answer`` has ``shape``."""
+def expect_plain_tensor(answer: Tensor, name: str) -> None:
+    """Complain unless ``answer`` is an ordinary dense tensor holding numbers (not sparse, not on "meta")."""
+    if answer.layout != torch.strided:
+        raise wrong(f"{name} should be an ordinary (dense) tensor, got layout {answer.layout}: use `.to_dense()`")
+    if answer.device.type == "meta":
+        raise wrong(f"{name} is on the meta device: it has a shape but no numbers")
+
+
+def expect_shape(answer: Tensor, shape: Iterable[int], name: str, letters: str = "") -> None:
+    """Complain, naming both shapes, unless ``answer`` has ``shape``.
+
+    ``name`` says what the tensor is ("the output"), ``letters`` its shape in the course's notation
+    ("(N, L, E)"); the message reads "the output should have shape (N, L, E) = (2, 3, 8), got (2, 8, 3)".
+    """
     shape = tuple(shape)
     if tuple(answer.shape) != shape:
-        raise wrong(f"{name} should have shape {shape}, got {tuple(answer.shape)}")
+        expected = f"{letters} = {shape}" if letters else f"{shape}"
+        raise wrong(f"{name} should have shape {expected}, got {tuple(answer.shape)}")
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
-    """Equal within a tolerance that accepts float32 answers (and either dtype)."""
-    return a.shape == b.shape and torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4)
+    """Equal within a tolerance that accepts float32 answers (and either dtype); NaN matches NaN."""
+    return a.shape == b.shape and torch.allclose(
+        a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4, equal_nan=True
+    )
 
 
-def diagnose(answer: Tensor, mistakes: dict[str, Tensor], fallback: str) -> _Wrong:
-    """Name the first known mistake whose result matches ``answer``, else give ``fallback``."""
+def diagnose(answer: Tensor, mistakes: dict[str, Tensor | Callable[[], Tensor]], fallback: str) -> _Wrong:
+    """Name the first known mistake whose result matches ``answer``, else give ``fallback``.
+
+    A mistake's result may be given lazily, as a function; one that cannot be computed for these
+    inputs (its shapes do not fit, say) is skipped, so simulating a mistake never crashes a check.
+    """
     for hint, result in mistakes.items():
+        if callable(result):
+            try:
+                result = result()
+            except (RuntimeError, ValueError, IndexError):
+                continue
         if close(answer, result):
             return wrong(hint)
     return wrong(fallback)

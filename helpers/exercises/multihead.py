@@ -12,7 +12,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from helpers.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    run_check,
+    wrong,
+)
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
@@ -104,28 +114,35 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
         for x, h in _split_cases():
             N, T, E = x.shape
             d = E // h
-            answer = as_tensor(split_heads(x.clone(), h), "split_heads(x, num_heads)")
+            answer = as_tensor(call_learner(split_heads, x.clone(), h), f"split_heads(x, {h})")
             if tuple(answer.shape) == (N, T, h, d):
                 raise wrong(
-                    f"the shape is (N, T, h, d) = {(N, T, h, d)}: you split the features but the heads are still dim 2. "
+                    f"the shape is (N, T, h, d) = {(N, T, h, d)}: you split the features but the heads are still "
+                    "dim 2. "
                     "Swap the token and head dimensions with `.transpose(1, 2)` to get (N, h, T, d)."
                 )
-            expect_shape(answer, (N, h, T, d), "split_heads(x) for x of shape (N, T, E) (N, h, T, d)")
+            expect_shape(
+                answer, (N, h, T, d), f"for x of shape (N, T, E) = {(N, T, E)}, split_heads(x, {h})", "(N, h, T, d)"
+            )
             if close(answer, _split(x.double(), h)):
                 continue
             raise diagnose(
                 answer,
                 {
-                    "reshape without transpose: `x.reshape(N, h, T, d)` has the right shape, but it cuts the flat list of "
-                    "numbers in the wrong places, so one 'head' gets features of several tokens. First `view(N, T, h, d)` "
+                    "reshape without transpose: `x.reshape(N, h, T, d)` has the right shape, but it cuts the "
+                    "flat list of "
+                    "numbers in the wrong places, so one 'head' gets features of several tokens. First `view(N, "
+                    "T, h, d)` "
                     "(each token's E features -> h groups of d), then `.transpose(1, 2)`.": _split(
                         x.double(), h, "no transpose"
                     ),
-                    "the heads get interleaved features (head 0 gets features 0, h, 2h, ...): view the last dimension as "
+                    "the heads get interleaved features (head 0 gets features 0, h, 2h, ...): view the last "
+                    "dimension as "
                     "(h, d), not (d, h), so that head i gets the contiguous block of features i*d to (i+1)*d - 1, "
                     "as nn.MultiheadAttention does.": _split(x.double(), h, "interleaved"),
                 },
-                "the shape is right but the numbers are not in place: head i of token t should be x[:, t, i*d:(i+1)*d].",
+                "the shape is right but the numbers are not in place: head i of token t should be x[:, t, "
+                "i*d:(i+1)*d].",
             )
         return "(N, T, E) -> view (N, T, h, d) -> transpose (N, h, T, d): each head gets its own block of d features."
 
@@ -143,11 +160,12 @@ def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> Verdict:
             heads = _split(x, h).contiguous()  # (N, h, T, d), as the attention step produces it
             N, _, T, d = heads.shape
             try:
-                answer = as_tensor(merge_heads(heads.clone()), "merge_heads(x)")
-            except RuntimeError as error:
-                if "view" in str(error):
+                answer = as_tensor(call_learner(merge_heads, heads.clone()), "merge_heads(x)")
+            except LearnerError as problem:
+                if isinstance(problem.error, RuntimeError) and "view" in str(problem.error):
                     raise wrong(
-                        "`.view` fails after `.transpose`: transposing does not move the numbers in memory, so the tensor "
+                        "`.view` fails after `.transpose`: transposing does not move the numbers in memory, so "
+                        "the tensor "
                         "is no longer contiguous. Use `.reshape(N, T, E)` (or `.contiguous().view(N, T, E)`)."
                     ) from None
                 raise
@@ -156,19 +174,23 @@ def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> Verdict:
                     f"the shape is (N, T, h, d) = {(N, T, h, d)}: the heads are in place but not yet concatenated. "
                     "Flatten the last two dimensions: `.reshape(N, T, h * d)`."
                 )
-            expect_shape(answer, (N, T, h * d), "merge_heads(x) for x of shape (N, h, T, d) (N, T, E)")
+            expect_shape(
+                answer, (N, T, h * d), f"for x of shape (N, h, T, d) = {(N, h, T, d)}, merge_heads(x)", "(N, T, E)"
+            )
             if close(answer, x.double()):
                 continue
             raise diagnose(
                 answer,
                 {
-                    "merge without transpose: `x.reshape(N, T, E)` (or `.view`) straight from (N, h, T, d) glues numbers "
-                    "of different tokens together. First `.transpose(1, 2)` to (N, T, h, d), then reshape to (N, T, E).": _merge(
-                        heads.double(), "no transpose"
-                    ),
-                    "the heads are concatenated in the wrong order (last head first): keep heads 0, 1, ..., h-1 in order, "
+                    "merge without transpose: `x.reshape(N, T, E)` (or `.view`) straight from (N, h, T, d) glues "
+                    "numbers "
+                    "of different tokens together. First `.transpose(1, 2)` to (N, T, h, d), then reshape to (N, "
+                    "T, E).": _merge(heads.double(), "no transpose"),
+                    "the heads are concatenated in the wrong order (last head first): keep heads 0, 1, ..., h-1 "
+                    "in order, "
                     "as the output projection's columns expect.": _merge(heads.double(), "reversed"),
-                    "the heads' features are interleaved (permuted to (N, T, d, h)): concatenate whole heads side by side, "
+                    "the heads' features are interleaved (permuted to (N, T, d, h)): concatenate whole heads "
+                    "side by side, "
                     "transpose to (N, T, h, d) and then flatten.": _merge(heads.double(), "interleaved"),
                 },
                 "the shape is right but the numbers are not in place: merging should undo the split exactly, "
@@ -229,21 +251,32 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
             N, L, E = query.shape
             expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
             try:
-                result = multi_head_attention(
-                    query.clone(), key.clone(), value.clone(), proj["q"], proj["k"], proj["v"], proj["o"], h
+                result = call_learner(
+                    multi_head_attention,
+                    query.clone(),
+                    key.clone(),
+                    value.clone(),
+                    proj["q"],
+                    proj["k"],
+                    proj["v"],
+                    proj["o"],
+                    h,
                 )
-            except RuntimeError as error:
-                if index == 1:
+            except LearnerError as problem:
+                error = problem.error
+                if index == 1 and isinstance(error, RuntimeError):
                     raise wrong(
-                        f"your code works for self-attention but not for cross-attention, where the queries (length L = {L}) "
-                        f"and the keys/values (length S = {key.size(1)}) differ ({error}). Use `key`/`value` for K and V "
+                        "your code works for self-attention but not for cross-attention, where the queries "
+                        f"(length L = {L}) "
+                        f"and the keys/values (length S = {key.size(1)}) differ ({error}). Use `key`/`value` for "
+                        "K and V "
                         "and split each with its own length."
                     ) from None
                 raise
             if isinstance(result, tuple):
                 raise wrong("return only the output tensor (N, L, E), not a tuple.")
             answer = as_tensor(result, "the output")
-            expect_shape(answer, (N, L, E), "the output (N, L, E)")
+            expect_shape(answer, (N, L, E), "the output", "(N, L, E)")
             if close(answer, expected):
                 continue
             args = (query, key, value, proj, h)
@@ -252,11 +285,16 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                 "mixed into one (N, L, E) output.": _reference_mha(*args, out_proj=False),
                 "the heads are split with reshape but no transpose, which mixes tokens and heads: "
                 "`view(N, T, h, d).transpose(1, 2)`.": _reference_mha(*args, split="no transpose"),
+                "the heads are split AND merged with reshape but no transpose: `reshape(N, h, T, d)` and back "
+                "`reshape(N, L, E)` have the right shapes, but each 'head' gets features of several tokens, so the "
+                "heads attend over mixed-up rows. Split with `view(N, T, h, d).transpose(1, 2)` and merge with "
+                "`.transpose(1, 2).reshape(N, L, E)`.": _reference_mha(
+                    *args, split="no transpose", merge="no transpose"
+                ),
                 "the heads are merged by reshaping (N, h, L, d) straight to (N, L, E), which mixes tokens and heads: "
                 "`.transpose(1, 2)` first, then reshape.": _reference_mha(*args, merge="no transpose"),
-                "the heads are concatenated in the wrong order: keep heads 0..h-1 in order before `out_proj`.": _reference_mha(
-                    *args, merge="reversed"
-                ),
+                "the heads are concatenated in the wrong order: keep heads 0..h-1 in order before "
+                "`out_proj`.": _reference_mha(*args, merge="reversed"),
                 "the heads get interleaved features: split the last dimension as (h, d) so head i gets features "
                 "i*d..(i+1)*d-1.": _reference_mha(*args, split="interleaved", merge="interleaved"),
                 f"the scores are divided by √E (√{E}) instead of √d, the size of one head (√{E // h}).": _reference_mha(
@@ -266,9 +304,8 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                 "the softmax runs over the queries: it must run over the keys, `dim=-1`.": _reference_mha(
                     *args, softmax_dim=-2
                 ),
-                "this is one wide head over all E features: split Q, K and V into h heads of d = E / h first.": _reference_mha(
-                    *args, one_head=True, scale_by="d_per_head"
-                ),
+                "this is one wide head over all E features: split Q, K and V into h heads of d = E / h "
+                "first.": _reference_mha(*args, one_head=True, scale_by="d_per_head"),
                 "this is one wide head scaled by √E: split Q, K and V into h heads of d = E / h first.": _reference_mha(
                     *args, one_head=True
                 ),
@@ -278,7 +315,8 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                     *args, swap_kv=True
                 )
                 mistakes[
-                    "K and V are computed from `query`: that is self-attention. In cross-attention the queries come from "
+                    "K and V are computed from `query`: that is self-attention. In cross-attention the queries "
+                    "come from "
                     "`query`, the keys and values from `key` and `value`: K = k_proj(key), V = v_proj(value)."
                 ] = _reference_mha(*args, kv_from_query=True)
             raise diagnose(answer, mistakes, "the shape is right but the numbers differ from nn.MultiheadAttention's.")

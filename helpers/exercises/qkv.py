@@ -8,7 +8,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from helpers.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    run_check,
+    wrong,
+)
+from helpers.exercises.shortcuts import FunctionRecorder
 
 __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 
@@ -27,18 +38,24 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
             weight = torch.randn(e_out, e_in, generator=generator)  # (E_out, E_in), as nn.Linear stores it
             bias = torch.randn(e_out, generator=generator)  # (E_out,)
             expected = F.linear(x, weight, bias)  # x @ weight.T + bias
-            try:
-                answer = as_tensor(linear_projection(x.clone(), weight.clone(), bias.clone()), "the projection")
-            except NotImplementedError:
-                raise
-            except RuntimeError as error:
-                if "cannot be multiplied" in str(error) or "size mismatch" in str(error):
-                    raise wrong(
-                        f"the shapes do not fit ({error}). nn.Linear stores its weight as (E_out, E_in) = "
-                        f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
-                    ) from None
-                raise
-            expect_shape(answer, expected.shape, "the projection (N, L, E_out)")
+            with FunctionRecorder() as recorder:
+                try:
+                    result = call_learner(linear_projection, x.clone(), weight.clone(), bias.clone())
+                except LearnerError as problem:
+                    message = str(problem.error)
+                    if "cannot be multiplied" in message or "size mismatch" in message:
+                        raise wrong(
+                            f"the shapes do not fit ({message}). nn.Linear stores its weight as (E_out, E_in) = "
+                            f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
+                        ) from None
+                    raise
+            answer = as_tensor(result, "the projection")
+            expect_shape(answer, expected.shape, "the projection", "(N, L, E_out)")
+            if recorder.called_linear():
+                raise wrong(
+                    f"your code calls {recorder.called_linear()}, the shortcut this exercise asks you to avoid: "
+                    "write the product yourself, `x @ weight.T + bias`, to see what nn.Linear computes."
+                )
             if close(answer, expected):
                 continue
             x64, w64, b64 = x.double(), weight.double(), bias.double()
@@ -78,10 +95,11 @@ def check_cross_attention_inputs(
             target, source = torch.randn(N, L, E), torch.randn(N, S, E)
             q_proj, k_proj, v_proj = nn.Linear(E, d), nn.Linear(E, d), nn.Linear(E, d)
         with torch.no_grad():
-            result = cross_attention_inputs(target.clone(), source.clone(), q_proj, k_proj, v_proj)
+            result = call_learner(cross_attention_inputs, target.clone(), source.clone(), q_proj, k_proj, v_proj)
             if not isinstance(result, (tuple, list)) or len(result) != 3:
-                raise wrong(f"return the three tensors as a tuple `(q, k, v)`, got {type(result).__name__}")
-            q, k, v = (as_tensor(t, name) for t, name in zip(result, ("q", "k", "v")))
+                what = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else None
+                raise wrong(f"return the three tensors as a tuple `(q, k, v)`, got {what or type(result).__name__}")
+            q, k, v = (as_tensor(t, name) for t, name in zip(result, ("q", "k", "v"), strict=True))
             projected = {  # every projection of every sentence, to recognise which one was used
                 (name, side): as_tensor(proj(x), name)
                 for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
@@ -92,14 +110,14 @@ def check_cross_attention_inputs(
                 "the roles are swapped: queries come from the target sentence (what is being written, length "
                 "L), keys and values from the source sentence (what is being read, length S)."
             )
-        expect_shape(q, (N, L, d), "q (N, L, d): one query per target token")
+        expect_shape(q, (N, L, d), "q (one query per target token)", "(N, L, d)")
         for name, tensor in (("k", k), ("v", v)):
             if tuple(tensor.shape) == (N, L, d):
                 raise wrong(
                     f"{name} has the target's length L={L}: in cross-attention keys and values are projections "
                     f"of the SOURCE sentence (length S={S}), so {name} should have shape (N, S, d) = {(N, S, d)}."
                 )
-            expect_shape(tensor, (N, S, d), f"{name} (N, S, d): one per source token")
+            expect_shape(tensor, (N, S, d), f"{name} (one per source token)", "(N, S, d)")
         checks = (("q", q, "q_proj", "target"), ("k", k, "k_proj", "source"), ("v", v, "v_proj", "source"))
         for name, tensor, proj_name, side in checks:
             if close(tensor, projected[(proj_name, side)]):

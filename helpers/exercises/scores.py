@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from helpers.attention import scaled_dot_product_attention
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from helpers.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_plain_tensor,
+    expect_shape,
+    run_check,
+    wrong,
+)
 
 __all__ = ["check_attention_weights", "check_masked_attention", "check_padding_to_attn_mask"]
 
@@ -41,6 +53,16 @@ def _weights(
     return weights
 
 
+def _scaled_scores(q: Tensor, k: Tensor) -> Tensor:
+    """Q Kᵀ / √d: what forgetting the softmax returns."""
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def _times(weights: Callable[[], Tensor], v: Tensor) -> Tensor:
+    """The output ``weights() @ v`` of a mistake given by its weights."""
+    return weights() @ v
+
+
 def _not_transposed_hint(error: Exception) -> str:
     return (
         f"your code works for one sentence but not for a batch ({error}). `k.T` reverses EVERY dimension of a "
@@ -51,13 +73,34 @@ def _not_transposed_hint(error: Exception) -> str:
 def _call_learner(function: Callable[..., Tensor], args: tuple[Tensor, ...], name: str, shapes_differ: bool) -> Tensor:
     """Run the learner's function on copies of ``args``; where L != S, a shape error means untransposed keys."""
     try:
-        return as_tensor(function(*(a.clone() for a in args)), name)
-    except NotImplementedError:  # a RuntimeError subclass: "not attempted yet", not a shape error
+        result = call_learner(function, *(a.clone() for a in args))
+    except LearnerError as problem:
+        if shapes_differ and isinstance(problem.error, RuntimeError):
+            raise wrong(_not_transposed_hint(problem.error)) from None
         raise
-    except RuntimeError as error:
-        if shapes_differ:
-            raise wrong(_not_transposed_hint(error)) from None
-        raise
+    return as_tensor(result, name)
+
+
+def _batch_hints(q64: Tensor, k64: Tensor, mask: Tensor | None = None) -> dict[str, Callable[[], Tensor]]:
+    """Mistakes that only show with a batch in front: code that counts dimensions from the start.
+
+    For one sentence, q is (L, d) and the scores (L, S): ``q.shape[1]`` is d and ``dim=1`` the keys.
+    With a batch, q is (N, L, d) and the scores (N, L, S): the same code reads L and softmaxes over the queries.
+    """
+    length_scale = 1.0 / math.sqrt(q64.size(-2))
+    return {
+        "the softmax runs over dim=1: for one sentence's (L, S) scores that is the keys, but for a batch's "
+        "(N, L, S) scores it is the queries. Count from the end, `softmax(scores, dim=-1)`, and your code works "
+        "with or without a batch.": partial(_weights, q64, k64, mask, softmax_dim=-2),
+        "the scale uses `q.shape[1]`: for one sentence's (L, d) queries that is d, but for a batch's (N, L, d) "
+        "it is L. Take the last dimension, `d = q.shape[-1]`.": partial(_weights, q64, k64, mask, scale=length_scale),
+        # last: with a padding mask both are all NaN, and the simpler hint should win there
+        "`dim=1` and `q.shape[1]` count from the front: for one sentence they are the keys and d, but with a batch "
+        "in front, (N, L, S) scores and (N, L, d) queries, they are the queries and L. Count from the end: "
+        "`softmax(scores, dim=-1)` and `d = q.shape[-1]`.": partial(
+            _weights, q64, k64, mask, scale=length_scale, softmax_dim=-2
+        ),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,31 +118,32 @@ def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor
         for index, (q, k) in enumerate(cases):
             expected = _weights(q.double(), k.double())
             answer = _call_learner(attention_weights, (q, k), "the weights", shapes_differ=index == 1)
-            expect_shape(answer, expected.shape, "the weights (..., L, S)")
+            expect_shape(answer, expected.shape, "the weights", "(..., L, S)")
             if close(answer, expected):
                 continue
             q64, k64 = q.double(), k.double()
             d = q.size(-1)
-            mistakes = {
-                "the scores are not scaled: divide Q Kᵀ by √d (here √" + f"{d}" + ") before the softmax.": _weights(
-                    q64, k64, scale=1.0
+            mistakes = _batch_hints(q64, k64) if index == 1 else {}
+            mistakes |= {
+                "the scores are not scaled: divide Q Kᵀ by √d (here √" + f"{d}" + ") before the softmax.": partial(
+                    _weights, q64, k64, scale=1.0
                 ),
-                "the scores are divided by d instead of √d: use `/ math.sqrt(d)` (or `* d ** -0.5`).": _weights(
-                    q64, k64, scale=1.0 / d
+                "the scores are divided by d instead of √d: use `/ math.sqrt(d)` (or `* d ** -0.5`).": partial(
+                    _weights, q64, k64, scale=1.0 / d
                 ),
                 "the softmax runs over the wrong dimension: each QUERY's row (the last dimension, over the keys) "
-                "must sum to 1, so use `softmax(scores, dim=-1)`.": _weights(q64, k64, softmax_dim=-2),
+                "must sum to 1, so use `softmax(scores, dim=-1)`.": partial(_weights, q64, k64, softmax_dim=-2),
+                # only computable where L = S = d; elsewhere the shapes do not fit and diagnose skips it
                 "the keys are not transposed: the scores are Q Kᵀ, `q @ k.transpose(-2, -1)`. With L = S = d "
-                "`q @ k` runs too, but multiplies queries with the wrong numbers.": _weights(
-                    q64, k64, transpose_keys=False
+                "`q @ k` runs too, but multiplies queries with the wrong numbers.": partial(
+                    _weights, q64, k64, transpose_keys=False
                 ),
                 "the softmax is missing: these are the scaled scores; turn each row into weights with "
-                "`torch.softmax(scores, dim=-1)`.": q64 @ k64.transpose(-2, -1) / math.sqrt(d),
+                "`torch.softmax(scores, dim=-1)`.": partial(_scaled_scores, q64, k64),
+                "the keys are not transposed AND the scores are not scaled.": partial(
+                    _weights, q64, k64, scale=1.0, transpose_keys=False
+                ),
             }
-            if q.size(-2) == k.size(-2) == q.size(-1):
-                mistakes["the keys are not transposed AND the scores are not scaled."] = _weights(
-                    q64, k64, scale=1.0, transpose_keys=False
-                )
             if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
                 fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
             else:
@@ -140,48 +184,58 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                 q.double(), k.double(), v.double(), attn_mask=mask
             )
             answer = _call_learner(masked_attention, (q, k, v, mask), "the output", shapes_differ=index == 1)
-            if tuple(answer.shape) == tuple(expected_weights.shape):
+            if tuple(answer.shape) == tuple(expected_weights.shape) and answer.shape != expected.shape:
                 raise wrong(
-                    f"the result has the shape of the weights (..., L, S) = {tuple(expected_weights.shape)}: return the "
+                    f"the result has the shape of the weights (..., L, S) = {tuple(expected_weights.shape)}: "
+                    "return the "
                     "weighted sum of the values, `weights @ v`, of shape (..., L, dv)."
                 )
-            expect_shape(answer, expected.shape, "the output (..., L, dv)")
+            expect_shape(answer, expected.shape, "the output", "(..., L, dv)")
             if close(answer, expected):
                 continue
-            if torch.isnan(answer).any():
-                raise wrong(
-                    "your output has NaN: some query had every key blocked, so its softmax was over -inf only. "
-                    "Did you invert the mask? Here (as in F.scaled_dot_product_attention) True means MAY attend: "
-                    "fill the scores where the mask is False, `scores.masked_fill(~mask, float('-inf'))`."
-                )
             q64, k64, v64 = q.double(), k.double(), v.double()
-            mistakes = {
+            mistakes = _batch_hints(q64, k64, mask) if index == 1 else {}
+            mistakes |= {
+                "the softmax runs over the wrong dimension: each query's row must sum to 1, "
+                "`softmax(scores, dim=-1)`.": partial(_weights, q64, k64, mask, softmax_dim=-2),
                 "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum "
-                "to 1. Fill the blocked SCORES with -inf before the softmax.": _weights(
-                    q64, k64, mask, mask_after_softmax=True
+                "to 1. Fill the blocked SCORES with -inf before the softmax.": partial(
+                    _weights, q64, k64, mask, mask_after_softmax=True
                 ),
                 "the mask is inverted: here True means MAY attend (as in F.scaled_dot_product_attention), so block "
-                "where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": _weights(q64, k64, ~mask),
-                "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
-                "Use `float('-inf')`.": _weights(q64, k64, mask, mask_fill=0.0),
-                "the mask is ignored: block the scores where the mask is False before the softmax.": _weights(q64, k64),
-                "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": _weights(
-                    q64, k64, mask, scale=1.0
+                "where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": partial(
+                    _weights, q64, k64, ~mask
                 ),
-                "the softmax runs over the wrong dimension: each query's row must sum to 1, "
-                "`softmax(scores, dim=-1)`.": _weights(q64, k64, mask, softmax_dim=-2),
+                "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
+                "Use `float('-inf')`.": partial(_weights, q64, k64, mask, mask_fill=0.0),
+                "the mask is ignored: block the scores where the mask is False before the softmax.": partial(
+                    _weights, q64, k64
+                ),
+                "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": partial(
+                    _weights, q64, k64, mask, scale=1.0
+                ),
+                # only computable where L = S = d; elsewhere the shapes do not fit and diagnose skips it
+                "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` "
+                "runs too, but gives the wrong numbers.": partial(_weights, q64, k64, mask, transpose_keys=False),
             }
-            if q.size(-2) == k.size(-2) == q.size(-1):
-                mistakes[
-                    "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` "
-                    "runs too, but gives the wrong numbers."
-                ] = _weights(q64, k64, mask, transpose_keys=False)
+            if torch.isnan(answer).any():
+                fallback = (
+                    "your output has NaN: some query's softmax ran over -inf only, so every key of that query was "
+                    "blocked. Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores "
+                    "where the mask is False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the "
+                    "keys, `dim=-1`."
+                )
+            else:
+                fallback = "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
             raise diagnose(
                 answer,
-                {hint: weights @ v64 for hint, weights in mistakes.items()},
-                "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V.",
+                {hint: partial(_times, weights, v64) for hint, weights in mistakes.items()},
+                fallback,
             )
-        return "masked, scaled attention: the same output as F.scaled_dot_product_attention, with a causal and a padding mask."
+        return (
+            "masked, scaled attention: the same output as F.scaled_dot_product_attention, "
+            "with a causal and a padding mask."
+        )
 
     return run_check("masked attention", body)
 
@@ -198,9 +252,10 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
         lengths = torch.tensor([5, 2, 4])  # N = 3 sentences padded to S = 5
         key_padding = torch.arange(5)[None, :] >= lengths[:, None]  # (N, S), True = padding
         N, S = key_padding.shape
-        answer = padding_to_attn_mask(key_padding.clone())
+        answer = call_learner(padding_to_attn_mask, key_padding.clone())
         if not isinstance(answer, Tensor):
             raise wrong(f"return a tensor, got {type(answer).__name__}")
+        expect_plain_tensor(answer, "the mask")
         if answer.dtype == torch.bool:
             may_attend = answer
         elif answer.is_floating_point():
@@ -226,7 +281,8 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
                 spread = may_attend.expand(N, L, S)
             except RuntimeError:
                 raise wrong(
-                    f"your mask of shape {tuple(answer.shape)} does not broadcast to the scores (N, L, S) = {(N, L, S)}; "
+                    f"your mask of shape {tuple(answer.shape)} does not broadcast to the scores (N, L, S) = "
+                    f"{(N, L, S)}; "
                     "the usual shape is (N, 1, S)."
                 ) from None
             if torch.equal(spread, expected.expand(N, L, S)):

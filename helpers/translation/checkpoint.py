@@ -46,9 +46,16 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(
-    path: str | Path, translator: Translator, metrics: dict[str, Any] | None = None, info: dict[str, Any] | None = None
+    path: str | Path,
+    translator: Translator,
+    metrics: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``translator`` (and ``metrics``, ``info``: plain values) to ``path``, atomically.
+
+    ``training``: the state of an unfinished run (optimiser, step, data position, history; see
+    :func:`helpers.translation.training.train`), which makes the file a resume checkpoint.
 
     The file is written under a temporary name in the same folder and renamed into place only when
     complete, so an interrupted save never leaves a half-written checkpoint under the real name.
@@ -65,6 +72,8 @@ def save_checkpoint(
         "metrics": dict(metrics or {}),
         "info": dict(info or {}),
     }
+    if training is not None:
+        payload["training"] = training
     with atomic_target(path) as temporary:  # readable by everyone the umask allows: a class shares it
         torch.save(payload, temporary)
     return path

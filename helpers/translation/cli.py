@@ -9,6 +9,8 @@ repository's folder::
     .venv/bin/python -m helpers.translation evaluate --checkpoint runs/m30k.pt --split test --json
     .venv/bin/python -m helpers.translation translate --checkpoint runs/m30k.pt "Ein Hund läuft im Schnee."
     .venv/bin/python -m helpers.translation translate --checkpoint runs/m30k.pt --input sentences.de > sentences.en
+    .venv/bin/python -m helpers.translation train --resume runs/m30k.resume.pt --out runs/m30k.pt   # continue a run
+    .venv/bin/torchrun --standalone --nproc_per_node 2 -m helpers.translation train --corpus multi30k --out runs/m30k.pt
 
 Multi30k is read from ``--data-dir``, else from the folder in the environment variable
 ``MULTI30K_DIR``, else from the download cache; ``--download`` fetches missing files there
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 from helpers.data import ParallelCorpus, load_corpus, missing_multi30k_files
+from helpers.translation import distributed
 from helpers.translation.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from helpers.translation.config import LESSON_CONFIG, TranslationConfig
 from helpers.translation.evaluation import evaluate
@@ -153,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU threads for PyTorch (default: PyTorch's choice; 1 is often fastest for the small "
         "captions model on a busy machine)",
     )
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where to run: 'auto' (default) takes a CUDA GPU when PyTorch sees one, else the CPU; "
+        "on a GPU, training runs in bfloat16 autocast",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,translate}")
 
     train = commands.add_parser(
@@ -180,7 +190,33 @@ def build_parser() -> argparse.ArgumentParser:
     length.add_argument(
         "--steps", type=positive_int, help="train for this many optimiser steps (default: the preset's)"
     )
-    train.add_argument("--out", required=True, type=Path, help="checkpoint file to write (checked before training)")
+    train.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="checkpoint file to write (the best weights; checked before training); the run's state for --resume "
+        "goes beside it, in OUT's name with .resume before the suffix",
+    )
+    train.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="continue the run whose state this file holds (written every --save-minutes, at each validation "
+        "and at the end): same model, optimiser, schedule, step and data position, same end",
+    )
+    train.add_argument(
+        "--save-minutes",
+        type=positive_float,
+        default=5.0,
+        help="write the resume state at least this often (default 5), so that a killed run loses little",
+    )
+    train.add_argument(
+        "--accumulate",
+        type=positive_int,
+        default=1,
+        help="batches whose gradients each optimiser step averages (default 1); under torchrun each process "
+        "takes this many, so P processes with --accumulate 1 equal one process with --accumulate P",
+    )
     train.add_argument(
         "--limit", type=positive_int, default=None, help="use only the first N training pairs (quick trials)"
     )
@@ -309,29 +345,68 @@ def _load(corpus_name: str, split: str, data_dir: str | None, download: bool) ->
 
 
 def run_train(args: argparse.Namespace) -> int:
-    corpus_name = CORPUS_NAMES[args.corpus]
-    config = args.config if "config" in args else _train_config(args)
-    check_writable(args.out)  # before minutes of loading and an hour of training
-    train_corpus = _limited(_load(corpus_name, "train", args.data_dir, args.download), args.limit)
-    val_corpus = _load(corpus_name, "val", args.data_dir, args.download)
-    translator = build_translator(train_corpus, config)
-    info = {
-        "corpus": corpus_name,
-        "data_dir": None if args.data_dir is None else str(Path(args.data_dir).resolve()),
-        "train_pairs": len(train_corpus),
-        "parameters": translator.model.num_parameters(),
+    ranks = distributed.ranks_from_environment()  # several under torchrun, else one
+    device = distributed.choose_device(args.device, ranks)
+    distributed.start(ranks, device)
+    try:
+        return _train(args, ranks, device)
+    finally:
+        distributed.stop()
+
+
+def resume_path(out: Path) -> Path:
+    """Where a run writing ``out`` keeps its resume state: ``runs/m30k.pt`` -> ``runs/m30k.resume.pt``."""
+    return out.with_name(f"{out.stem}.resume{out.suffix or '.pt'}")
+
+
+def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.device) -> int:
+    overrides = {
+        field: value
+        for field, value in vars(args).items()
+        if field in TranslationConfig.__dataclass_fields__ and value is not None
     }
-    print(
-        f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
-        f"on {translator.device}; vocabularies {translator.source_tokenizer.vocab_size} (de) / "
-        f"{translator.target_tokenizer.vocab_size} (en)",
-        file=sys.stderr,
-    )
+    check_writable(args.out)  # before minutes of loading and an hour of training
+    resume = None
+    if args.resume is not None:
+        given = sorted(overrides) + [flag for flag in ("steps", "epochs", "minutes", "limit") if getattr(args, flag)]
+        if given:
+            raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
+        translator, payload = load_checkpoint(args.resume, device=device)
+        if "training" not in payload:
+            raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
+        resume, info = payload["training"], payload["info"]
+        corpus_name, data_dir, limit = info["corpus"], info["data_dir"], info.get("limit")
+    else:
+        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus], args.data_dir, args.limit
+    train_corpus = _limited(_load(corpus_name, "train", data_dir, args.download), limit)
+    val_corpus = _load(corpus_name, "val", data_dir, args.download)
+    if resume is None:
+        config = args.config if "config" in args else _train_config(args)
+        translator = build_translator(train_corpus, config, device)
+        info = {
+            "corpus": corpus_name,
+            "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
+            "train_pairs": len(train_corpus),
+            "limit": limit,
+            "parameters": translator.model.num_parameters(),
+        }
+    say = ranks.is_main  # one voice and one writer: rank 0
+    if say:
+        print(
+            f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
+            f"on {device} x {ranks.world_size} process(es); vocabularies {translator.source_tokenizer.vocab_size} "
+            f"(de) / {translator.target_tokenizer.vocab_size} (en)"
+            + (f"; resuming at step {resume['step']}" if resume else ""),
+            file=sys.stderr,
+        )
 
     def keep_best(_model, history) -> None:  # the best weights so far are on disk even if training is cut short
         save_checkpoint(
             args.out, translator, {"best_val_bleu": history.best_score, "best_step": history.best_step}, info
         )
+
+    def keep_state(state: dict) -> None:  # the current weights and everything else a resumed run needs
+        save_checkpoint(resume_path(args.out), translator, {"step": state["step"]}, info, training=state)
 
     history = fit(
         translator,
@@ -342,19 +417,24 @@ def run_train(args: argparse.Namespace) -> int:
         minutes=args.minutes,
         progress=not args.quiet,
         on_best=keep_best,
+        accumulate=args.accumulate,
+        resume=resume,
+        on_state=keep_state,
+        state_every_minutes=args.save_minutes,
     )
-    metrics = {**history.to_dict(), "val_bleu": history.best_score}
-    save_checkpoint(args.out, translator, metrics, info)
-    print(
-        f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
-        f" ({history.seconds:.0f} s); saved {args.out}",
-        file=sys.stderr,
-    )
+    if say:
+        metrics = {**history.to_dict(), "val_bleu": history.best_score}
+        save_checkpoint(args.out, translator, metrics, info)
+        print(
+            f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
+            f" ({history.seconds:.0f} s); saved {args.out}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    translator, payload = load_checkpoint(args.checkpoint, device=_device())
+    translator, payload = load_checkpoint(args.checkpoint, device=distributed.choose_device(args.device))
     info = payload.get("info", {})
     corpus_name = CORPUS_NAMES[args.corpus] if args.corpus else info.get("corpus", "captions")
     data_dir = (
@@ -389,7 +469,7 @@ def run_translate(args: argparse.Namespace) -> int:
     if args.input is None and not args.sentences:
         raise ValueError("nothing to translate: give sentences as arguments or --input FILE ('-' for standard input)")
     sentences = _read_sentences(args.input) if args.input is not None else list(args.sentences)
-    translator, _ = load_checkpoint(args.checkpoint, device=_device())
+    translator, _ = load_checkpoint(args.checkpoint, device=distributed.choose_device(args.device))
     # Empty lines stay empty lines, so output line i always translates input line i.
     keep = [i for i, s in enumerate(sentences) if s]
     outputs = [""] * len(sentences)
@@ -434,9 +514,7 @@ def _read_sentences(source: str) -> list[str]:
 def _limited(corpus: ParallelCorpus, limit: int | None) -> ParallelCorpus:
     if limit is None:
         return corpus
+    if limit < 1:  # the parser checks --limit; a resumed run reads it from its checkpoint
+        raise ValueError(f"--limit must be positive, got {limit}")
     gold = corpus.alignments[:limit] if corpus.alignments is not None else None
     return ParallelCorpus(corpus.name, corpus.split, corpus.de[:limit], corpus.en[:limit], gold)
-
-
-def _device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -6,6 +6,7 @@ corpus -> tokenizers -> model -> encoded pairs -> training (validated on BLEU) -
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ def encode_pairs(translator: Translator, corpus: ParallelCorpus) -> list[Example
     source = translator.source_tokenizer.encode_batch(corpus.de)
     target = translator.target_tokenizer.encode_batch(corpus.en)
     limit = translator.model.config.max_len
-    return [(s, t) for s, t in zip(source, target) if len(s) <= limit and len(t) <= limit]
+    return [(s, t) for s, t in zip(source, target, strict=True) if len(s) <= limit and len(t) <= limit]
 
 
 def bleu_validator(
@@ -65,8 +66,13 @@ def fit(
     minutes: float | None = None,
     progress: bool = True,
     on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None = None,
+    **training: Any,
 ) -> TrainingHistory:
-    """Train ``translator.model`` on ``train_corpus``, validating BLEU on ``val_corpus`` (if given)."""
+    """Train ``translator.model`` on ``train_corpus``, validating BLEU on ``val_corpus`` (if given).
+
+    ``training``: further keyword arguments of :func:`helpers.translation.training.train` (``accumulate``,
+    ``resume``, ``on_state``, ...).
+    """
     config = translator.model.config
     validate = bleu_validator(translator, val_corpus, config.val_sentences) if val_corpus is not None else None
     return train(
@@ -79,4 +85,5 @@ def fit(
         validate=validate,
         on_best=on_best,
         progress=progress,
+        **training,
     )

@@ -1,0 +1,236 @@
+"""Every check of lessons 01-05 survives any answer of the right type, leaves the random stream alone,
+and shows its verdict once in a notebook.
+
+"Survives" means: the check returns a verdict that blames the answer (never the check itself, never
+"your code raised" for code that raised nothing) and a right answer in another dtype still passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers.exercises.blocks import check_decoder_layer_forward, check_residual_block
+from helpers.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
+from helpers.exercises.feedback import CHECK_BUG, Verdict
+from helpers.exercises.multihead import check_merge_heads, check_multi_head_attention, check_split_heads
+from helpers.exercises.qkv import check_cross_attention_inputs, check_linear_projection
+from helpers.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+
+
+def _mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
+    N, L, E = query.shape
+    d = E // num_heads
+    q, k, v = (
+        p(x).view(N, x.size(1), num_heads, d).transpose(1, 2)
+        for p, x in ((q_proj, query), (k_proj, key), (v_proj, value))
+    )
+    heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v
+    return out_proj(heads.transpose(1, 2).reshape(N, L, E))
+
+
+def _decoder(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+    x = layer.norm1(tgt + layer.dropout1(layer.self_attn(tgt, tgt, tgt, attn_mask=tgt_mask, need_weights=False)[0]))
+    attended = layer.multihead_attn(x, memory, memory, key_padding_mask=memory_key_padding_mask, need_weights=False)
+    x = layer.norm2(x + layer.dropout2(attended[0]))
+    return layer.norm3(x + layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
+
+
+def _positional_encoding(num_positions, dim):
+    angles = torch.arange(num_positions)[:, None] * 10000.0 ** (-torch.arange(0, dim, 2) / dim)
+    table = torch.zeros(num_positions, dim)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return table
+
+
+# Each check with one right answer.
+RIGHT = {
+    "one-hot look-up": (check_one_hot_lookup, lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w),
+    "positional encoding": (check_positional_encoding, _positional_encoding),
+    "linear projection": (check_linear_projection, lambda x, w, b: x @ w.T + b),
+    "cross-attention inputs": (check_cross_attention_inputs, lambda t, s, q, k, v: (q(t), k(s), v(s))),
+    "attention weights": (
+        check_attention_weights,
+        lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1),
+    ),
+    "masked attention": (
+        check_masked_attention,
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+    ),
+    "padding mask": (check_padding_to_attn_mask, lambda m: ~m[:, None, :]),
+    "split heads": (check_split_heads, lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2)),
+    "merge heads": (check_merge_heads, lambda x: x.transpose(1, 2).flatten(2)),
+    "multi-head attention": (check_multi_head_attention, _mha),
+    "residual block": (check_residual_block, lambda x, s, n, first: x + s(n(x)) if first else n(x + s(x))),
+    "decoder layer": (check_decoder_layer_forward, _decoder),
+}
+
+
+def _first_tensor(args):
+    return next((a for a in args if isinstance(a, torch.Tensor)), torch.ones(2, 3))
+
+
+def _map(result, change):
+    """Apply ``change`` to the tensor (or to each tensor of the tuple) a right answer returned."""
+    if isinstance(result, tuple):
+        return tuple(change(t) for t in result)
+    return change(result)
+
+
+# Odd answers that raise nothing: each check must say what is wrong without crashing.
+ODD_ANSWERS = {
+    "returns None": lambda right: lambda *a: None,
+    "returns a string": lambda right: lambda *a: "attention",
+    "returns a float": lambda right: lambda *a: 0.5,
+    "returns a dict": lambda right: lambda *a: {"out": _first_tensor(a)},
+    "returns a list of numbers": lambda right: lambda *a: [1.0, 2.0, 3.0],
+    "returns its first input": lambda right: lambda *a: _first_tensor(a),
+    "returns an empty tensor": lambda right: lambda *a: torch.empty(0),
+    "returns a 0-dim tensor": lambda right: lambda *a: torch.tensor(1.0),
+    "returns a 5-dim tensor": lambda right: lambda *a: torch.ones(1, 1, 1, 1, 1),
+    "returns zeros": lambda right: lambda *a: _map(right(*a), torch.zeros_like),
+    "returns NaN": lambda right: lambda *a: _map(right(*a), lambda t: torch.full(t.shape, float("nan"))),
+    "returns inf": lambda right: lambda *a: _map(right(*a), lambda t: torch.full(t.shape, float("inf"))),
+    "returns integers": lambda right: lambda *a: _map(right(*a), lambda t: t.long() + 7),
+    "returns complex numbers": lambda right: lambda *a: _map(right(*a), lambda t: t.to(torch.complex64) * 1j),
+    "returns the answer transposed": lambda right: lambda *a: _map(right(*a), lambda t: t.mT if t.dim() > 1 else t),
+    "returns an extra dimension": lambda right: lambda *a: _map(right(*a), lambda t: t[None]),
+    "returns the answer twice in a tuple": lambda right: lambda *a: (right(*a), right(*a)),
+    "returns the answer plus a random number": lambda right: (
+        lambda *a: _map(right(*a), lambda t: t.float() + torch.randn(()))
+    ),
+    "returns a sparse tensor": lambda right: lambda *a: _map(right(*a), lambda t: (t.float() + 1).to_sparse()),
+    "returns a tensor on the meta device": lambda right: lambda *a: _map(right(*a), lambda t: t.to("meta")),
+    "returns the answer in bfloat16 plus one": lambda right: lambda *a: _map(right(*a), lambda t: t.bfloat16() + 1),
+    "writes into its inputs, then answers zeros": lambda right: (
+        lambda *a: _map(right(*_double_in_place(a)), torch.zeros_like)
+    ),
+}
+
+
+def _double_in_place(args):
+    """A careless answer that writes into its inputs (tensors, and the weights of modules it is given)."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+            arg.mul_(2)
+        elif isinstance(arg, torch.nn.Module):
+            with torch.no_grad():
+                for parameter in arg.parameters():
+                    parameter.mul_(2)
+    return args
+
+
+RAISED = {
+    "ValueError": ValueError("bad value"),
+    "TypeError": TypeError("bad type"),
+    "RuntimeError": RuntimeError("shapes do not match"),
+    "KeyError": KeyError("q"),
+    "ZeroDivisionError": ZeroDivisionError("division by zero"),
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_ANSWERS))
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_every_check_survives_odd_answers(exercise, odd, capsys):
+    check, right = RIGHT[exercise]
+    verdict = check(ODD_ANSWERS[odd](right))
+    assert isinstance(verdict, Verdict)
+    assert verdict.status == "wrong", verdict
+    assert CHECK_BUG not in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message, verdict.message  # nothing was raised
+    assert capsys.readouterr().out.count("[NOT YET]") == 1
+
+
+@pytest.mark.parametrize("error", list(RAISED))
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_every_check_reports_an_error_the_answer_raised(exercise, error):
+    check, _ = RIGHT[exercise]
+
+    def answer(*args):
+        raise RAISED[error]
+
+    verdict = check(answer)
+    assert verdict.status == "wrong"
+    assert CHECK_BUG not in verdict.message, verdict.message
+    assert error in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_every_check_passes_its_right_answer_in_either_dtype(exercise, dtype):
+    check, right = RIGHT[exercise]
+    keep_masks = exercise == "padding mask"  # a boolean mask is its own right type
+    verdict = check(lambda *a: _map(right(*a), lambda t: t if keep_masks else t.to(dtype)))
+    assert verdict.passed, verdict
+
+
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_checks_leave_the_random_stream_alone(exercise):
+    """#13.4: a check, and the learner's code it runs, draw from a forked stream."""
+    check, right = RIGHT[exercise]
+
+    def draws_random_numbers(*args):
+        torch.randn(5)  # the learner's code may draw random numbers too (dropout, init, ...)
+        return right(*args)
+
+    for answer in (right, draws_random_numbers, ODD_ANSWERS["returns zeros"](right)):
+        torch.manual_seed(7)
+        before = torch.random.get_rng_state()
+        check(answer)
+        assert torch.equal(torch.random.get_rng_state(), before), f"{exercise} moved the global random stream"
+
+
+def test_checks_leave_the_random_stream_alone_when_not_attempted():
+    def not_attempted(*args):
+        raise NotImplementedError()
+
+    for check, _ in RIGHT.values():
+        torch.manual_seed(8)
+        before = torch.random.get_rng_state()
+        assert check(not_attempted).status == "not attempted"
+        assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def test_a_bug_in_a_check_is_not_blamed_on_the_learner():
+    from helpers.exercises.feedback import call_learner, run_check
+
+    # A check body whose own computation fails (no learner code on the way): the check's bug, said so.
+    buggy_body = functools.partial(torch.matmul, torch.ones(2, 3), torch.ones(2, 3))
+    verdict = run_check("demo", buggy_body)
+    assert verdict.status == "wrong" and CHECK_BUG in verdict.message, verdict.message
+
+    # The same error raised inside the learner's function is the learner's.
+    def learner(q, k):
+        return q @ k
+
+    verdict = run_check("demo", lambda: call_learner(learner, torch.ones(2, 3), torch.ones(2, 3)))
+    assert verdict.message.startswith("your code raised RuntimeError"), verdict.message
+
+
+def test_a_verdict_shows_once_in_a_notebook():
+    """In a notebook a check cell needs no `_ =`: the verdict line appears once; a verdict shown later shows again."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    cells = [
+        "from helpers.exercises.embeddings import check_positional_encoding\n"
+        "from helpers.embeddings import sinusoidal_positional_encoding as right",
+        "check_positional_encoding(right)",
+        "verdict = check_positional_encoding(lambda p, e: right(p, e) + 1)",
+        "verdict",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+
+    def shown(cell):
+        texts = [o.get("text", "") for o in cell.outputs if o.output_type == "stream"]
+        texts += [o["data"].get("text/plain", "") for o in cell.outputs if o.output_type == "execute_result"]
+        return "".join(texts)
+
+    assert shown(notebook.cells[1]).count("[PASS]") == 1
+    assert "Verdict(" not in shown(notebook.cells[1])
+    assert shown(notebook.cells[2]).count("[NOT YET]") == 1
+    assert shown(notebook.cells[3]).count("[NOT YET]") == 1
