@@ -24,6 +24,7 @@ from helpers.embeddings import (
     one_hot_embedding,
     sinusoidal_positional_encoding,
 )
+from helpers.head_view import HeadView, export_html, head_view
 from helpers.layers import InspectableDecoderLayer
 from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
 from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint
