@@ -298,7 +298,7 @@ def test_head_view_in_jupyterlab_from_saved_state_and_after_running(browser, lab
 @pytest.mark.skipif(LESSON_06.exists() and not _lesson_06_has_a_head_view(), reason="lesson 06 has no head view yet")
 def test_lesson_06_head_views_in_jupyterlab(browser, lab, pages):
     page, console = _open_notebook(browser, lab, LESSON_06.name, pages)
-    assert page.locator(".hv-root").count() > 0, "the committed lesson's saved state should draw its head views"
+    page.locator(".hv-root").first.wait_for()  # drawn from the committed lesson's saved widget state
     _run_all_cells(page, timeout_ms=420_000)
     views = page.locator(".hv-root")
     assert views.count() > 0

@@ -155,39 +155,56 @@ def test_package_data_ships_the_static_files():
     assert {STATIC / "head_view.js", STATIC / "head_view.css"} <= listed
 
 
-def _executed_notebook(tmp_path: Path, cells: list[str]) -> Path:
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory) -> Path:
+    """A notebook with a head view and an ordinary widget, executed by nbclient as `make notebooks` does."""
     from nbclient import NotebookClient
 
+    cells = [
+        "import torch, ipywidgets\nfrom helpers import head_view\n"
+        "w = torch.softmax(torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)), dim=-1)",
+        "head_view(w, ['a', 'b', 'c', 'd'])",
+        "ipywidgets.IntSlider(value=3, description='steps')",
+    ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    path = tmp_path / "lesson.ipynb"
+    path = tmp_path_factory.mktemp("executed") / "lesson.ipynb"
     nbformat.write(nb, path)
     return path
 
 
-def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(tmp_path):
-    path = _executed_notebook(
-        tmp_path,
-        [
-            "import torch, ipywidgets\nfrom helpers import head_view\n"
-            "w = torch.softmax(torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)), dim=-1)",
-            "head_view(w, ['a', 'b', 'c', 'd'])",
-            "ipywidgets.IntSlider(value=3, description='steps')",
-        ],
-    )
-    nb = nbformat.read(path, as_version=4)
+def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(executed, tmp_path):
+    nb = nbformat.read(executed, as_version=4)
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     head_views = [m["state"] for m in state.values() if m["state"].get("_anywidget_id") == HEAD_VIEW_ID]
     assert len(head_views) == 1 and len(head_views[0]["weights"]) == 2  # what JupyterLab redraws without a kernel
     assert nb.cells[1].outputs[0]["data"]["text/plain"] == "HeadView(kind='self', layers=2, heads=3, queries=4, keys=4)"
 
-    html = export_html(path, tmp_path / "out" / "lesson.html").read_text()
+    html = export_html(executed, tmp_path / "out" / "lesson.html").read_text()
     assert html.count('class="hv-standalone"') == 1
     assert "steps: 3" in html  # the other widget, as a snapshot
     assert "application/vnd.jupyter.widget-state+json" not in html and "html-manager" not in html
     for cdn in ("unpkg.com", "jsdelivr", 'src="https://cdnjs'):
         assert cdn not in html
+
+
+def test_pdf_export_shows_the_png_fallback(executed):
+    # nbconvert's LaTeX (PDF) exporter cannot show widgets; it must pick the head view's PNG.
+    from nbconvert import LatexExporter
+
+    body, resources = LatexExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    assert "output_1_0.png" in resources["outputs"] and "output_1_0.png" in body
+    assert resources["outputs"]["output_1_0.png"].startswith(b"\x89PNG")
+
+
+def test_plain_nbconvert_html_would_fetch_the_widget_manager_from_a_cdn(executed):
+    # Why export_html exists: the default exporter keeps widget views for a CDN-loaded manager.
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    assert "html-manager" in body and "unpkg.com" in body
+    assert 'class="hv-standalone"' not in body
 
 
 def test_make_offline_leaves_notebooks_without_widgets_alone():
@@ -196,15 +213,3 @@ def test_make_offline_leaves_notebooks_without_widgets_alone():
     before = json.dumps(nb, sort_keys=True)
     make_offline(nb)
     assert json.dumps(nb, sort_keys=True) == before
-
-
-def test_plain_nbconvert_html_would_fetch_the_widget_manager_from_a_cdn(tmp_path):
-    # Why export_html exists: the default exporter keeps widget views for a CDN-loaded manager.
-    from nbconvert import HTMLExporter
-
-    path = _executed_notebook(
-        tmp_path, ["from helpers import head_view\nimport torch", "head_view(torch.eye(3)[None], list('abc'))"]
-    )
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(path, as_version=4))
-    assert "html-manager" in body and "unpkg.com" in body
-    assert 'class="hv-standalone"' not in body
