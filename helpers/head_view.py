@@ -10,13 +10,15 @@ Where it works, and how:
 
 * **JupyterLab** (live, and when a saved notebook is reopened): an anywidget. Its JavaScript and data
   travel in the widget state, which nbclient saves in the notebook (``metadata.widgets``), so a committed
-  lesson shows the view without running a cell, and hovering needs no kernel (everything is client side).
+  lesson shows the view before any cell runs, and hovering needs no kernel (it all happens in the browser).
+  JupyterLab draws a saved notebook's widgets only once the notebook is trusted (a learner's own run, or
+  ``jupyter trust``); until then it shows the PNG below.
 * **Exported HTML, offline**: ``jupyter nbconvert --to html`` on its own loads the widget manager from a
-  CDN (unpkg) and require.js and MathJax from cdnjs, so widgets are blank offline. ``export_html(LESSON)``
-  instead replaces each head view by a self-contained
-  ``<div>`` + ``<script>`` built from this package's JavaScript and the saved state, turns the other widgets
-  into static snapshots, and references no remote script: the page works from a USB stick.
-  ``OfflineWidgets`` is the nbconvert preprocessor that does it, usable from the command line too.
+  CDN (unpkg) and require.js and MathJax from cdnjs, so widgets are blank offline. ``export_html(lesson)``
+  instead replaces each head view by a self-contained ``<div>`` + ``<script>`` built from this package's
+  JavaScript and the saved state, turns the other widgets into static snapshots of what they showed, and
+  loads no remote script: the page works from a USB stick. ``OfflineWidgets`` is the nbconvert
+  preprocessor that does it, usable from the command line too.
 * **PDF, GitHub, nbval**: the output also carries a PNG (the layer × head grid of ``helpers.plotting``)
   and a text/plain line with shapes only (no address, no random id), which nbval compares.
 
