@@ -29,6 +29,7 @@ L query tokens (rows), S key tokens (columns); every weight in [0, 1].
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import json
@@ -40,7 +41,6 @@ import anywidget
 import matplotlib.pyplot as plt
 import torch
 import traitlets
-from nbconvert.preprocessors import Preprocessor
 from torch import Tensor
 
 from helpers.plotting import head_grid
@@ -379,16 +379,33 @@ def make_offline(nb) -> None:
     nb.get("metadata", {}).pop("widgets", None)
 
 
-class OfflineWidgets(Preprocessor):
-    """nbconvert preprocessor that runs ``make_offline``: head views self-contained, no widget manager.
+@functools.cache
+def _offline_widgets_class():
+    # Built on first use: importing nbconvert costs seconds, and `import helpers` should not pay for it.
+    from nbconvert.preprocessors import Preprocessor
 
-    From the command line: ``jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.head_view.OfflineWidgets
-    --HTMLExporter.require_js_url= --HTMLExporter.mathjax_url= LESSON.ipynb`` (``export_html`` does the same).
-    """
+    class OfflineWidgets(Preprocessor):
+        """nbconvert preprocessor that runs ``make_offline``: head views self-contained, no widget manager.
 
-    def preprocess(self, nb, resources):
-        make_offline(nb)
-        return nb, resources
+        From the command line (``export_html`` does the same)::
+
+            jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.head_view.OfflineWidgets \\
+                --HTMLExporter.require_js_url= --HTMLExporter.mathjax_url= LESSON.ipynb
+        """
+
+        def preprocess(self, nb, resources):
+            make_offline(nb)
+            return nb, resources
+
+    OfflineWidgets.__module__ = __name__
+    return OfflineWidgets
+
+
+def __getattr__(name: str):
+    # `helpers.head_view.OfflineWidgets` (what nbconvert's --HTMLExporter.preprocessors imports) is made lazily.
+    if name == "OfflineWidgets":
+        return _offline_widgets_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Scripts and style sheets an HTML page would fetch from elsewhere (plain links to read are fine).
@@ -410,7 +427,7 @@ def export_html(notebook: str | Path, html_path: str | Path | None = None) -> Pa
     nb = nbformat.read(notebook, as_version=4)
     # An empty URL makes the template's <script src=""> fetch nothing (HTML: an empty src is an error).
     exporter = HTMLExporter(require_js_url="", mathjax_url="")
-    exporter.register_preprocessor(OfflineWidgets(), enabled=True)
+    exporter.register_preprocessor(_offline_widgets_class()(), enabled=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
     remote = _REMOTE_FETCH.findall(body)
     if remote or "html-manager" in body:

@@ -213,3 +213,22 @@ def test_make_offline_leaves_notebooks_without_widgets_alone():
     before = json.dumps(nb, sort_keys=True)
     make_offline(nb)
     assert json.dumps(nb, sort_keys=True) == before
+
+
+def test_the_offline_preprocessor_works_from_nbconvert_options(executed):
+    # What `jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.head_view.OfflineWidgets ...` runs.
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(preprocessors=["helpers.head_view.OfflineWidgets"], require_js_url="", mathjax_url="")
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    assert body.count('class="hv-standalone"') == 1 and "html-manager" not in body
+
+
+def test_importing_helpers_does_not_import_nbconvert():
+    # nbconvert takes seconds to import; only the export functions need it.
+    import subprocess
+    import sys
+
+    code = "import sys, helpers; print('nbconvert' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
