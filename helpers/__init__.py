@@ -34,6 +34,7 @@ from helpers.embeddings import (
 from helpers.flash import flash_attention, online_softmax, online_softmax_update
 from helpers.gpt import GPT, GPTConfig, KVCache, generate, kv_cache_bytes
 from helpers.head_roles import HeadRoles, SimilarityTask, measure_head_roles
+from helpers.head_view import HeadView, export_html, head_view
 from helpers.layers import EncoderLayer, InspectableDecoderLayer, Transformer
 from helpers.pretrained import PretrainedEncoder, load_pretrained_encoder, sentence_embeddings
 from helpers.rotary import apply_rotary, rotary_angles
@@ -47,6 +48,7 @@ __all__ = [
     "GPTConfig",
     "GroupedQueryAttention",
     "HeadRoles",
+    "HeadView",
     "InspectableDecoderLayer",
     "KVCache",
     "MaskConventionWarning",
@@ -65,8 +67,10 @@ __all__ = [
     "causal_mask",
     "cosine_similarity_matrix",
     "download_multi30k",
+    "export_html",
     "flash_attention",
     "generate",
+    "head_view",
     "kv_cache_bytes",
     "load_checkpoint",
     "load_corpus",
