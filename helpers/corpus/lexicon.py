@@ -39,6 +39,10 @@ class Noun:
     where: frozenset[str] = frozenset()
     oblique: str | None = None
     en_article: str | None = None  # English article for bare German nouns: "spielt Gitarre" -> "the guitar"
+    #: adjective key -> (English adjective, English noun) where the pair is an idiom: *heißer Kakao* is "hot
+    #: chocolate" (not "hot hot chocolate"), *kalter Kakao* "cold cocoa"
+    idioms: tuple[tuple[str, tuple[str, str]], ...] = ()
+    genitive: str | None = None  # genitive singular, for nouns that can own things: *des Mannes*, *der Frau*
 
     @property
     def key(self) -> str:
@@ -60,6 +64,10 @@ class Noun:
         if case in ("acc", "dat") and self.oblique:
             return self.oblique
         return self.de
+
+    def idiom(self, adjective_key: str) -> tuple[str, str] | None:
+        """(English adjective, English noun) when this noun and adjective form an idiom, else None."""
+        return dict(self.idioms).get(adjective_key)
 
     def english(self, plural: bool) -> str:
         if plural:
@@ -85,11 +93,11 @@ _PLACE_GROUPS = {"NATURE": _NATURE, "HOME": _HOME, "FARM": "farm field meadow"}
 
 # German  gender plural | English singular / plural | tags (k=v flags: where=a,b  oblique=Form  article=the)
 _NOUN_TABLE = """
-Mann m Männer | man / men | person adult male common
-Frau f Frauen | woman / women | person adult female common
-Junge m Jungen | boy / boys | person child male common oblique=Jungen
-Mädchen n Mädchen | girl / girls | person child girl common
-Kind n Kinder | child / children | person child common
+Mann m Männer | man / men | person adult male common gen=Mannes
+Frau f Frauen | woman / women | person adult female common gen=Frau
+Junge m Jungen | boy / boys | person child male common oblique=Jungen gen=Jungen
+Mädchen n Mädchen | girl / girls | person child girl common gen=Mädchens
+Kind n Kinder | child / children | person child common generic
 Baby n Babys | baby / babies | person baby holdable where=HOME,park,beach,sun,grass
 Mutter f Mütter | mother / mothers | person adult female parent
 Vater m Väter | father / fathers | person adult male parent
@@ -104,14 +112,14 @@ Großvater m Großväter | grandfather / grandfathers | person old male kin gran
 Großmutter f Großmütter | grandmother / grandmothers | person old female kin grandparent
 Freund m Freunde | friend / friends | person adult male kin friend
 Freundin f Freundinnen | friend / friends | person adult female kin friend
-Polizist m Polizisten | police officer / police officers | person adult male job oblique=Polizisten
+Polizist m Polizisten | police officer / police officers | person adult male job oblique=Polizisten gen=Polizisten
 Koch m Köche | cook / cooks | person adult male job
 Köchin f Köchinnen | cook / cooks | person adult female job
-Lehrer m Lehrer | teacher / teachers | person adult male job
-Lehrerin f Lehrerinnen | teacher / teachers | person adult female job
-Bauer m Bauern | farmer / farmers | person adult male job oblique=Bauern
-Bäuerin f Bäuerinnen | farmer / farmers | person adult female job
-Fischer m Fischer | fisherman / fishermen | person adult male job
+Lehrer m Lehrer | teacher / teachers | person adult male job gen=Lehrers
+Lehrerin f Lehrerinnen | teacher / teachers | person adult female job gen=Lehrerin
+Bauer m Bauern | farmer / farmers | person adult male job oblique=Bauern gen=Bauern
+Bäuerin f Bäuerinnen | farmer / farmers | person adult female job gen=Bäuerin
+Fischer m Fischer | fisherman / fishermen | person adult male job gen=Fischers
 Verkäufer m Verkäufer | vendor / vendors | person adult male job seller
 Verkäuferin f Verkäuferinnen | vendor / vendors | person adult female job seller
 Musiker m Musiker | musician / musicians | person adult male job artiste
@@ -124,11 +132,13 @@ Künstler m Künstler | artist / artists | person adult male job painter
 Künstlerin f Künstlerinnen | artist / artists | person adult female job painter
 Arbeiter m Arbeiter | worker / workers | person adult male job worker
 Radfahrer m Radfahrer | cyclist / cyclists | person adult male
-Tourist m Touristen | tourist / tourists | person adult male oblique=Touristen
-Touristin f Touristinnen | tourist / tourists | person adult female
+Tourist m Touristen | tourist / tourists | person adult male oblique=Touristen gen=Touristen
+Touristin f Touristinnen | tourist / tourists | person adult female gen=Touristin
 Student m Studenten | student / students | person adult male oblique=Studenten
 Studentin f Studentinnen | student / students | person adult female
 Clown m Clowns | clown / clowns | person adult male artiste
+Nachbar m Nachbarn | neighbor / neighbors | person adult male owneronly oblique=Nachbarn gen=Nachbarn
+Nachbarin f Nachbarinnen | neighbor / neighbors | person adult female owneronly gen=Nachbarin
 Hund m Hunde | dog / dogs | animal dog pet common where=NATURE,HOME,street,sidewalk
 Welpe m Welpen | puppy / puppies | animal dog pet young oblique=Welpen where=NATURE,HOME
 Katze f Katzen | cat / cats | animal cat pet where=HOME,garden,sun,grass,tree,meadow
@@ -142,11 +152,11 @@ Affe m Affen | monkey / monkeys | animal zooanimal where=zoo,tree oblique=Affen
 Elefant m Elefanten | elephant / elephants | animal zooanimal big where=zoo oblique=Elefanten
 Bär m Bären | bear / bears | animal zooanimal big where=zoo,forest,river oblique=Bären
 Löwe m Löwen | lion / lions | animal zooanimal big where=zoo oblique=Löwen
-Vogel m Vögel | bird / birds | animal bird where=NATURE,tree,window,bridge,across
-Ente f Enten | duck / ducks | animal bird waterbird where=lake,river,park,meadow,water,across
-Schwan m Schwäne | swan / swans | animal bird waterbird where=lake,river,water,across
+Vogel m Vögel | bird / birds | animal bird where=NATURE,tree,window,bridge,sky
+Ente f Enten | duck / ducks | animal bird waterbird where=lake,river,park,meadow,water,sky
+Schwan m Schwäne | swan / swans | animal bird waterbird where=lake,river,water,sky
 Taube f Tauben | pigeon / pigeons | animal bird where=park,street,sidewalk,market,bridge
-Möwe f Möwen | seagull / seagulls | animal bird where=beach,sea,water,across
+Möwe f Möwen | seagull / seagulls | animal bird where=beach,sea,water,sky
 Eichhörnchen n Eichhörnchen | squirrel / squirrels | animal smallanimal where=park,garden,forest,tree,grass
 Maus f Mäuse | mouse / mice | animal smallanimal where=HOME,field,meadow,garden
 Fisch m Fische | fish / fish | animal fish where=water,waterside,boat,lake,river,sea
@@ -175,17 +185,17 @@ Banane f Bananen | banana / bananas | thing food fruit buyable sellable monkeyfo
 Orange f Orangen | orange / oranges | thing food fruit buyable sellable cuttable
 Karotte f Karotten | carrot / carrots | thing food vegetable buyable sellable horsefood cuttable
 Eis n - | ice cream / - | thing food sweet buyable sellable giveable mass countsg
-Sandwich n Sandwiches | sandwich / sandwiches | thing food buyable
+Sandwich n Sandwiches | sandwich / sandwiches | thing food buyable preparable
 Pizza f Pizzas | pizza / pizzas | thing food bakeable buyable cuttable
 Kuchen m Kuchen | cake / cakes | thing food sweet bakeable cuttable
 Brot n Brote | loaf of bread / loaves of bread | thing bakeable buyable
-Suppe f - | soup / - | thing food cookable mass countsg
+Suppe f - | soup / - | thing food cookable preparable mass countsg
 Knochen m Knochen | bone / bones | thing dogfood
 Tee m - | tea / - | thing drink mass
-Kaffee m - | coffee / - | thing drink mass
+Kaffee m - | coffee / - | thing drink mass adultonly
 Wasser n - | water / - | thing drink mass animaldrink
 Saft m - | juice / - | thing drink mass
-Milch f - | milk / - | thing drink mass animaldrink
+Milch f - | milk / - | thing drink mass
 Limonade f - | lemonade / - | thing drink mass
 Gras n - | grass / - | thing fodder mass
 Heu n - | hay / - | thing fodder mass
@@ -202,14 +212,14 @@ Geige f Geigen | violin / violins | instrument thing holdable article=the
 Klavier n Klaviere | piano / pianos | instrument thing bigthing article=the where=stage,livingroom,home,school
 Trommel f Trommeln | drum / drums | instrument thing holdable article=the
 Flöte f Flöten | flute / flutes | instrument thing holdable article=the
-Hut m Hüte | hat / hats | thing clothing colourful sellable
-Mütze f Mützen | cap / caps | thing clothing colourful
+Hut m Hüte | hat / hats | thing clothing headwear colourful sellable
+Mütze f Mützen | cap / caps | thing clothing headwear colourful
 Jacke f Jacken | jacket / jackets | thing clothing colourful
 Mantel m Mäntel | coat / coats | thing clothing colourful
 Kleid n Kleider | dress / dresses | thing clothing colourful longable forfemale
 Hemd n Hemden | shirt / shirts | thing clothing colourful
 Schal m Schals | scarf / scarves | thing clothing colourful longable
-Helm m Helme | helmet / helmets | thing clothing colourful
+Helm m Helme | helmet / helmets | thing clothing headwear colourful
 Rucksack m Rucksäcke | backpack / backpacks | thing bag colourful carryable
 Tasche f Taschen | bag / bags | thing bag colourful carryable holdable
 Koffer m Koffer | suitcase / suitcases | thing bag carryable
@@ -218,8 +228,8 @@ Kiste f Kisten | box / boxes | thing carryable openable
 Geschenk n Geschenke | present / presents | thing openable giveable holdable
 Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable colourful flyerable
 Baum m Bäume | tree / trees | thing tree climbable plantable drawable where=park,garden,forest,meadow,field
-Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful
-Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful
+Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful where=NATURE,street,sidewalk,station,market,garage
+Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful where=street,garage,garden,field,farm,table,livingroom
 Bus m Busse | bus / buses | thing vehicle boardable drivable where=street,busstop,station
 Zug m Züge | train / trains | thing vehicle boardable where=station
 Traktor m Traktoren | tractor / tractors | thing vehicle drivable fixable where=field,farm
@@ -248,8 +258,8 @@ Hausaufgaben pl - | homework / - | chore2 mass plural_de
 Kellner m Kellner | waiter / waiters | person adult male job
 Kellnerin f Kellnerinnen | waitress / waitresses | person adult female job
 Fotograf m Fotografen | photographer / photographers | person adult male job oblique=Fotografen
-Gärtner m Gärtner | gardener / gardeners | person adult male job worker
-Gärtnerin f Gärtnerinnen | gardener / gardeners | person adult female job worker
+Gärtner m Gärtner | gardener / gardeners | person adult male job worker gen=Gärtners
+Gärtnerin f Gärtnerinnen | gardener / gardeners | person adult female job worker gen=Gärtnerin
 Bäcker m Bäcker | baker / bakers | person adult male job
 Mechaniker m Mechaniker | mechanic / mechanics | person adult male job worker
 Läufer m Läufer | runner / runners | person adult male sporty
@@ -284,10 +294,10 @@ Tomate f Tomaten | tomato / tomatoes | thing food vegetable buyable sellable cut
 Kartoffel f Kartoffeln | potato / potatoes | thing food vegetable buyable sellable cuttable
 Brezel f Brezeln | pretzel / pretzels | thing food buyable sellable bakeable
 Hamburger m Hamburger | hamburger / hamburgers | thing food buyable grillable
-Salat m Salate | salad / salads | thing food cuttable
+Salat m Salate | salad / salads | thing food preparable
 Pfannkuchen m Pfannkuchen | pancake / pancakes | thing food sweet bakeable
-Kakao m - | hot chocolate / - | thing drink mass
-Stiefel m Stiefel | boot / boots | thing clothing colourful
+Kakao m - | hot chocolate / - | thing drink mass idiom=heiß:hot_chocolate,kalt:cold_cocoa
+Stiefel m Stiefel | boot / boots | thing clothing colourful pairnoun
 Pullover m Pullover | sweater / sweaters | thing clothing colourful
 Rock m Röcke | skirt / skirts | thing clothing colourful forfemale
 Krawatte f Krawatten | tie / ties | thing clothing colourful
@@ -316,8 +326,8 @@ Lied n Lieder | song / songs | thing song
 Rasen m Rasen | lawn / lawns | thing mowable where=garden,park
 Boden m Böden | floor / floors | thing sweepable
 Fahrkarte f Fahrkarten | ticket / tickets | thing buyable where=station,busstop
-Fangen n - | tag / - | game mass where=park,playground,garden,meadow,beach,grass
-Verstecken n - | hide-and-seek / - | game mass where=park,playground,garden,forest,livingroom,home
+Fangen n - | tag / - | game groupgame mass where=park,playground,garden,meadow,beach,grass
+Verstecken n - | hide-and-seek / - | game groupgame mass where=park,playground,garden,forest,livingroom,home
 """
 
 
@@ -353,6 +363,13 @@ def _parse_nouns(table: str) -> dict[str, Noun]:
             where=_expand_where(flags["where"]) if "where" in flags else frozenset(),
             oblique=flags.get("oblique"),
             en_article=flags.get("article"),
+            idioms=tuple(
+                (adj, tuple(words.split("_", 1)))  # type: ignore[misc]
+                for adj, words in (item.split(":") for item in flags["idiom"].split(","))
+            )
+            if "idiom" in flags
+            else (),
+            genitive=flags.get("gen"),
         )
     return nouns
 
@@ -507,8 +524,8 @@ loc | auf Straße | on | street outdoor
 loc | auf Bürgersteig | on | sidewalk outdoor
 loc | auf Markt | at | market outdoor
 loc | in Supermarkt | at | supermarket indoor
-loc | in Küche | in | kitchen indoor home
-loc | in Wohnzimmer | in | livingroom indoor home
+loc | in Küche | in | kitchen indoor
+loc | in Wohnzimmer | in | livingroom indoor
 loc | auf Bühne | on | stage
 loc | in Schnee | in | snow outdoor
 loc | in Sand | in | sand outdoor
@@ -562,6 +579,12 @@ dir | durch Park | through | through park
 dir | durch Wald | through | through forest
 dir | durch Schnee | through | through snow
 dir | auf Bühne | onto | onto stage
+dir | über Brücke | over | flyover sky bridge
+dir | über Wiese | over | flyover sky meadow
+dir | über See | over | flyover sky lake
+dir | über Park | over | flyover sky park
+dir | über Strand | over | flyover sky beach
+dir | über Meer | over | flyover sky sea
 goal | zu Strand | to | goal beach
 goal | zu Bahnhof | to | goal station city
 goal | zu Haltestelle | to | goal busstop city
@@ -664,8 +687,13 @@ PLACES: dict[str, list[Place]] = _parse_places(_PLACE_TABLE)
 
 @dataclass(frozen=True)
 class TimeAdverbial:
+    """A time adverbial; ``morning``: breakfast may happen then (*frühstückt* takes no other time)."""
+
     pieces: tuple[tuple[str, str], ...]  # (German words, English words) aligned blocks
     subject_tags: frozenset[str] = frozenset()  # empty: any subject
+    weight: int = 2  # relative frequency: captions rarely say "today" or "on the weekend"
+    morning: bool = False
+    verb_excludes: frozenset[str] = frozenset()  # verb keys that make no sense with it
 
     @property
     def key(self) -> str:
@@ -673,13 +701,16 @@ class TimeAdverbial:
 
 
 TIME_ADVERBIALS: tuple[TimeAdverbial, ...] = (
-    TimeAdverbial((("am", "in the"), ("Morgen", "morning"))),
-    TimeAdverbial((("am", "in the"), ("Nachmittag", "afternoon"))),
-    TimeAdverbial((("am", "in the"), ("Abend", "evening"))),
-    TimeAdverbial((("heute", "today"),)),
-    TimeAdverbial((("am", "on the"), ("Wochenende", "weekend"))),
-    TimeAdverbial((("an einem", "on a"), ("sonnigen", "sunny"), ("Tag", "day"))),
-    TimeAdverbial((("nach der", "after"), ("Schule", "school")), frozenset({"child"})),
+    TimeAdverbial((("am", "in the"), ("Morgen", "morning")), weight=3, morning=True),
+    TimeAdverbial((("früh", "early in the"), ("morgens", "morning")), weight=1, morning=True),
+    TimeAdverbial((("am", "in the"), ("Nachmittag", "afternoon")), weight=3),
+    TimeAdverbial((("am", "in the"), ("Abend", "evening")), weight=3),
+    TimeAdverbial((("heute", "today"),), weight=1),
+    TimeAdverbial((("am", "on the"), ("Wochenende", "weekend")), weight=1),
+    TimeAdverbial((("an einem", "on a"), ("sonnigen", "sunny"), ("Tag", "day")), weight=2),
+    TimeAdverbial((("im", "in the"), ("Sommer", "summer")), weight=1, verb_excludes=frozenset({"Ski", "rutschen"})),
+    TimeAdverbial((("nach der", "after"), ("Schule", "school")), frozenset({"child"}), weight=2),
+    TimeAdverbial((("nach dem", "after"), ("Frühstück", "breakfast")), weight=1),
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -705,6 +736,7 @@ class Slot:
     after_place: bool = False
     distributive: bool = False  # a plural subject gets a plural object: "Zwei Männer tragen Hüte"
     en_to: bool = False  # English puts this complement last with "to": "reads a book to her son"
+    excludes: frozenset[str] = frozenset()  # nouns with one of these tags never fill the slot (hats are not "angezogen")
 
 
 @dataclass(frozen=True)
@@ -733,6 +765,74 @@ class Verb:
     perfect: bool = True
     roles: frozenset[str] = frozenset()
     subject_excludes: frozenset[str] = frozenset()
+
+    def _english(self, index: int) -> str:
+        first, *rest = self.en_ing.split()
+        return " ".join([ENGLISH_VERB[first][index], *rest])
+
+    @property
+    def en_base(self) -> str:
+        """The bare infinitive after a modal: *can ride*, *wants to take a picture of*."""
+        return self._english(0)
+
+    @property
+    def en_past(self) -> str:
+        """The simple past, English's usual tense for a finished activity that German puts in the perfect."""
+        return self._english(1)
+
+    def en_present(self, plural: bool) -> str:
+        """The simple present (habits, *when* clauses): *plays* / *play*."""
+        first, *rest = self.en_base.split()
+        return " ".join([first if plural else english_third_person(first), *rest])
+
+    @property
+    def de_infinitive(self) -> list[str]:
+        """The infinitive at the end of a modal clause: *einsteigen* (joined), *spazieren gehen* (apart)."""
+        if self.particle and not self.particle_apart:
+            return [self.particle + self.de3pl]
+        return [*self.participle.split()[:-1], self.de3pl] if self.particle_apart else [self.de3pl]
+
+
+#: English base form and simple past of the first word of each -ing form (the rest of the phrase stays:
+#: "taking a picture of" -> "take a picture of" / "took a picture of"). Written out, not derived by rule,
+#: because English doubles consonants and drops e's irregularly (running -> run, dancing -> dance).
+ENGLISH_VERB: dict[str, tuple[str, str]] = {
+    ing: (base, past)
+    for ing, base, past in (
+        entry.split(":")
+        for entry in """
+baking:bake:baked barking:bark:barked brushing:brush:brushed building:build:built buying:buy:bought
+carrying:carry:carried catching:catch:caught chasing:chase:chased cheering:cheer:cheered clapping:clap:clapped
+cleaning:clean:cleaned climbing:climb:climbed collecting:collect:collected cooking:cook:cooked crying:cry:cried
+cutting:cut:cut dancing:dance:danced digging:dig:dug diving:dive:dived doing:do:did drawing:draw:drew
+drinking:drink:drank driving:drive:drove eating:eat:ate enjoying:enjoy:enjoyed feeding:feed:fed filling:fill:filled
+fishing:fish:fished fixing:fix:fixed flying:fly:flew getting:get:got giving:give:gave grazing:graze:grazed
+grilling:grill:grilled handing:hand:handed hanging:hang:hung having:have:had helping:help:helped hiking:hike:hiked
+holding:hold:held hugging:hug:hugged jogging:jog:jogged jumping:jump:jumped laughing:laugh:laughed
+listening:listen:listened looking:look:looked mowing:mow:mowed opening:open:opened paddling:paddle:paddled
+painting:paint:painted petting:pet:petted picking:pick:picked planting:plant:planted playing:play:played
+preparing:prepare:prepared pulling:pull:pulled pushing:push:pushed putting:put:put reading:read:read riding:ride:rode
+rowing:row:rowed running:run:ran sailing:sail:sailed scoring:score:scored selling:sell:sold shopping:shop:shopped
+showing:show:showed singing:sing:sang sitting:sit:sat skateboarding:skateboard:skateboarded skiing:ski:skied
+sleeping:sleep:slept sliding:slide:slid smiling:smile:smiled standing:stand:stood studying:study:studied
+surfing:surf:surfed sweeping:sweep:swept swimming:swim:swam swinging:swing:swung taking:take:took talking:talk:talked
+telling:tell:told throwing:throw:threw tidying:tidy:tidied visiting:visit:visited waiting:wait:waited
+walking:walk:walked washing:wash:washed watching:watch:watched watering:water:watered waving:wave:waved
+wearing:wear:wore whistling:whistle:whistled working:work:worked writing:write:wrote
+""".split()
+    )
+}
+
+
+def english_third_person(base: str) -> str:
+    """*plays*, *watches*, *carries*, *does*, *has*: the simple present after he/she/it."""
+    if base == "have":
+        return "has"
+    if base.endswith(("s", "sh", "ch", "x", "o")):
+        return base + "es"
+    if base.endswith("y") and base[-2:-1] not in "aeiou":
+        return base[:-1] + "ies"
+    return base + "s"
 
 
 def _t(text: str) -> frozenset[str]:
@@ -805,7 +905,6 @@ VERBS: tuple[Verb, ...] = (
         "geht gehen gegangen sein",
         "walking / walked",
         "adult child",
-        places="park forest beach street sidewalk",
         dirs="across through goal",
         not_subject="group",
         roles="needplace",
@@ -916,7 +1015,7 @@ VERBS: tuple[Verb, ...] = (
         roles="manner",
     ),
     _verb("pfeifen", "pfeift pfeifen gepfiffen haben", "whistling / whistled", "adult", perfect=False, roles="manner"),
-    _verb("weinen", "weint weinen geweint haben", "crying / cried", "child baby", perfect=False),
+    _verb("weinen", "weint weinen geweint haben", "crying / cried", "child baby", perfect=False, roles="sad"),
     _verb(
         "bellen",
         "bellt bellen gebellt haben",
@@ -925,7 +1024,7 @@ VERBS: tuple[Verb, ...] = (
         places="garden park street beach window",
         perfect=False,
     ),
-    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="across acrosswater", perfect=True),
+    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="flyover", perfect=True),
     _verb(
         "grasen",
         "grast grasen gegrast haben",
@@ -977,7 +1076,7 @@ VERBS: tuple[Verb, ...] = (
         "having breakfast / had breakfast",
         "person",
         places="kitchen garden restaurant outdoors table",
-        roles="while calm",
+        roles="while calm morning",
         not_subject="baby",
     ),
     _verb(
@@ -1172,8 +1271,8 @@ VERBS: tuple[Verb, ...] = (
         roles="while calm",
     ),
     _verb(
-        "malen",
-        "malt malen gemalt haben",
+        "streichen",
+        "streicht streichen gestrichen haben",
         "painting / painted",
         "adult",
         slots=(Slot("acc", _t("paintable"), dets=("def", "poss")),),
@@ -1668,7 +1767,35 @@ VERBS: tuple[Verb, ...] = (
         "putting on / put on",
         "adult child",
         particle="an",
-        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True),),
+        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True, excludes=_t("headwear")),),
+        roles="while",
+    ),
+    _verb(
+        "aufsetzen",
+        "setzt setzen aufgesetzt haben",
+        "putting on / put on",
+        "adult child",
+        particle="auf",
+        slots=(Slot("acc", _t("headwear"), dets=("poss", "def"), distributive=True),),
+        roles="while",
+    ),
+    _verb(
+        "abnehmen",
+        "nimmt nehmen abgenommen haben",
+        "taking off / taken off",
+        "adult child",
+        particle="ab",
+        slots=(Slot("acc", _t("headwear"), dets=("poss", "def"), distributive=True),),
+        roles="while",
+    ),
+    _verb(
+        "zubereiten",
+        "bereitet bereiten zubereitet haben",
+        "preparing / prepared",
+        "adult",
+        particle="zu",
+        slots=(Slot("acc", _t("preparable"), dets=("indef", "def")),),
+        places="kitchen home restaurant table",
         roles="while",
     ),
     _verb(
@@ -1677,7 +1804,7 @@ VERBS: tuple[Verb, ...] = (
         "taking off / taken off",
         "adult child",
         particle="aus",
-        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True),),
+        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True, excludes=_t("headwear")),),
         roles="while",
     ),
     _verb(
@@ -1714,7 +1841,7 @@ VERBS: tuple[Verb, ...] = (
         "picking up / picked up",
         "adult",
         particle="ab",
-        slots=(Slot("acc", _t("child kin"), dets=("poss",)),),
+        slots=(Slot("acc", _t("child"), dets=("poss",)),),
         places="school station busstop",
         roles="while",
     ),
@@ -1957,5 +2084,43 @@ VERBS_BY_KEY: dict[str, Verb] = {verb.key: verb for verb in VERBS}
 
 # A noun used for mountains as climbing objects ("klettert auf einen Berg" -> "is climbing a mountain").
 NOUNS["Berg"] = Noun("Berg", "m", "Berge", "mountain", "mountains", _t("thing mountainslot"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Modal verbs (the infinitive goes to the end: "will auf einen Baum klettern" -> "wants to climb a tree")
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Modal:
+    """A modal verb: German finite forms and the English words for singular/plural subjects.
+
+    ``en_neg``: the negated English, each word tagged ``m`` (translates the modal), ``n`` (translates
+    *nicht*) or ``b`` (both): *will nicht* → ``does:m not:n want:m to:m``, *kann nicht* → ``cannot:b``.
+    """
+
+    key: str
+    de3sg: str
+    de3pl: str
+    en_sg: str
+    en_pl: str
+    en_neg_sg: str = ""
+    en_neg_pl: str = ""
+
+
+
+MODALS: dict[str, Modal] = {
+    "wollen": Modal("wollen", "will", "wollen", "wants to", "want to", "does:m not:n want:m to:m", "do:m not:n want:m to:m"),
+    "möchten": Modal("möchten", "möchte", "möchten", "would like to", "would like to"),
+    "können": Modal("können", "kann", "können", "can", "can", "cannot:b", "cannot:b"),
+    "müssen": Modal("müssen", "muss", "müssen", "has to", "have to"),
+}
+
+#: Main clauses that take a *dass* clause: blocks of (German singular, plural, English singular, plural).
+#: *freut sich* is one block (*is happy*); *ist stolz* two (*is* + *proud*).
+THAT_FRAMES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "sehen": (("sieht", "sehen", "sees", "see"),),
+    "freuen": (("freut sich", "freuen sich", "is happy", "are happy"),),
+    "stolz": (("ist", "sind", "is", "are"), ("stolz", "stolz", "proud", "proud")),
+}
 
 NUMBERS: tuple[tuple[str, str], ...] = (("zwei", "two"), ("drei", "three"), ("vier", "four"))
