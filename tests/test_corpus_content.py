@@ -129,7 +129,10 @@ def _count(pairs: list[Pair], scan: Callable[[str, str], bool] | tuple[str, str]
 #: Constructions and the share of all pairs (train + val + test) each must reach at least.
 CONSTRUCTIONS: dict[str, tuple[str, float]] = {
     "relative clause, verb last (der Hund, der ... läuft,)": (r"^[^,]*\w, (?:der|die|das) [^,]*\w, ", 0.05),
-    "modal verb, infinitive last (will ... spielen)": (r"\b(?:will|wollen|möchte|möchten|kann|können|muss|müssen)\b", 0.07),
+    "modal verb, infinitive last (will ... spielen)": (
+        r"\b(?:will|wollen|möchte|möchten|kann|können|muss|müssen)\b",
+        0.07,
+    ),
     "negation (nicht, kein)": (r"\b(?:nicht|kein|keine|keinen|keinem|keiner)\b", 0.04),
     "genitive (den Hund des Nachbarn)": (r"\b(?:des|der) \w+(?:s|n|in)\b[^,]*", 0.0),  # counted on English below
     "subordinate dass": (r", dass ", 0.03),
@@ -184,7 +187,11 @@ def test_nothing_unnatural(pairs, name):
         ("Ein Hund trinkt heißen Kakao.", "A dog is drinking hot hot chocolate.", "hot/cold hot chocolate"),
         ("Ein Pferd trinkt Milch.", "A horse is drinking milk.", "animal drinking something other than water"),
         ("Am Abend frühstückt ein Mann.", "In the evening, a man is having breakfast.", "breakfast not in the morning"),
-        ("Ein Mann pfeift, während er singt.", "A man is whistling while he is singing.", "same person, incompatible activities"),
+        (
+            "Ein Mann pfeift, während er singt.",
+            "A man is whistling while he is singing.",
+            "same person, incompatible activities",
+        ),
         (
             "Ein Mann singt, während er ein Lied singt.",
             "A man is singing while he is singing a song.",
@@ -259,3 +266,56 @@ def main(folder: str | None = None) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:2])
+
+
+# --- crossing alignments (for lesson 06: a head that follows a reordering) --------------------------
+
+MODALS = ("will", "wollen", "möchte", "möchten", "kann", "können", "muss", "müssen")
+VERB_FINAL = re.compile(r", (?:weil|während|dass|wenn|bevor|nachdem|der|die|das) ")
+
+
+def crossing_word(de: str, alignment: str) -> int | None:
+    """The German token whose links cross the most others (None without a crossing).
+
+    Links (i, j) and (k, l) cross when i < k but j > l: German and English order the words differently.
+    """
+    links = [tuple(map(int, link.split("-"))) for link in alignment.split()]
+    counts = {i: 0 for i, _ in links}
+    for i, j in links:
+        for k, l in links:
+            if i < k and j > l:
+                counts[i] += 1
+                counts[k] += 1
+    best = max(counts, key=lambda i: (counts[i], i))
+    return best if counts[best] else None
+
+
+def crossing_kind(de: str, alignment: str) -> str | None:
+    """``modal`` (infinitive at the end), ``verb-final`` (subordinate or relative clause) or None,
+    when that final verb's links cross others."""
+    tokens = de.split()
+    word = crossing_word(de, alignment)
+    if word is None:
+        return None
+    links = [tuple(map(int, link.split("-"))) for link in alignment.split()]
+    last = len(tokens) - 1
+    crosses = any((last < k) != (j < l) for j in (j for i, j in links if i == last) for k, l in links if k != last)
+    if not crosses:
+        return None
+    if "," not in de and set(MODALS) & set(tokens):
+        return "modal"
+    if VERB_FINAL.search(de) or re.search(r"\w, (?:der|die|das) ", de):
+        return "verb-final"
+    return None
+
+
+def test_test_split_has_crossing_alignments_for_lesson_06():
+    de = (DATA / "test.de").read_text(encoding="utf-8").splitlines()
+    align = (DATA / "test.align").read_text(encoding="utf-8").splitlines()
+    kinds = [crossing_kind(d, a) for d, a in zip(de, align, strict=True)]
+    assert kinds.count("modal") >= 30 and kinds.count("verb-final") >= 30, (
+        kinds.count("modal"),
+        kinds.count("verb-final"),
+    )
+    # the relative pronoun's clause: "Ein Junge, der einen Hut trägt, ..." crosses "who is wearing a hat"
+    assert any(k == "verb-final" and re.search(r"\w, (?:der|die|das) ", d) for k, d in zip(kinds, de))

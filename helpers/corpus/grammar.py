@@ -134,7 +134,7 @@ def realise_np(np: NP, case: str) -> Phrase:
     countable_singular = not np.grammatical_plural and (not np.noun.has("mass") or np.noun.has("countsg"))
     if np.det == "def":
         det_en = "the"
-    elif np.det in ("indef", "kein"):
+    elif np.det == "indef" or (np.det == "kein" and not np.noun.has("mass")):  # "keine Suppe" -> "not ... soup"
         det_en = english_indefinite((adj_en or noun_en).split()[0]) if countable_singular else ""
     elif np.det == "poss":
         det_en = np.owner.en  # type: ignore[union-attr]

@@ -233,7 +233,7 @@ Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable
 Bus m Busse | bus / buses | thing vehicle boardable drivable where=street,busstop,station
 Zug m Züge | train / trains | thing vehicle boardable where=station
 Traktor m Traktoren | tractor / tractors | thing vehicle drivable fixable where=field,farm
-Motorrad n Motorräder | motorcycle / motorcycles | thing vehicle drivable fixable washable
+Motorrad n Motorräder | motorcycle / motorcycles | thing vehicle rideable fixable washable
 Schlitten m Schlitten | sled / sleds | thing pullable where=snow
 Kinderwagen m Kinderwagen | stroller / strollers | thing pushable where=park,street,sidewalk,market
 Einkaufswagen m Einkaufswagen | shopping cart / shopping carts | thing pushable where=supermarket
@@ -710,7 +710,7 @@ TIME_ADVERBIALS: tuple[TimeAdverbial, ...] = (
     TimeAdverbial((("an einem", "on a"), ("sonnigen", "sunny"), ("Tag", "day")), weight=2),
     TimeAdverbial((("im", "in the"), ("Sommer", "summer")), weight=1, verb_excludes=frozenset({"Ski", "rutschen"})),
     TimeAdverbial((("nach der", "after"), ("Schule", "school")), frozenset({"child"}), weight=2),
-    TimeAdverbial((("nach dem", "after"), ("Frühstück", "breakfast")), weight=1),
+    TimeAdverbial((("nach dem", "after"), ("Frühstück", "breakfast")), frozenset({"person"}), weight=1),
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -736,7 +736,9 @@ class Slot:
     after_place: bool = False
     distributive: bool = False  # a plural subject gets a plural object: "Zwei Männer tragen Hüte"
     en_to: bool = False  # English puts this complement last with "to": "reads a book to her son"
-    excludes: frozenset[str] = frozenset()  # nouns with one of these tags never fill the slot (hats are not "angezogen")
+    excludes: frozenset[str] = (
+        frozenset()
+    )  # nouns with one of these tags never fill the slot (hats are not "angezogen")
 
 
 @dataclass(frozen=True)
@@ -1024,7 +1026,7 @@ VERBS: tuple[Verb, ...] = (
         places="garden park street beach window",
         perfect=False,
     ),
-    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="flyover", perfect=True),
+    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="flyover", not_subject="Huhn"),
     _verb(
         "grasen",
         "grast grasen gegrast haben",
@@ -1481,6 +1483,16 @@ VERBS: tuple[Verb, ...] = (
         not_subject="group",
     ),
     _verb(
+        "fahren_Motorrad",
+        "fährt fahren gefahren haben",
+        "riding / rode",
+        "adult",
+        slots=(Slot("acc", _t("rideable"), dets=("indef", "def", "poss")),),
+        places="street field",
+        roles="while sg",
+        not_subject="group",
+    ),
+    _verb(
         "reparieren",
         "repariert reparieren repariert haben",
         "fixing / fixed",
@@ -1598,7 +1610,7 @@ VERBS: tuple[Verb, ...] = (
         "adult child",
         slots=(Slot("acc", _t("instrument"), dets=("bare",)),),
         places="stage livingroom park street station outdoors",
-        roles="show while",
+        roles="show while sg",
     ),
     _verb(
         "spielen_mit",
@@ -2090,6 +2102,7 @@ NOUNS["Berg"] = Noun("Berg", "m", "Berge", "mountain", "mountains", _t("thing mo
 # Modal verbs (the infinitive goes to the end: "will auf einen Baum klettern" -> "wants to climb a tree")
 # ---------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Modal:
     """A modal verb: German finite forms and the English words for singular/plural subjects.
@@ -2107,9 +2120,10 @@ class Modal:
     en_neg_pl: str = ""
 
 
-
 MODALS: dict[str, Modal] = {
-    "wollen": Modal("wollen", "will", "wollen", "wants to", "want to", "does:m not:n want:m to:m", "do:m not:n want:m to:m"),
+    "wollen": Modal(
+        "wollen", "will", "wollen", "wants to", "want to", "does:m not:n want:m to:m", "do:m not:n want:m to:m"
+    ),
     "möchten": Modal("möchten", "möchte", "möchten", "would like to", "would like to"),
     "können": Modal("können", "kann", "können", "can", "can", "cannot:b", "cannot:b"),
     "müssen": Modal("müssen", "muss", "müssen", "has to", "have to"),
@@ -2122,5 +2136,81 @@ THAT_FRAMES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "freuen": (("freut sich", "freuen sich", "is happy", "are happy"),),
     "stolz": (("ist", "sind", "is", "are"), ("stolz", "stolz", "proud", "proud")),
 }
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A *weil* clause that explains a main clause: *weil es kalt ist* → *because it is cold*.
+
+    ``de``/``en``: tokens in each language's order, ``word:link`` (tokens sharing a link are aligned);
+    ``{pron}``, ``{be}`` and ``{have}`` stand for the main subject's pronoun and verb forms (*er ... ist*).
+    It explains main clauses with one of ``verbs`` (keys or bases) whose objects all carry one of
+    ``objects`` (tags or nouns; empty: any) and whose place, if ``places`` is given, carries one of them.
+    """
+
+    key: str
+    de: str
+    en: str
+    verbs: frozenset[str]
+    objects: frozenset[str] = frozenset()
+    places: frozenset[str] = frozenset()
+    person: bool = False  # about the subject itself (tired, hungry): people only
+
+
+REASONS: tuple[Reason, ...] = (
+    Reason(
+        "cold",
+        "weil:0 es:1 kalt:2 ist:3",
+        "because:0 it:1 is:3 cold:2",
+        _t("tragen anziehen aufsetzen trinken"),
+        _t("Jacke Mantel Schal Pullover Mütze Tee Kakao"),
+    ),
+    Reason(
+        "rain",
+        "weil:0 es:1 regnet:2",
+        "because:0 it:1 is:2 raining:2",
+        _t("halten tragen_carry tragen anziehen"),
+        _t("Regenschirm Jacke Mantel"),
+    ),
+    Reason("hot", "weil:0 es:1 heiß:2 ist:3", "because:0 it:1 is:3 hot:2", _t("schwimmen tauchen springen")),
+    Reason(
+        "hot_things",
+        "weil:0 es:1 heiß:2 ist:3",
+        "because:0 it:1 is:3 hot:2",
+        _t("essen trinken ausziehen abnehmen"),
+        _t("Eis Wasser Limonade Saft Jacke Pullover Mantel Hut Mütze"),
+    ),
+    Reason("hot_shade", "weil:0 es:1 heiß:2 ist:3", "because:0 it:1 is:3 hot:2", _t("sitzen"), places=_t("shade")),
+    Reason(
+        "sun",
+        "weil:0 die:1 Sonne:2 scheint:3",
+        "because:0 the:1 sun:2 is:3 shining:3",
+        _t("Picknick spielen spielen_Sport lesen sitzen frühstücken"),
+        places=_t("park garden beach meadow outdoors playground"),
+    ),
+    Reason(
+        "tired",
+        "weil:0 {pron}:1 müde:2 {be}:3",
+        "because:0 {pron}:1 {be}:3 tired:2",
+        _t("schlafen sitzen Pause"),
+        person=True,
+    ),
+    Reason(
+        "hungry",
+        "weil:0 {pron}:1 Hunger:2 {have}:2",
+        "because:0 {pron}:1 {be}:2 hungry:2",
+        _t("essen kaufen kochen kochen_tr backen zubereiten grillen"),
+        _t("food bakeable grillable preparable"),
+        person=True,
+    ),
+    Reason(
+        "thirsty",
+        "weil:0 {pron}:1 Durst:2 {have}:2",
+        "because:0 {pron}:1 {be}:2 thirsty:2",
+        _t("trinken"),
+        _t("Wasser Saft Limonade Milch"),
+        person=True,
+    ),
+)
 
 NUMBERS: tuple[tuple[str, str], ...] = (("zwei", "two"), ("drei", "three"), ("vier", "four"))

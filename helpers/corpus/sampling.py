@@ -29,12 +29,14 @@ from helpers.corpus.lexicon import (
     NOUNS,
     NUMBERS,
     PLACES,
+    REASONS,
     THAT_FRAMES,
     TIME_ADVERBIALS,
     VERBS,
     Adjective,
     Noun,
     Place,
+    Reason,
     Slot,
     Verb,
 )
@@ -334,9 +336,12 @@ def sample_object(
     group_subject = semantically_plural(subject)
     plural_subject = group_subject and slot.distributive
     options: list[tuple[Noun, str]] = []
+    subject_english = {n.en for n in subject_nouns_}
     for noun in slot_nouns(slot):
         if noun.de in exclude or noun.has("group", "owneronly"):  # couples and families are subjects only
             continue
+        if noun.en in subject_english:
+            continue  # "der Läufer spricht mit der Läuferin" would be "the runner is talking to the runner"
         if not fits_subject(noun, subject_nouns_, group_subject):
             continue
         for det in det_options(noun, dets, owner_nouns):
@@ -488,10 +493,13 @@ def coordinated_subject(rng: random.Random, verb: Verb) -> G.Subject:
         second = make_np(rng, rng.choice(possessed), "poss", owner=owner, adj_p=0.3)
     else:
         second = sample_subject_np(rng, verb, exclude=[first.noun.de])
-        if second.noun.has("group"):
-            raise Retry
-        if second.noun.has("generic") and first.noun.has("child") or first.noun.has("generic") and second.noun.has(
-            "child"
+        if second.noun.has("group") or second.noun.en == first.noun.en:
+            raise Retry  # "der Koch und die Köchin": "the cook and the cook"
+        if (
+            second.noun.has("generic")
+            and first.noun.has("child")
+            or first.noun.has("generic")
+            and second.noun.has("child")
         ):
             raise Retry  # "ein Mädchen und ein Kind": the girl is a child too
         second = G.NP(second.noun, first.det if first.det in ("indef", "def") else "indef", adj=second.adj)
@@ -574,9 +582,10 @@ PATTERN_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("front_time", 6),
     ("perfect", 8),
     ("coordinated", 7),
-    ("while", 8),
-    ("because", 6),
-    ("relative", 12),
+    ("while", 10),
+    ("because", 4),
+    ("because_reason", 5),
+    ("relative", 8),
     ("modal", 7),
     ("modal_not", 3),
     ("kein", 4),
@@ -686,6 +695,8 @@ def _coordinated(rng: random.Random) -> G.SentencePair:
     verb = pick_verb(rng, tense=tense)
     subject = coordinated_subject(rng, verb)
     clause = complete_clause(rng, subject, verb, tense)
+    if tense == "perfect" and not clause.verb.slots and not clause.verb.fixed and clause.place is None:
+        raise Retry  # "Der Junge und das Mädchen haben geschaukelt." says too little
     return _finish(G.main_clause(clause), [clause], set())
 
 
@@ -702,6 +713,11 @@ def _while(rng: random.Random) -> G.SentencePair:
         main_verb = pick_verb(rng, "calm")
         main = complete_clause(rng, person_subject(rng, main_verb), main_verb, "present", place_p=0.4)
         sub = other_clause(rng, main, pick_verb(rng, "while"), "present")
+        # one scene: a place bound to one activity must suit the other (no TV while she is on the beach)
+        if sub.place and main.verb.places and not (sub.place.place.tags & main.verb.places):
+            raise Retry
+        if main.place and sub.verb.places and not (main.place.place.tags & sub.verb.places):
+            raise Retry
     phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, ("während", "while")))
     return _finish(phrase, [main, sub], {"subordinate_while"})
 
@@ -723,33 +739,137 @@ def _because(rng: random.Random) -> G.SentencePair:
     return _finish(phrase, [main, sub], {"subordinate_because"})
 
 
+def _reason_fits(reason: Reason, clause: G.Clause) -> bool:
+    if clause.verb.key not in reason.verbs:
+        return False
+    if reason.objects and not all(labels(np.noun) & reason.objects for np in clause.objects):
+        return False
+    if reason.places and not (clause.place and clause.place.place.tags & reason.places):
+        return False
+    return not reason.person or all(np.noun.has("person") for np in clause.subject.conjuncts)
+
+
+def realise_reason(reason: Reason, subject: G.Subject) -> G.Phrase:
+    """The reason's tokens with their links, the placeholders filled for ``subject``."""
+    sex = subject.sex or ("pl" if subject.plural else None)
+    if sex is None and reason.person:
+        raise Retry
+    pronoun_de, pronoun_en = G.PRONOUN.get(sex or "", ("", ""))
+    fill = {
+        "de": {
+            "{pron}": pronoun_de,
+            "{be}": "sind" if subject.plural else "ist",
+            "{have}": "haben" if subject.plural else "hat",
+        },
+        "en": {"{pron}": pronoun_en, "{be}": "are" if subject.plural else "is"},
+    }
+    groups: dict[str, int] = {}
+    sides = []
+    for side, text in (("de", reason.de), ("en", reason.en)):
+        tokens = []
+        for item in text.split():
+            word, link = item.rsplit(":", 1)
+            groups.setdefault(link, G._new_group())
+            tokens.append((fill[side].get(word, word), (groups[link],)))
+        sides.append(tokens)
+    return G.Phrase(*sides)
+
+
+def _because_reason(rng: random.Random) -> G.SentencePair:
+    """*Eine Frau trägt einen Mantel, weil es kalt ist.* / *Der Junge isst einen Apfel, weil er Hunger hat.*"""
+    reason = rng.choice(REASONS)
+    verbs = [v for v in VERBS if v.key in reason.verbs]
+    verb = rng.choice(verbs)
+    np = sample_subject_np(rng, verb)
+    if np.det == "gen" and reason.person:
+        raise Retry
+    clause = complete_clause(rng, G.Subject((np,)), verb, "present", place_p=0.5)
+    if not _reason_fits(reason, clause):
+        raise Retry
+    phrase = _comma_join(G.main_clause(clause), realise_reason(reason, clause.subject))
+    return _finish(phrase, [clause], {"subordinate_because", "reason"})
+
+
+#: Main verbs one can do while waiting or walking, and while seated (for relative clauses below).
+WAITING = frozenset(
+    "warten warten_auf gehen spazieren spazieren_mit stehen lachen lächeln winken sprechen_mit zuschauen "
+    "zuschauen_dat beobachten einsteigen aussteigen".split()
+)
+SEATED = frozenset(
+    "lesen essen trinken halten telefonieren hören spielen_Instrument anschauen schreiben zeichnen malen_Bild lachen "
+    "lächeln winken sprechen_mit beobachten zuschauen zuschauen_dat frühstücken genießen warten warten_auf fernsehen "
+    "arbeiten_an lernen".split()
+)
+#: What a person is doing in a relative clause (*der einen Hut trägt*), with the main verbs it goes with
+#: (None: any). A main clause with *trägt* (wearing) takes any relative clause instead.
+RELATIVE_VERBS: dict[str, frozenset[str] | None] = {
+    "tragen": None,
+    "halten": WAITING | SEATED,
+    "tragen_carry": WAITING,
+    "hören": WAITING | SEATED | frozenset("joggen laufen wandern kochen putzen fegen aufräumen".split()),
+    "essen": WAITING | SEATED,
+    "trinken": WAITING | SEATED,
+    "telefonieren": WAITING,
+    "sitzen": SEATED,
+    "stehen": WAITING | frozenset("lesen essen trinken halten telefonieren".split()),
+}
+
+
+def _relative_verb(rng: random.Random, main: Verb) -> Verb:
+    if main.key == "tragen":
+        options = [
+            v for v in VERBS if v.roles & {"while", "calm"} and (v.slots or v.fixed) and "matrixonly" not in v.roles
+        ]
+    else:
+        options = [v for v in VERBS if v.key in RELATIVE_VERBS and main.key in (RELATIVE_VERBS[v.key] or {main.key})]
+    if not options:
+        raise Retry
+    return rng.choice(options)
+
+
 def _relative(rng: random.Random) -> G.SentencePair:
-    """*Ein Junge, der einen Hut trägt, spielt im Park.* → *A boy who is wearing a hat is playing ...*"""
-    tense = "present"  # both at once: "the boy who is wearing a hat is playing" (a perfect would not fit)
-    verb = pick_verb(rng, tense=tense)
+    """*Ein Junge, der einen Hut trägt, spielt im Park.* → *A boy who is wearing a hat is playing ...*
+
+    Both happen at once, so the relative clause says what the person is wearing, holding, eating or
+    where they are sitting, and the main clause what they do meanwhile.
+    """
+    verb = pick_verb(rng)
     np = sample_subject_np(rng, verb)
     if np.noun.has("group") or np.det == "gen":
         raise Retry
     subject = G.Subject((np,))
-    main = complete_clause(rng, subject, verb, tense)
-    rel_verb = pick_verb(rng, "while" if rng.random() < 0.6 else "calm")
-    if "matrixonly" in rel_verb.roles or not (rel_verb.slots or rel_verb.fixed):
-        raise Retry  # "ein Junge, der zuschaut, ..." says too little
+    main = complete_clause(rng, subject, verb, "present")
+    rel_verb = _relative_verb(rng, verb)
     if not compatible(verb, rel_verb) or not matches(np.noun, rel_verb.subject, rel_verb.subject_excludes):
         raise Retry
     if "sg" in rel_verb.roles and semantically_plural(subject):
         raise Retry
-    if main.place and rel_verb.places and not (main.place.place.tags & rel_verb.places):
-        raise Retry  # a picnic is not had on the sofa: the main clause's place must suit both activities
-    rel = complete_clause(rng, subject, rel_verb, "present", place_p=0.0 if main.place else 0.3)
+    seated = "needplace" in rel_verb.roles  # "der auf einer Bank sitzt": the place of both activities
+    if seated and main.place:
+        raise Retry
+    rel = complete_clause(rng, subject, rel_verb, "present", place_p=0.0)
+    if seated and rel.place is not None:
+        if verb.places and not (rel.place.place.tags & verb.places):
+            raise Retry  # "der auf der Bank sitzt, sieht fern" would watch TV on a bench
+        if not place_fits(rel.place.place, rel.place.place.tags, [np.noun for np in np_list(main)]):
+            raise Retry
     if {n.noun.de for n in rel.objects} & {n.noun.de for n in main.objects}:
         raise Retry
     phrase = G.main_clause(main, relative=G.relative_clause(rel))
     return _finish(phrase, [main, rel], {"relative_clause"})
 
 
+#: What *können* asks about: skills (*kann schwimmen*, *kann nicht Fahrrad fahren*), not hugs or waving.
+SKILLS = frozenset(
+    "schwimmen tanzen singen singen_Lied surfen Ski Fahrrad Handstand klettern klettern_Berg spielen_Sport "
+    "spielen_Instrument reiten Seil paddeln tauchen Skateboard Roller segeln rudern backen".split()
+)
+
+
 def _modal_verb(rng: random.Random, modal: str, negated: bool) -> Verb:
-    if modal == "müssen":
+    if modal == "können":
+        options = [v for v in VERBS if v.key in SKILLS]
+    elif modal == "müssen":
         options = [v for v in VERBS if v.key in CHORES]
     elif negated and modal == "wollen":
         options = [v for v in VERBS if v.key in NOT_WANTED or base(v) in NOT_WANTED]
@@ -764,7 +884,8 @@ def _modal(rng: random.Random, *, negated: bool = False) -> G.SentencePair:
     modal = rng.choice(("wollen", "können") if negated else ("wollen", "möchten", "können", "müssen"))
     verb = _modal_verb(rng, modal, negated)
     subject = G.Subject((sample_subject_np(rng, verb),))
-    place_p = 0.0 if negated else 0.5  # "kann nicht schwimmen", not "kann nicht im Wohnzimmer singen"
+    # "kann (nicht) schwimmen" asks about a skill, so no place: not "kann im Gras einen Handstand machen"
+    place_p = 0.0 if negated or modal == "können" else 0.5
     clause = complete_clause(rng, subject, verb, "modal", place_p, modal=modal, negated=negated)
     if negated and any(np.det in ("indef", "num") for np in clause.objects):
         raise Retry  # "will keinen Apfel essen" would need kein, not nicht
@@ -791,7 +912,11 @@ def _kein(rng: random.Random) -> G.SentencePair:
     return _finish(G.main_clause(clause), [clause], {"kein"})
 
 
-VERBS_FOR_KEIN: tuple[Verb, ...] = tuple(v for v in VERBS if v.key in ("tragen", "tragen_carry", "trinken", "essen"))
+#: Captions say what is missing from a picture: "is not wearing a helmet", not "is not eating an orange".
+VERBS_FOR_KEIN: tuple[Verb, ...] = tuple(v for v in VERBS if v.key == "tragen")
+
+
+NOT_AN_ACHIEVEMENT = frozenset("umarmen aufmachen schaukeln rutschen Seil".split())
 
 
 def _that(rng: random.Random) -> G.SentencePair:
@@ -799,6 +924,8 @@ def _that(rng: random.Random) -> G.SentencePair:
     frame = rng.choice(("sehen", "freuen", "stolz"))
     tense = "present" if frame == "sehen" or rng.random() < 0.5 else "perfect"
     sub_verb = pick_verb(rng, "show" if frame == "stolz" else rng.choice(("show", "while")), tense=tense)
+    if frame == "stolz" and (tense != "perfect" or sub_verb.key in NOT_AN_ACHIEVEMENT):
+        raise Retry  # proud of a goal scored, not of a hug
     if tense == "perfect" and not sub_verb.slots and not sub_verb.fixed and not sub_verb.dirs:
         raise Retry
     main_verb = pick_verb(rng, "react")  # picks a person who can react (the frame then replaces the verb)
@@ -851,6 +978,7 @@ _PATTERNS = {
     "coordinated": _coordinated,
     "while": _while,
     "because": _because,
+    "because_reason": _because_reason,
     "relative": _relative,
     "modal": _modal,
     "modal_not": functools.partial(_modal, negated=True),
