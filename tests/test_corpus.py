@@ -7,6 +7,7 @@ generator's own tables, so a wrong table fails here.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -35,7 +36,7 @@ def corpus() -> dict[str, dict[str, list[str]]]:
 
 @pytest.fixture(scope="module")
 def all_pairs(corpus) -> list[tuple[str, str, str]]:
-    return [p for s in SPLITS for p in zip(corpus[s]["de"], corpus[s]["en"], corpus[s]["align"])]
+    return [p for s in SPLITS for p in zip(corpus[s]["de"], corpus[s]["en"], corpus[s]["align"], strict=False)]
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +324,7 @@ def test_perfect_uses_sein_for_movement_and_haben_otherwise(all_pairs):
 def test_english_indefinite_article_matches_the_next_sound(all_pairs):
     for _, en, _ in all_pairs:
         tokens = en.lower().split()
-        for article, nxt in zip(tokens, tokens[1:]):
+        for article, nxt in itertools.pairwise(tokens):
             if article in ("a", "an"):
                 assert article == morphology.english_indefinite(nxt.strip(".,")), en
 

@@ -177,8 +177,8 @@ def realise_pp(de_prep: str, en_prep: str, np: NP, case: str, prep_group: int | 
         article, article_groups = inner.de[0]
         merged = contract(de_prep, article)
         if merged is not None:
-            return Phrase([(merged, (g_prep, *article_groups))] + inner.de[1:], prep_en_tokens + inner.en)
-    return Phrase([(de_prep, (g_prep,))] + inner.de, prep_en_tokens + inner.en)
+            return Phrase([(merged, (g_prep, *article_groups)), *inner.de[1:]], prep_en_tokens + inner.en)
+    return Phrase([(de_prep, (g_prep,)), *inner.de], prep_en_tokens + inner.en)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def _clause_parts(clause: Clause, *, front_place: bool = False, form: str = "pro
             before += phrase
         if slot.en_to:  # "liest seiner Tochter ein Buch vor" -> "is reading a book to his daughter"
             first_groups = phrase.en[0][1]
-            en_to += Phrase([], [("to", first_groups)] + phrase.en)
+            en_to += Phrase([], [("to", first_groups), *phrase.en])
         else:
             en_objects += Phrase([], phrase.en)
     nicht: list[Token] = []
@@ -443,8 +443,8 @@ def subordinate_clause(clause: Clause, conjunction: tuple[str, str], form: str =
         if clause.subject.pronoun is None:
             raise ValueError("a gerund clause needs a pronoun subject (the main clause's subject)")
         subject = Phrase([(w, (parts.verb_group,)) for w, _ in subject.de], [])
-    de = [(conjunction[0], (g,))] + subject.de + parts.middle_de + _verb_final(clause, parts)
-    en = [(conjunction[1], (g,))] + subject.en + parts.verb_en + parts.rest_en
+    de = [(conjunction[0], (g,)), *subject.de, *parts.middle_de, *_verb_final(clause, parts)]
+    en = [(conjunction[1], (g,)), *subject.en, *parts.verb_en, *parts.rest_en]
     return Phrase(de, en)
 
 
@@ -471,7 +471,7 @@ def relative_clause(clause: Clause) -> Phrase:
 
 def _with_comma(tokens: list[Token]) -> list[Token]:
     word, groups = tokens[-1]
-    return tokens[:-1] + [(word + ",", groups)]
+    return [*tokens[:-1], (word + ",", groups)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -503,7 +503,7 @@ def finish(phrase: Phrase, features: frozenset, phenomena: frozenset) -> Sentenc
 
 def _sentence_case(tokens: list[Token]) -> list[Token]:
     first, groups = tokens[0]
-    out = [(first[:1].upper() + first[1:], groups)] + tokens[1:]
+    out = [(first[:1].upper() + first[1:], groups), *tokens[1:]]
     last, last_groups = out[-1]
     out[-1] = (last + ".", last_groups)
     return out

@@ -226,10 +226,13 @@ Koffer m Koffer | suitcase / suitcases | thing bag carryable
 Regenschirm m Regenschirme | umbrella / umbrellas | thing holdable colourful carryable
 Kiste f Kisten | box / boxes | thing carryable openable
 Geschenk n Geschenke | present / presents | thing openable giveable holdable
-Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable colourful flyerable
+Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable
+    colourful flyerable
 Baum m Bäume | tree / trees | thing tree climbable plantable drawable where=park,garden,forest,meadow,field
-Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful where=NATURE,street,sidewalk,station,market,garage
-Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful where=street,garage,garden,field,farm,table,livingroom
+Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful
+    where=NATURE,street,sidewalk,station,market,garage
+Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful
+    where=street,garage,garden,field,farm,table,livingroom
 Bus m Busse | bus / buses | thing vehicle boardable drivable where=street,busstop,station
 Zug m Züge | train / trains | thing vehicle boardable where=station
 Traktor m Traktoren | tractor / tractors | thing vehicle drivable fixable where=field,farm
@@ -331,6 +334,17 @@ Verstecken n - | hide-and-seek / - | game groupgame mass where=park,playground,g
 """
 
 
+def _rows(table: str) -> list[str]:
+    """The rows of a table; an indented line continues the row above it (long tag lists)."""
+    rows: list[str] = []
+    for line in table.strip().splitlines():
+        if line[:1].isspace() and rows:
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
+    return rows
+
+
 def _expand_where(value: str) -> frozenset[str]:
     tags: list[str] = []
     for item in value.split(","):
@@ -340,7 +354,7 @@ def _expand_where(value: str) -> frozenset[str]:
 
 def _parse_nouns(table: str) -> dict[str, Noun]:
     nouns: dict[str, Noun] = {}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         german, english, tag_text = (part.strip() for part in line.split("|"))
         de, gender, de_pl = german.split()
         en, en_pl = (w.strip() for w in english.split("/"))
@@ -407,9 +421,14 @@ class Adjective:
 
 # base (stem) | English (tag:word ..., * default) | applies to tags | -excluded tags
 _ADJECTIVE_TABLE = """
-klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
-groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -smallanimal -young -kin -baby -group -bird -fish -parent
-alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
+klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon
+    Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer
+    Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing
+    -building -sandcastle
+groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small
+    -smallanimal -young -kin -baby -group -bird -fish -parent
+alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal
+    -parent -Student -Studentin
 jung | *:young | adult | -old -young -kin -job
 älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
@@ -417,44 +436,44 @@ glücklich | *:happy | person dog | -kin -group -baby
 fröhlich | *:cheerful | person | -kin -baby -group
 müde | *:tired | person dog horse | -kin
 hungrig | *:hungry | animal baby | -fish
-nass | *:wet | dog | 
-schnell | *:fast | dog horse car motorcycle | 
-braun | *:brown | dog horse cat bag Hut Mantel Kuh | 
-schwarz | *:black | dog horse cat clothing bag car bike umbrella | 
-weiß | *:white | dog horse cat clothing car bike Haus Schaf | 
+nass | *:wet | dog |
+schnell | *:fast | dog horse car motorcycle |
+braun | *:brown | dog horse cat bag Hut Mantel Kuh |
+schwarz | *:black | dog horse cat clothing bag car bike umbrella |
+weiß | *:white | dog horse cat clothing car bike Haus Schaf |
 grau | *:gray | cat dog horse Mantel Hut car | -young
-rot | *:red | ball clothing car bike bag Regenschirm flower kite Luftballon Tür | 
-blau | *:blue | ball clothing car bike bag Regenschirm flower kite Luftballon Tür | 
-grün | *:green | ball clothing car bike bag Regenschirm kite Luftballon Tür Traktor | 
-gelb | *:yellow | ball clothing car bike bag Regenschirm flower kite Luftballon | 
+rot | *:red | ball clothing car bike bag Regenschirm flower kite Luftballon Tür |
+blau | *:blue | ball clothing car bike bag Regenschirm flower kite Luftballon Tür |
+grün | *:green | ball clothing car bike bag Regenschirm kite Luftballon Tür Traktor |
+gelb | *:yellow | ball clothing car bike bag Regenschirm flower kite Luftballon |
 bunt | *:colorful | kite Luftballon clothing Regenschirm | Helm
-neu | *:new | clothing bag car bike Buch Puppe | 
-lang | *:long | longable Brief | 
+neu | *:new | clothing bag car bike Buch Puppe |
+lang | *:long | longable Brief |
 frisch | *:fresh | fruit Brot vegetable | -mass
 heiß | *:hot | drink Suppe | Saft Limonade Wasser
 kalt | *:cold | drink | Tee Kaffee
-rund | *:round | ball | 
-dick | *:thick | Buch | 
-schön | *:beautiful | day view flower picture Kleid Haus | 
-sonnig | *:sunny | day | 
-warm | *:warm | day Mantel Jacke | 
-schwer | *:heavy | bag Kiste | 
-dunkel | *:dark | Mantel Anzug Hut Pullover | 
-teuer | *:expensive | car bike Kamera Handy Laptop Uhr Kleid | 
-lustig | *:funny | Hut Clown | 
+rund | *:round | ball |
+dick | *:thick | Buch |
+schön | *:beautiful | day view flower picture Kleid Haus |
+sonnig | *:sunny | day |
+warm | *:warm | day Mantel Jacke |
+schwer | *:heavy | bag Kiste |
+dunkel | *:dark | Mantel Anzug Hut Pullover |
+teuer | *:expensive | car bike Kamera Handy Laptop Uhr Kleid |
+lustig | *:funny | Hut Clown |
 freundlich | *:friendly | adult dog | -kin -group
-stolz | *:proud | parent | 
+stolz | *:proud | parent |
 leer | *:empty | vessel | -Korb
-sauber | *:clean | clothing car | 
-schmutzig | *:dirty | dog clothing car Stiefel | 
-süß | *:cute | Welpe Baby Hase Katze Schwein | 
-winzig | *:tiny | smallanimal bird | 
-riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm | 
-silbern | *:silver | car Fahrrad Motorrad | 
+sauber | *:clean | clothing car |
+schmutzig | *:dirty | dog clothing car Stiefel |
+süß | *:cute | Welpe Baby Hase Katze Schwein |
+winzig | *:tiny | smallanimal bird |
+riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm |
+silbern | *:silver | car Fahrrad Motorrad |
 bärtig | *:bearded | male | -child -kin -young -Junge -Teenager
 blond | *:blond | female girl Junge Teenager | -kin -old
 sportlich | *:athletic | adult | -kin -old -job -group
-stark | *:strong | Mann Pferd Arbeiter Feuerwehrmann | 
+stark | *:strong | Mann Pferd Arbeiter Feuerwehrmann |
 """
 
 
@@ -464,7 +483,7 @@ _STEMS = {"dunkel": "dunkl", "teuer": "teur"}
 
 def _parse_adjectives(table: str) -> dict[str, Adjective]:
     adjectives: dict[str, Adjective] = {}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         base, english, applies, excludes = (part.strip() for part in line.split("|"))
         en = tuple(tuple(item.split(":", 1)) for item in english.split())
         adjectives[base] = Adjective(
@@ -648,7 +667,7 @@ PLACE_NOUNS: dict[str, Noun] = _parse_nouns(_PLACE_NOUNS)
 
 def _parse_places(table: str) -> dict[str, list[Place]]:
     places: dict[str, list[Place]] = {"loc": [], "dir": [], "goal": []}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         kind, german, en_prep, tags = (part.strip() for part in line.split("|"))
         tag_set = frozenset(tags.split())
         if kind == "fixed":
@@ -802,26 +821,104 @@ ENGLISH_VERB: dict[str, tuple[str, str]] = {
     ing: (base, past)
     for ing, base, past in (
         entry.split(":")
-        for entry in """
-baking:bake:baked barking:bark:barked brushing:brush:brushed building:build:built buying:buy:bought
-carrying:carry:carried catching:catch:caught chasing:chase:chased cheering:cheer:cheered clapping:clap:clapped
-cleaning:clean:cleaned climbing:climb:climbed collecting:collect:collected cooking:cook:cooked crying:cry:cried
-cutting:cut:cut dancing:dance:danced digging:dig:dug diving:dive:dived doing:do:did drawing:draw:drew
-drinking:drink:drank driving:drive:drove eating:eat:ate enjoying:enjoy:enjoyed feeding:feed:fed filling:fill:filled
-fishing:fish:fished fixing:fix:fixed flying:fly:flew getting:get:got giving:give:gave grazing:graze:grazed
-grilling:grill:grilled handing:hand:handed hanging:hang:hung having:have:had helping:help:helped hiking:hike:hiked
-holding:hold:held hugging:hug:hugged jogging:jog:jogged jumping:jump:jumped laughing:laugh:laughed
-listening:listen:listened looking:look:looked mowing:mow:mowed opening:open:opened paddling:paddle:paddled
-painting:paint:painted petting:pet:petted picking:pick:picked planting:plant:planted playing:play:played
-preparing:prepare:prepared pulling:pull:pulled pushing:push:pushed putting:put:put reading:read:read riding:ride:rode
-rowing:row:rowed running:run:ran sailing:sail:sailed scoring:score:scored selling:sell:sold shopping:shop:shopped
-showing:show:showed singing:sing:sang sitting:sit:sat skateboarding:skateboard:skateboarded skiing:ski:skied
-sleeping:sleep:slept sliding:slide:slid smiling:smile:smiled standing:stand:stood studying:study:studied
-surfing:surf:surfed sweeping:sweep:swept swimming:swim:swam swinging:swing:swung taking:take:took talking:talk:talked
-telling:tell:told throwing:throw:threw tidying:tidy:tidied visiting:visit:visited waiting:wait:waited
-walking:walk:walked washing:wash:washed watching:watch:watched watering:water:watered waving:wave:waved
-wearing:wear:wore whistling:whistle:whistled working:work:worked writing:write:wrote
-""".split()
+        for entry in [
+            "baking:bake:baked",
+            "barking:bark:barked",
+            "brushing:brush:brushed",
+            "building:build:built",
+            "buying:buy:bought",
+            "carrying:carry:carried",
+            "catching:catch:caught",
+            "chasing:chase:chased",
+            "cheering:cheer:cheered",
+            "clapping:clap:clapped",
+            "cleaning:clean:cleaned",
+            "climbing:climb:climbed",
+            "collecting:collect:collected",
+            "cooking:cook:cooked",
+            "crying:cry:cried",
+            "cutting:cut:cut",
+            "dancing:dance:danced",
+            "digging:dig:dug",
+            "diving:dive:dived",
+            "doing:do:did",
+            "drawing:draw:drew",
+            "drinking:drink:drank",
+            "driving:drive:drove",
+            "eating:eat:ate",
+            "enjoying:enjoy:enjoyed",
+            "feeding:feed:fed",
+            "filling:fill:filled",
+            "fishing:fish:fished",
+            "fixing:fix:fixed",
+            "flying:fly:flew",
+            "getting:get:got",
+            "giving:give:gave",
+            "grazing:graze:grazed",
+            "grilling:grill:grilled",
+            "handing:hand:handed",
+            "hanging:hang:hung",
+            "having:have:had",
+            "helping:help:helped",
+            "hiking:hike:hiked",
+            "holding:hold:held",
+            "hugging:hug:hugged",
+            "jogging:jog:jogged",
+            "jumping:jump:jumped",
+            "laughing:laugh:laughed",
+            "listening:listen:listened",
+            "looking:look:looked",
+            "mowing:mow:mowed",
+            "opening:open:opened",
+            "paddling:paddle:paddled",
+            "painting:paint:painted",
+            "petting:pet:petted",
+            "picking:pick:picked",
+            "planting:plant:planted",
+            "playing:play:played",
+            "preparing:prepare:prepared",
+            "pulling:pull:pulled",
+            "pushing:push:pushed",
+            "putting:put:put",
+            "reading:read:read",
+            "riding:ride:rode",
+            "rowing:row:rowed",
+            "running:run:ran",
+            "sailing:sail:sailed",
+            "scoring:score:scored",
+            "selling:sell:sold",
+            "shopping:shop:shopped",
+            "showing:show:showed",
+            "singing:sing:sang",
+            "sitting:sit:sat",
+            "skateboarding:skateboard:skateboarded",
+            "skiing:ski:skied",
+            "sleeping:sleep:slept",
+            "sliding:slide:slid",
+            "smiling:smile:smiled",
+            "standing:stand:stood",
+            "studying:study:studied",
+            "surfing:surf:surfed",
+            "sweeping:sweep:swept",
+            "swimming:swim:swam",
+            "swinging:swing:swung",
+            "taking:take:took",
+            "talking:talk:talked",
+            "telling:tell:told",
+            "throwing:throw:threw",
+            "tidying:tidy:tidied",
+            "visiting:visit:visited",
+            "waiting:wait:waited",
+            "walking:walk:walked",
+            "washing:wash:washed",
+            "watching:watch:watched",
+            "watering:water:watered",
+            "waving:wave:waved",
+            "wearing:wear:wore",
+            "whistling:whistle:whistled",
+            "working:work:worked",
+            "writing:write:wrote",
+        ]
     )
 }
 

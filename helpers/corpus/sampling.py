@@ -93,13 +93,54 @@ MODAL_VERBS: dict[str, frozenset[str]] = {
 }
 #: Keys of chores (*muss den Rasen mähen*) and of what a child does not want to do (*will nicht schlafen*).
 CHORES = frozenset(
-    "Hausaufgaben aufräumen putzen fegen mähen waschen abholen einkaufen warten_auf arbeiten arbeiten_an lernen "
-    "reparieren gießen aufhängen streichen einsteigen aussteigen zubereiten kochen_tr".split()
+    [
+        "Hausaufgaben",
+        "aufräumen",
+        "putzen",
+        "fegen",
+        "mähen",
+        "waschen",
+        "abholen",
+        "einkaufen",
+        "warten_auf",
+        "arbeiten",
+        "arbeiten_an",
+        "lernen",
+        "reparieren",
+        "gießen",
+        "aufhängen",
+        "streichen",
+        "einsteigen",
+        "aussteigen",
+        "zubereiten",
+        "kochen_tr",
+    ]
 )
-NOT_WANTED = frozenset("schlafen Hausaufgaben aufräumen lernen aussteigen einsteigen gehen spazieren".split())
+NOT_WANTED = frozenset(
+    ["schlafen", "Hausaufgaben", "aufräumen", "lernen", "aussteigen", "einsteigen", "gehen", "spazieren"]
+)
 STATIVE = frozenset(
-    "sitzen stehen warten warten_auf tragen halten schlafen weinen bellen grasen lachen lächeln jubeln klatschen "
-    "zuschauen zuschauen_dat sitzen_auf beobachten telefonieren".split()
+    [
+        "sitzen",
+        "stehen",
+        "warten",
+        "warten_auf",
+        "tragen",
+        "halten",
+        "schlafen",
+        "weinen",
+        "bellen",
+        "grasen",
+        "lachen",
+        "lächeln",
+        "jubeln",
+        "klatschen",
+        "zuschauen",
+        "zuschauen_dat",
+        "sitzen_auf",
+        "beobachten",
+        "telefonieren",
+    ]
 )
 
 
@@ -168,9 +209,9 @@ def can_own(owner: Sequence[Noun], possessed: Noun) -> bool:
     for noun in owner:
         if "person" not in noun.tags or noun.has("baby") or noun.de == possessed.de:
             return False
-        if (possessed.has("kin") and possessed.has("child")) or possessed.has("baby"):
-            if not noun.has("adult") or noun.has("group", "young", "old"):
-                return False  # sons, daughters, babies belong to adults who are neither young nor old
+        young_kin = (possessed.has("kin") and possessed.has("child")) or possessed.has("baby")
+        if young_kin and (not noun.has("adult") or noun.has("group", "young", "old")):
+            return False  # sons, daughters, babies belong to adults who are neither young nor old
         if possessed.has("parent", "sibling") and not noun.has("child"):
             return False  # mothers, fathers, brothers, sisters: of children here
         if possessed.has("grandparent") and noun.has("old"):
@@ -316,9 +357,7 @@ def fits_subject(noun: Noun, subject_nouns_: Sequence[Noun], plural_subject: boo
         return False
     if noun.has("adultonly") and not all(n.has("adult") for n in subject_nouns_):
         return False  # children do not drink coffee
-    if noun.has("groupgame") and not plural_subject:
-        return False  # tag and hide-and-seek need players
-    return True
+    return plural_subject or not noun.has("groupgame")  # tag and hide-and-seek need players
 
 
 def sample_object(
@@ -495,11 +534,8 @@ def coordinated_subject(rng: random.Random, verb: Verb) -> G.Subject:
         second = sample_subject_np(rng, verb, exclude=[first.noun.de])
         if second.noun.has("group") or second.noun.en == first.noun.en:
             raise Retry  # "der Koch und die Köchin": "the cook and the cook"
-        if (
-            second.noun.has("generic")
-            and first.noun.has("child")
-            or first.noun.has("generic")
-            and second.noun.has("child")
+        if (second.noun.has("generic") and first.noun.has("child")) or (
+            first.noun.has("generic") and second.noun.has("child")
         ):
             raise Retry  # "ein Mädchen und ein Kind": the girl is a child too
         second = G.NP(second.noun, first.det if first.det in ("indef", "def") else "indef", adj=second.adj)
@@ -667,11 +703,13 @@ def time_fits(adverbial, clause: G.Clause) -> bool:
         return False
     if adverbial.key == "nach dem Frühstück" and base(clause.verb) in MEALS:
         return False
-    if adverbial.key == "im Sommer" and (
-        (clause.place and "snow" in clause.place.place.tags) or any("snow" in np.noun.where for np in np_list(clause))
-    ):
-        return False
-    return True
+    return not (
+        adverbial.key == "im Sommer"
+        and (
+            (clause.place and "snow" in clause.place.place.tags)
+            or any("snow" in np.noun.where for np in np_list(clause))
+        )
+    )
 
 
 def _front_time(rng: random.Random) -> G.SentencePair:
@@ -792,13 +830,52 @@ def _because_reason(rng: random.Random) -> G.SentencePair:
 
 #: Main verbs one can do while waiting or walking, and while seated (for relative clauses below).
 WAITING = frozenset(
-    "warten warten_auf gehen spazieren spazieren_mit stehen lachen lächeln winken sprechen_mit zuschauen "
-    "zuschauen_dat beobachten einsteigen aussteigen".split()
+    [
+        "warten",
+        "warten_auf",
+        "gehen",
+        "spazieren",
+        "spazieren_mit",
+        "stehen",
+        "lachen",
+        "lächeln",
+        "winken",
+        "sprechen_mit",
+        "zuschauen",
+        "zuschauen_dat",
+        "beobachten",
+        "einsteigen",
+        "aussteigen",
+    ]
 )
 SEATED = frozenset(
-    "lesen essen trinken halten telefonieren hören spielen_Instrument anschauen schreiben zeichnen malen_Bild lachen "
-    "lächeln winken sprechen_mit beobachten zuschauen zuschauen_dat frühstücken genießen warten warten_auf fernsehen "
-    "arbeiten_an lernen".split()
+    [
+        "lesen",
+        "essen",
+        "trinken",
+        "halten",
+        "telefonieren",
+        "hören",
+        "spielen_Instrument",
+        "anschauen",
+        "schreiben",
+        "zeichnen",
+        "malen_Bild",
+        "lachen",
+        "lächeln",
+        "winken",
+        "sprechen_mit",
+        "beobachten",
+        "zuschauen",
+        "zuschauen_dat",
+        "frühstücken",
+        "genießen",
+        "warten",
+        "warten_auf",
+        "fernsehen",
+        "arbeiten_an",
+        "lernen",
+    ]
 )
 #: What a person is doing in a relative clause (*der einen Hut trägt*), with the main verbs it goes with
 #: (None: any). A main clause with *trägt* (wearing) takes any relative clause instead.
@@ -806,12 +883,12 @@ RELATIVE_VERBS: dict[str, frozenset[str] | None] = {
     "tragen": None,
     "halten": WAITING | SEATED,
     "tragen_carry": WAITING,
-    "hören": WAITING | SEATED | frozenset("joggen laufen wandern kochen putzen fegen aufräumen".split()),
+    "hören": WAITING | SEATED | frozenset(["joggen", "laufen", "wandern", "kochen", "putzen", "fegen", "aufräumen"]),
     "essen": WAITING | SEATED,
     "trinken": WAITING | SEATED,
     "telefonieren": WAITING,
     "sitzen": SEATED,
-    "stehen": WAITING | frozenset("lesen essen trinken halten telefonieren".split()),
+    "stehen": WAITING | frozenset(["lesen", "essen", "trinken", "halten", "telefonieren"]),
 }
 
 
@@ -861,8 +938,29 @@ def _relative(rng: random.Random) -> G.SentencePair:
 
 #: What *können* asks about: skills (*kann schwimmen*, *kann nicht Fahrrad fahren*), not hugs or waving.
 SKILLS = frozenset(
-    "schwimmen tanzen singen singen_Lied surfen Ski Fahrrad Handstand klettern klettern_Berg spielen_Sport "
-    "spielen_Instrument reiten Seil paddeln tauchen Skateboard Roller segeln rudern backen".split()
+    [
+        "schwimmen",
+        "tanzen",
+        "singen",
+        "singen_Lied",
+        "surfen",
+        "Ski",
+        "Fahrrad",
+        "Handstand",
+        "klettern",
+        "klettern_Berg",
+        "spielen_Sport",
+        "spielen_Instrument",
+        "reiten",
+        "Seil",
+        "paddeln",
+        "tauchen",
+        "Skateboard",
+        "Roller",
+        "segeln",
+        "rudern",
+        "backen",
+    ]
 )
 
 
@@ -916,7 +1014,7 @@ def _kein(rng: random.Random) -> G.SentencePair:
 VERBS_FOR_KEIN: tuple[Verb, ...] = tuple(v for v in VERBS if v.key == "tragen")
 
 
-NOT_AN_ACHIEVEMENT = frozenset("umarmen aufmachen schaukeln rutschen Seil".split())
+NOT_AN_ACHIEVEMENT = frozenset(["umarmen", "aufmachen", "schaukeln", "rutschen", "Seil"])
 
 
 def _that(rng: random.Random) -> G.SentencePair:
@@ -967,7 +1065,7 @@ def _sequence(rng: random.Random, conjunction: tuple[str, str], tense: str) -> G
 
 def _comma_join(main: G.Phrase, sub: G.Phrase) -> G.Phrase:
     word, groups = main.de[-1]
-    return G.Phrase(main.de[:-1] + [(word + ",", groups)] + sub.de, main.en + sub.en)
+    return G.Phrase([*main.de[:-1], (word + ",", groups), *sub.de], main.en + sub.en)
 
 
 _PATTERNS = {
