@@ -170,7 +170,7 @@ Pilz m Pilze | mushroom / mushrooms | thing food collectable where=forest,meadow
 Drachen m Drachen | kite / kites | thing kite colourful where=beach,meadow,field,park
 Luftballon m Luftballons | balloon / balloons | thing holdable colourful sellable flyerable
 Puppe f Puppen | doll / dolls | thing toy holdable
-Teddybär m Teddybären | teddy bear / teddy bears | thing toy holdable huggable oblique=Teddybären
+Teddybär m Teddybären | teddy bear / teddy bears | thing toy holdable huggable childonly oblique=Teddybären
 Buch n Bücher | book / books | thing readable holdable showable
 Zeitung f Zeitungen | newspaper / newspapers | thing readable holdable sellable
 Zeitschrift f Zeitschriften | magazine / magazines | thing readable holdable
@@ -430,7 +430,7 @@ groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite
 alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal
     -parent -Student -Studentin
 jung | *:young | adult | -old -young -kin -job
-älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
+älter | *:elderly | adult | -kin -job -group -young -old -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
 glücklich | *:happy | person dog | -kin -group -baby
 fröhlich | *:cheerful | person | -kin -baby -group

@@ -357,6 +357,8 @@ def fits_subject(noun: Noun, subject_nouns_: Sequence[Noun], plural_subject: boo
         return False
     if noun.has("adultonly") and not all(n.has("adult") for n in subject_nouns_):
         return False  # children do not drink coffee
+    if noun.has("childonly") and not all(n.has("child") for n in subject_nouns_):
+        return False  # teddy bears are hugged by children
     return plural_subject or not noun.has("groupgame")  # tag and hide-and-seek need players
 
 
@@ -721,6 +723,11 @@ def _front_time(rng: random.Random) -> G.SentencePair:
     return _finish(G.main_clause(clause, front=G.realise_time(adverbial)), [clause], {"fronted_time"})
 
 
+def says_enough(clause: G.Clause) -> bool:
+    """A finished activity needs an object, a fixed piece or a place: not just "ist geschwommen"."""
+    return bool(clause.objects or clause.verb.fixed or clause.place)
+
+
 def _perfect(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng, tense="perfect")
     if not clause.verb.slots and not clause.verb.fixed and clause.place is None:
@@ -856,7 +863,6 @@ SEATED = frozenset(
         "halten",
         "telefonieren",
         "hören",
-        "spielen_Instrument",
         "anschauen",
         "schreiben",
         "zeichnen",
@@ -981,7 +987,10 @@ def _modal(rng: random.Random, *, negated: bool = False) -> G.SentencePair:
     """*Ein Junge will auf einen Baum klettern.* → *A boy wants to climb a tree.* (infinitive at the end)"""
     modal = rng.choice(("wollen", "können") if negated else ("wollen", "möchten", "können", "müssen"))
     verb = _modal_verb(rng, modal, negated)
-    subject = G.Subject((sample_subject_np(rng, verb),))
+    np = sample_subject_np(rng, verb)
+    if modal != "können" and not np.noun.has("person"):
+        raise Retry  # wanting and having to are said of people here; a dog "can swim"
+    subject = G.Subject((np,))
     # "kann (nicht) schwimmen" asks about a skill, so no place: not "kann im Gras einen Handstand machen"
     place_p = 0.0 if negated or modal == "können" else 0.5
     clause = complete_clause(rng, subject, verb, "modal", place_p, modal=modal, negated=negated)
@@ -1024,12 +1033,12 @@ def _that(rng: random.Random) -> G.SentencePair:
     sub_verb = pick_verb(rng, "show" if frame == "stolz" else rng.choice(("show", "while")), tense=tense)
     if frame == "stolz" and (tense != "perfect" or sub_verb.key in NOT_AN_ACHIEVEMENT):
         raise Retry  # proud of a goal scored, not of a hug
-    if tense == "perfect" and not sub_verb.slots and not sub_verb.fixed and not sub_verb.dirs:
-        raise Retry
     main_verb = pick_verb(rng, "react")  # picks a person who can react (the frame then replaces the verb)
     subject = person_subject(rng, main_verb)
     main = G.Clause(subject, main_verb)
     sub = other_clause(rng, main, sub_verb, tense)
+    if tense == "perfect" and not says_enough(sub):
+        raise Retry  # "ist stolz, dass ihr Freund geschwommen ist" says too little
     plural = subject.plural
     head = G.realise_subject(subject)
     for de_sg, de_pl, en_sg, en_pl in THAT_FRAMES[frame]:
@@ -1055,9 +1064,11 @@ def _sequence(rng: random.Random, conjunction: tuple[str, str], tense: str) -> G
         raise Retry
     main = complete_clause(rng, G.Subject((np,)), main_verb, "present", place_p=0.4)
     sub_verb = pick_verb(rng, rng.choice(("while", "show")), tense=tense)
-    if tense == "perfect" and not sub_verb.slots and not sub_verb.fixed and not sub_verb.dirs:
-        raise Retry
+    if sub_verb.key in STATIVE:
+        raise Retry  # "bevor er eine Jacke trägt": a state does not follow an action
     sub = pronoun_clause(rng, main, sub_verb, tense, simultaneous=False)
+    if tense == "perfect" and not says_enough(sub):
+        raise Retry
     phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, conjunction, "gerund"))
     name = "subordinate_before" if conjunction[0] == "bevor" else "subordinate_after"
     return _finish(phrase, [main, sub], {name})
