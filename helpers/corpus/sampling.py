@@ -629,8 +629,8 @@ PATTERN_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("kein", 4),
     ("that", 6),
     ("when", 4),
-    ("before", 4),
-    ("after", 4),
+    ("before", 5),
+    ("after", 5),
 )
 
 
@@ -898,6 +898,9 @@ RELATIVE_VERBS: dict[str, frozenset[str] | None] = {
 }
 
 
+DRESSING = frozenset(["anziehen", "ausziehen", "aufsetzen", "abnehmen"])
+
+
 def _relative_verb(rng: random.Random, main: Verb) -> Verb:
     if main.key == "tragen":
         options = [
@@ -905,6 +908,8 @@ def _relative_verb(rng: random.Random, main: Verb) -> Verb:
         ]
     else:
         options = [v for v in VERBS if v.key in RELATIVE_VERBS and main.key in (RELATIVE_VERBS[v.key] or {main.key})]
+        if main.key in DRESSING:  # "der einen Helm trägt, nimmt seinen Hut ab": two things on one head
+            options = [v for v in options if v.key != "tragen"]
     if not options:
         raise Retry
     return rng.choice(options)
@@ -1059,6 +1064,8 @@ def _when(rng: random.Random) -> G.SentencePair:
 def _sequence(rng: random.Random, conjunction: tuple[str, str], tense: str) -> G.SentencePair:
     """*Ein Mann liest die Zeitung, bevor er in den Bus einsteigt.* → *... before getting on the bus.*"""
     main_verb = pick_verb(rng, "while")
+    if main_verb.key in STATIVE:
+        raise Retry  # "trägt eine Mütze, nachdem er ..." : a state is not one step of a sequence
     np = sample_subject_np(rng, main_verb)
     if not np.noun.has("person") or np.plural or np.noun.has("baby", "group") or np.det == "gen":
         raise Retry
