@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -244,8 +245,10 @@ def test_openings_vary(pairs):
     share = shares(pairs)
     assert share["starts with Ein/Eine"] <= 0.25, share["starts with Ein/Eine"]
     assert share["starts with Heute/Am Wochenende"] <= 0.02, share["starts with Heute/Am Wochenende"]
-    first_words = {de.split()[0] for de, _ in pairs}
-    assert len(first_words) >= 40
+    # no opening word in a quarter of the pairs or more (Ein alone opened 32 % before)
+    first_words = Counter(de.split()[0] for de, _ in pairs)
+    word, count = first_words.most_common(1)[0]
+    assert count < len(pairs) / 4, (word, count)
 
 
 def test_weil_clauses_follow_many_main_verbs(pairs):

@@ -2252,6 +2252,7 @@ class Reason:
     objects: frozenset[str] = frozenset()
     places: frozenset[str] = frozenset()
     person: bool = False  # about the subject itself (tired, hungry): people only
+    adjective: str = ""  # the adjective that says the same of the subject (*müde*), never used with it
 
 
 REASONS: tuple[Reason, ...] = (
@@ -2291,6 +2292,7 @@ REASONS: tuple[Reason, ...] = (
         "because:0 {pron}:1 {be}:3 tired:2",
         _t("schlafen sitzen Pause"),
         person=True,
+        adjective="müde",
     ),
     Reason(
         "hungry",
@@ -2299,6 +2301,7 @@ REASONS: tuple[Reason, ...] = (
         _t("essen kaufen kochen kochen_tr backen zubereiten grillen"),
         _t("food bakeable grillable preparable"),
         person=True,
+        adjective="hungrig",
     ),
     Reason(
         "thirsty",

@@ -232,7 +232,7 @@ GENITIVE_OWNABLE = frozenset(["pet", "horse", "vehicle", "bag", "kite", "ball"])
 
 
 def genitive_owners(possessed: Noun, exclude: Sequence[str]) -> list[Noun]:
-    if not possessed.has(*GENITIVE_OWNABLE) or possessed.has("group"):
+    if not possessed.has(*GENITIVE_OWNABLE) or possessed.has("group", "boardable"):  # no "the farmer's bus"
         return []
     return [n for n in GENITIVE_OWNERS if n.de not in exclude and can_own([n], possessed)]
 
@@ -563,6 +563,7 @@ def possessed_subject(
         and n.has("person", "pet", "horse")
         and can_own(owners, n)
         and n.de not in exclude
+        and n.en not in exclude
     ]
     if not nouns:
         raise Retry
@@ -582,7 +583,8 @@ def person_subject(rng: random.Random, verb: Verb) -> G.Subject:
 def other_clause(rng: random.Random, main: G.Clause, verb: Verb, tense: str, **kwargs) -> G.Clause:
     """A clause about someone the main subject has (*sein Sohn*), never one of the main clause's objects,
     and whose own objects are not that person's relatives (no *while his son dances with his father*)."""
-    exclude = [np.noun.de for np in main.objects]
+    # German and English words: "mit ihrer Freundin, während ihr Freund" is "her friend ... her friend"
+    exclude = [word for np in main.objects for word in (np.noun.de, np.noun.en)]
     sub = complete_clause(rng, possessed_subject(rng, main.subject, verb, exclude), verb, tense, **kwargs)
     if any(np.det == "poss" and np.noun.has("kin", "parent", "baby", "person") for np in sub.objects):
         raise Retry
@@ -828,6 +830,8 @@ def _because_reason(rng: random.Random) -> G.SentencePair:
     np = sample_subject_np(rng, verb)
     if np.det == "gen" and reason.person:
         raise Retry
+    if np.adj is not None and np.adj.key == reason.adjective:
+        raise Retry  # "die müde Musikerin macht eine Pause, weil sie müde ist" says it twice
     clause = complete_clause(rng, G.Subject((np,)), verb, "present", place_p=0.5)
     if not _reason_fits(reason, clause):
         raise Retry
@@ -1002,7 +1006,7 @@ def _modal(rng: random.Random, *, negated: bool = False) -> G.SentencePair:
     if negated and any(np.det in ("indef", "num") for np in clause.objects):
         raise Retry  # "will keinen Apfel essen" would need kein, not nicht
     front = None
-    if not negated and clause.place is None and rng.random() < 0.3:
+    if not negated and modal != "können" and clause.place is None and rng.random() < 0.3:
         options = [t for t in TIME_ADVERBIALS if time_fits(t, clause)]
         if options:
             front = G.realise_time(rng.choices(options, [t.weight for t in options])[0])
