@@ -39,6 +39,10 @@ class Noun:
     where: frozenset[str] = frozenset()
     oblique: str | None = None
     en_article: str | None = None  # English article for bare German nouns: "spielt Gitarre" -> "the guitar"
+    #: adjective key -> (English adjective, English noun) where the pair is an idiom: *heißer Kakao* is "hot
+    #: chocolate" (not "hot hot chocolate"), *kalter Kakao* "cold cocoa"
+    idioms: tuple[tuple[str, tuple[str, str]], ...] = ()
+    genitive: str | None = None  # genitive singular, for nouns that can own things: *des Mannes*, *der Frau*
 
     @property
     def key(self) -> str:
@@ -60,6 +64,10 @@ class Noun:
         if case in ("acc", "dat") and self.oblique:
             return self.oblique
         return self.de
+
+    def idiom(self, adjective_key: str) -> tuple[str, str] | None:
+        """(English adjective, English noun) when this noun and adjective form an idiom, else None."""
+        return dict(self.idioms).get(adjective_key)
 
     def english(self, plural: bool) -> str:
         if plural:
@@ -85,11 +93,11 @@ _PLACE_GROUPS = {"NATURE": _NATURE, "HOME": _HOME, "FARM": "farm field meadow"}
 
 # German  gender plural | English singular / plural | tags (k=v flags: where=a,b  oblique=Form  article=the)
 _NOUN_TABLE = """
-Mann m Männer | man / men | person adult male common
-Frau f Frauen | woman / women | person adult female common
-Junge m Jungen | boy / boys | person child male common oblique=Jungen
-Mädchen n Mädchen | girl / girls | person child girl common
-Kind n Kinder | child / children | person child common
+Mann m Männer | man / men | person adult male common gen=Mannes
+Frau f Frauen | woman / women | person adult female common gen=Frau
+Junge m Jungen | boy / boys | person child male common oblique=Jungen gen=Jungen
+Mädchen n Mädchen | girl / girls | person child girl common gen=Mädchens
+Kind n Kinder | child / children | person child common generic
 Baby n Babys | baby / babies | person baby holdable where=HOME,park,beach,sun,grass
 Mutter f Mütter | mother / mothers | person adult female parent
 Vater m Väter | father / fathers | person adult male parent
@@ -104,14 +112,14 @@ Großvater m Großväter | grandfather / grandfathers | person old male kin gran
 Großmutter f Großmütter | grandmother / grandmothers | person old female kin grandparent
 Freund m Freunde | friend / friends | person adult male kin friend
 Freundin f Freundinnen | friend / friends | person adult female kin friend
-Polizist m Polizisten | police officer / police officers | person adult male job oblique=Polizisten
+Polizist m Polizisten | police officer / police officers | person adult male job oblique=Polizisten gen=Polizisten
 Koch m Köche | cook / cooks | person adult male job
 Köchin f Köchinnen | cook / cooks | person adult female job
-Lehrer m Lehrer | teacher / teachers | person adult male job
-Lehrerin f Lehrerinnen | teacher / teachers | person adult female job
-Bauer m Bauern | farmer / farmers | person adult male job oblique=Bauern
-Bäuerin f Bäuerinnen | farmer / farmers | person adult female job
-Fischer m Fischer | fisherman / fishermen | person adult male job
+Lehrer m Lehrer | teacher / teachers | person adult male job gen=Lehrers
+Lehrerin f Lehrerinnen | teacher / teachers | person adult female job gen=Lehrerin
+Bauer m Bauern | farmer / farmers | person adult male job oblique=Bauern gen=Bauern
+Bäuerin f Bäuerinnen | farmer / farmers | person adult female job gen=Bäuerin
+Fischer m Fischer | fisherman / fishermen | person adult male job gen=Fischers
 Verkäufer m Verkäufer | vendor / vendors | person adult male job seller
 Verkäuferin f Verkäuferinnen | vendor / vendors | person adult female job seller
 Musiker m Musiker | musician / musicians | person adult male job artiste
@@ -124,11 +132,13 @@ Künstler m Künstler | artist / artists | person adult male job painter
 Künstlerin f Künstlerinnen | artist / artists | person adult female job painter
 Arbeiter m Arbeiter | worker / workers | person adult male job worker
 Radfahrer m Radfahrer | cyclist / cyclists | person adult male
-Tourist m Touristen | tourist / tourists | person adult male oblique=Touristen
-Touristin f Touristinnen | tourist / tourists | person adult female
+Tourist m Touristen | tourist / tourists | person adult male oblique=Touristen gen=Touristen
+Touristin f Touristinnen | tourist / tourists | person adult female gen=Touristin
 Student m Studenten | student / students | person adult male oblique=Studenten
 Studentin f Studentinnen | student / students | person adult female
 Clown m Clowns | clown / clowns | person adult male artiste
+Nachbar m Nachbarn | neighbor / neighbors | person adult male owneronly oblique=Nachbarn gen=Nachbarn
+Nachbarin f Nachbarinnen | neighbor / neighbors | person adult female owneronly gen=Nachbarin
 Hund m Hunde | dog / dogs | animal dog pet common where=NATURE,HOME,street,sidewalk
 Welpe m Welpen | puppy / puppies | animal dog pet young oblique=Welpen where=NATURE,HOME
 Katze f Katzen | cat / cats | animal cat pet where=HOME,garden,sun,grass,tree,meadow
@@ -142,11 +152,11 @@ Affe m Affen | monkey / monkeys | animal zooanimal where=zoo,tree oblique=Affen
 Elefant m Elefanten | elephant / elephants | animal zooanimal big where=zoo oblique=Elefanten
 Bär m Bären | bear / bears | animal zooanimal big where=zoo,forest,river oblique=Bären
 Löwe m Löwen | lion / lions | animal zooanimal big where=zoo oblique=Löwen
-Vogel m Vögel | bird / birds | animal bird where=NATURE,tree,window,bridge,across
-Ente f Enten | duck / ducks | animal bird waterbird where=lake,river,park,meadow,water,across
-Schwan m Schwäne | swan / swans | animal bird waterbird where=lake,river,water,across
+Vogel m Vögel | bird / birds | animal bird where=NATURE,tree,window,bridge,sky
+Ente f Enten | duck / ducks | animal bird waterbird where=lake,river,park,meadow,water,sky
+Schwan m Schwäne | swan / swans | animal bird waterbird where=lake,river,water,sky
 Taube f Tauben | pigeon / pigeons | animal bird where=park,street,sidewalk,market,bridge
-Möwe f Möwen | seagull / seagulls | animal bird where=beach,sea,water,across
+Möwe f Möwen | seagull / seagulls | animal bird where=beach,sea,water,sky
 Eichhörnchen n Eichhörnchen | squirrel / squirrels | animal smallanimal where=park,garden,forest,tree,grass
 Maus f Mäuse | mouse / mice | animal smallanimal where=HOME,field,meadow,garden
 Fisch m Fische | fish / fish | animal fish where=water,waterside,boat,lake,river,sea
@@ -160,7 +170,7 @@ Pilz m Pilze | mushroom / mushrooms | thing food collectable where=forest,meadow
 Drachen m Drachen | kite / kites | thing kite colourful where=beach,meadow,field,park
 Luftballon m Luftballons | balloon / balloons | thing holdable colourful sellable flyerable
 Puppe f Puppen | doll / dolls | thing toy holdable
-Teddybär m Teddybären | teddy bear / teddy bears | thing toy holdable huggable oblique=Teddybären
+Teddybär m Teddybären | teddy bear / teddy bears | thing toy holdable huggable childonly oblique=Teddybären
 Buch n Bücher | book / books | thing readable holdable showable
 Zeitung f Zeitungen | newspaper / newspapers | thing readable holdable sellable
 Zeitschrift f Zeitschriften | magazine / magazines | thing readable holdable
@@ -175,17 +185,17 @@ Banane f Bananen | banana / bananas | thing food fruit buyable sellable monkeyfo
 Orange f Orangen | orange / oranges | thing food fruit buyable sellable cuttable
 Karotte f Karotten | carrot / carrots | thing food vegetable buyable sellable horsefood cuttable
 Eis n - | ice cream / - | thing food sweet buyable sellable giveable mass countsg
-Sandwich n Sandwiches | sandwich / sandwiches | thing food buyable
+Sandwich n Sandwiches | sandwich / sandwiches | thing food buyable preparable
 Pizza f Pizzas | pizza / pizzas | thing food bakeable buyable cuttable
 Kuchen m Kuchen | cake / cakes | thing food sweet bakeable cuttable
 Brot n Brote | loaf of bread / loaves of bread | thing bakeable buyable
-Suppe f - | soup / - | thing food cookable mass countsg
+Suppe f - | soup / - | thing food cookable preparable mass countsg
 Knochen m Knochen | bone / bones | thing dogfood
 Tee m - | tea / - | thing drink mass
-Kaffee m - | coffee / - | thing drink mass
+Kaffee m - | coffee / - | thing drink mass adultonly
 Wasser n - | water / - | thing drink mass animaldrink
 Saft m - | juice / - | thing drink mass
-Milch f - | milk / - | thing drink mass animaldrink
+Milch f - | milk / - | thing drink mass
 Limonade f - | lemonade / - | thing drink mass
 Gras n - | grass / - | thing fodder mass
 Heu n - | hay / - | thing fodder mass
@@ -202,28 +212,31 @@ Geige f Geigen | violin / violins | instrument thing holdable article=the
 Klavier n Klaviere | piano / pianos | instrument thing bigthing article=the where=stage,livingroom,home,school
 Trommel f Trommeln | drum / drums | instrument thing holdable article=the
 Flöte f Flöten | flute / flutes | instrument thing holdable article=the
-Hut m Hüte | hat / hats | thing clothing colourful sellable
-Mütze f Mützen | cap / caps | thing clothing colourful
+Hut m Hüte | hat / hats | thing clothing headwear colourful sellable
+Mütze f Mützen | cap / caps | thing clothing headwear colourful
 Jacke f Jacken | jacket / jackets | thing clothing colourful
 Mantel m Mäntel | coat / coats | thing clothing colourful
 Kleid n Kleider | dress / dresses | thing clothing colourful longable forfemale
 Hemd n Hemden | shirt / shirts | thing clothing colourful
 Schal m Schals | scarf / scarves | thing clothing colourful longable
-Helm m Helme | helmet / helmets | thing clothing colourful
+Helm m Helme | helmet / helmets | thing clothing headwear colourful
 Rucksack m Rucksäcke | backpack / backpacks | thing bag colourful carryable
 Tasche f Taschen | bag / bags | thing bag colourful carryable holdable
 Koffer m Koffer | suitcase / suitcases | thing bag carryable
 Regenschirm m Regenschirme | umbrella / umbrellas | thing holdable colourful carryable
 Kiste f Kisten | box / boxes | thing carryable openable
 Geschenk n Geschenke | present / presents | thing openable giveable holdable
-Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable colourful flyerable
+Blume f Blumen | flower / flowers | thing flower holdable pickable buyable sellable drawable plantable
+    colourful flyerable
 Baum m Bäume | tree / trees | thing tree climbable plantable drawable where=park,garden,forest,meadow,field
 Fahrrad n Fahrräder | bicycle / bicycles | thing vehicle bike pushable fixable washable colourful
+    where=NATURE,street,sidewalk,station,market,garage
 Auto n Autos | car / cars | thing vehicle car drivable fixable washable drawable colourful
+    where=street,garage,garden,field,farm,table,livingroom
 Bus m Busse | bus / buses | thing vehicle boardable drivable where=street,busstop,station
 Zug m Züge | train / trains | thing vehicle boardable where=station
 Traktor m Traktoren | tractor / tractors | thing vehicle drivable fixable where=field,farm
-Motorrad n Motorräder | motorcycle / motorcycles | thing vehicle drivable fixable washable
+Motorrad n Motorräder | motorcycle / motorcycles | thing vehicle rideable fixable washable
 Schlitten m Schlitten | sled / sleds | thing pullable where=snow
 Kinderwagen m Kinderwagen | stroller / strollers | thing pushable where=park,street,sidewalk,market
 Einkaufswagen m Einkaufswagen | shopping cart / shopping carts | thing pushable where=supermarket
@@ -248,8 +261,8 @@ Hausaufgaben pl - | homework / - | chore2 mass plural_de
 Kellner m Kellner | waiter / waiters | person adult male job
 Kellnerin f Kellnerinnen | waitress / waitresses | person adult female job
 Fotograf m Fotografen | photographer / photographers | person adult male job oblique=Fotografen
-Gärtner m Gärtner | gardener / gardeners | person adult male job worker
-Gärtnerin f Gärtnerinnen | gardener / gardeners | person adult female job worker
+Gärtner m Gärtner | gardener / gardeners | person adult male job worker gen=Gärtners
+Gärtnerin f Gärtnerinnen | gardener / gardeners | person adult female job worker gen=Gärtnerin
 Bäcker m Bäcker | baker / bakers | person adult male job
 Mechaniker m Mechaniker | mechanic / mechanics | person adult male job worker
 Läufer m Läufer | runner / runners | person adult male sporty
@@ -284,10 +297,10 @@ Tomate f Tomaten | tomato / tomatoes | thing food vegetable buyable sellable cut
 Kartoffel f Kartoffeln | potato / potatoes | thing food vegetable buyable sellable cuttable
 Brezel f Brezeln | pretzel / pretzels | thing food buyable sellable bakeable
 Hamburger m Hamburger | hamburger / hamburgers | thing food buyable grillable
-Salat m Salate | salad / salads | thing food cuttable
+Salat m Salate | salad / salads | thing food preparable
 Pfannkuchen m Pfannkuchen | pancake / pancakes | thing food sweet bakeable
-Kakao m - | hot chocolate / - | thing drink mass
-Stiefel m Stiefel | boot / boots | thing clothing colourful
+Kakao m - | hot chocolate / - | thing drink mass idiom=heiß:hot_chocolate,kalt:cold_cocoa
+Stiefel m Stiefel | boot / boots | thing clothing colourful pairnoun
 Pullover m Pullover | sweater / sweaters | thing clothing colourful
 Rock m Röcke | skirt / skirts | thing clothing colourful forfemale
 Krawatte f Krawatten | tie / ties | thing clothing colourful
@@ -316,9 +329,20 @@ Lied n Lieder | song / songs | thing song
 Rasen m Rasen | lawn / lawns | thing mowable where=garden,park
 Boden m Böden | floor / floors | thing sweepable
 Fahrkarte f Fahrkarten | ticket / tickets | thing buyable where=station,busstop
-Fangen n - | tag / - | game mass where=park,playground,garden,meadow,beach,grass
-Verstecken n - | hide-and-seek / - | game mass where=park,playground,garden,forest,livingroom,home
+Fangen n - | tag / - | game groupgame mass where=park,playground,garden,meadow,beach,grass
+Verstecken n - | hide-and-seek / - | game groupgame mass where=park,playground,garden,forest,livingroom,home
 """
+
+
+def _rows(table: str) -> list[str]:
+    """The rows of a table; an indented line continues the row above it (long tag lists)."""
+    rows: list[str] = []
+    for line in table.strip().splitlines():
+        if line[:1].isspace() and rows:
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
+    return rows
 
 
 def _expand_where(value: str) -> frozenset[str]:
@@ -330,7 +354,7 @@ def _expand_where(value: str) -> frozenset[str]:
 
 def _parse_nouns(table: str) -> dict[str, Noun]:
     nouns: dict[str, Noun] = {}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         german, english, tag_text = (part.strip() for part in line.split("|"))
         de, gender, de_pl = german.split()
         en, en_pl = (w.strip() for w in english.split("/"))
@@ -353,6 +377,13 @@ def _parse_nouns(table: str) -> dict[str, Noun]:
             where=_expand_where(flags["where"]) if "where" in flags else frozenset(),
             oblique=flags.get("oblique"),
             en_article=flags.get("article"),
+            idioms=tuple(
+                (adj, tuple(words.split("_", 1)))  # type: ignore[misc]
+                for adj, words in (item.split(":") for item in flags["idiom"].split(","))
+            )
+            if "idiom" in flags
+            else (),
+            genitive=flags.get("gen"),
         )
     return nouns
 
@@ -390,54 +421,59 @@ class Adjective:
 
 # base (stem) | English (tag:word ..., * default) | applies to tags | -excluded tags
 _ADJECTIVE_TABLE = """
-klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing -building -sandcastle
-groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small -smallanimal -young -kin -baby -group -bird -fish -parent
-alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal -parent -Student -Studentin
+klein | *:little thing:small | child baby animal ball toy bag picture photo tree flower kite Luftballon
+    Geschenk Kiste Loch Turm Sandburg Schneemann Stein Stock Muschel Kuchen Pizza Auto Fahrrad Hut Eimer Zimmer
+    Haus | -big -room -readable -story -mass -sun -drink -fodder -music -laundry -Zug -day -view -bigthing
+    -building -sandcastle
+groß | person:tall *:big | adult animal ball dog vehicle tree building bag kite Kiste room | -small
+    -smallanimal -young -kin -baby -group -bird -fish -parent
+alt | *:old | adult animal car tree bike building | -young -old -kin -job -bird -fish -group -smallanimal
+    -parent -Student -Studentin
 jung | *:young | adult | -old -young -kin -job
-älter | *:elderly | adult | -kin -job -group -young -parent -Student -Studentin
+älter | *:elderly | adult | -kin -job -group -young -old -parent -Student -Studentin
 hübsch | *:pretty | girl female | -old -kin -job -group
 glücklich | *:happy | person dog | -kin -group -baby
 fröhlich | *:cheerful | person | -kin -baby -group
 müde | *:tired | person dog horse | -kin
 hungrig | *:hungry | animal baby | -fish
-nass | *:wet | dog | 
-schnell | *:fast | dog horse car motorcycle | 
-braun | *:brown | dog horse cat bag Hut Mantel Kuh | 
-schwarz | *:black | dog horse cat clothing bag car bike umbrella | 
-weiß | *:white | dog horse cat clothing car bike Haus Schaf | 
+nass | *:wet | dog |
+schnell | *:fast | dog horse car motorcycle |
+braun | *:brown | dog horse cat bag Hut Mantel Kuh |
+schwarz | *:black | dog horse cat clothing bag car bike umbrella |
+weiß | *:white | dog horse cat clothing car bike Haus Schaf |
 grau | *:gray | cat dog horse Mantel Hut car | -young
-rot | *:red | ball clothing car bike bag Regenschirm flower kite Luftballon Tür | 
-blau | *:blue | ball clothing car bike bag Regenschirm flower kite Luftballon Tür | 
-grün | *:green | ball clothing car bike bag Regenschirm kite Luftballon Tür Traktor | 
-gelb | *:yellow | ball clothing car bike bag Regenschirm flower kite Luftballon | 
+rot | *:red | ball clothing car bike bag Regenschirm flower kite Luftballon Tür |
+blau | *:blue | ball clothing car bike bag Regenschirm flower kite Luftballon Tür |
+grün | *:green | ball clothing car bike bag Regenschirm kite Luftballon Tür Traktor |
+gelb | *:yellow | ball clothing car bike bag Regenschirm flower kite Luftballon |
 bunt | *:colorful | kite Luftballon clothing Regenschirm | Helm
-neu | *:new | clothing bag car bike Buch Puppe | 
-lang | *:long | longable Brief | 
+neu | *:new | clothing bag car bike Buch Puppe |
+lang | *:long | longable Brief |
 frisch | *:fresh | fruit Brot vegetable | -mass
 heiß | *:hot | drink Suppe | Saft Limonade Wasser
 kalt | *:cold | drink | Tee Kaffee
-rund | *:round | ball | 
-dick | *:thick | Buch | 
-schön | *:beautiful | day view flower picture Kleid Haus | 
-sonnig | *:sunny | day | 
-warm | *:warm | day Mantel Jacke | 
-schwer | *:heavy | bag Kiste | 
-dunkel | *:dark | Mantel Anzug Hut Pullover | 
-teuer | *:expensive | car bike Kamera Handy Laptop Uhr Kleid | 
-lustig | *:funny | Hut Clown | 
+rund | *:round | ball |
+dick | *:thick | Buch |
+schön | *:beautiful | day view flower picture Kleid Haus |
+sonnig | *:sunny | day |
+warm | *:warm | day Mantel Jacke |
+schwer | *:heavy | bag Kiste |
+dunkel | *:dark | Mantel Anzug Hut Pullover |
+teuer | *:expensive | car bike Kamera Handy Laptop Uhr Kleid |
+lustig | *:funny | Hut Clown |
 freundlich | *:friendly | adult dog | -kin -group
-stolz | *:proud | parent | 
+stolz | *:proud | parent |
 leer | *:empty | vessel | -Korb
-sauber | *:clean | clothing car | 
-schmutzig | *:dirty | dog clothing car Stiefel | 
-süß | *:cute | Welpe Baby Hase Katze Schwein | 
-winzig | *:tiny | smallanimal bird | 
-riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm | 
-silbern | *:silver | car Fahrrad Motorrad | 
+sauber | *:clean | clothing car |
+schmutzig | *:dirty | dog clothing car Stiefel |
+süß | *:cute | Welpe Baby Hase Katze Schwein |
+winzig | *:tiny | smallanimal bird |
+riesig | *:huge | Elefant Giraffe Sandburg Schneemann Turm |
+silbern | *:silver | car Fahrrad Motorrad |
 bärtig | *:bearded | male | -child -kin -young -Junge -Teenager
 blond | *:blond | female girl Junge Teenager | -kin -old
 sportlich | *:athletic | adult | -kin -old -job -group
-stark | *:strong | Mann Pferd Arbeiter Feuerwehrmann | 
+stark | *:strong | Mann Pferd Arbeiter Feuerwehrmann |
 """
 
 
@@ -447,7 +483,7 @@ _STEMS = {"dunkel": "dunkl", "teuer": "teur"}
 
 def _parse_adjectives(table: str) -> dict[str, Adjective]:
     adjectives: dict[str, Adjective] = {}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         base, english, applies, excludes = (part.strip() for part in line.split("|"))
         en = tuple(tuple(item.split(":", 1)) for item in english.split())
         adjectives[base] = Adjective(
@@ -507,8 +543,8 @@ loc | auf Straße | on | street outdoor
 loc | auf Bürgersteig | on | sidewalk outdoor
 loc | auf Markt | at | market outdoor
 loc | in Supermarkt | at | supermarket indoor
-loc | in Küche | in | kitchen indoor home
-loc | in Wohnzimmer | in | livingroom indoor home
+loc | in Küche | in | kitchen indoor
+loc | in Wohnzimmer | in | livingroom indoor
 loc | auf Bühne | on | stage
 loc | in Schnee | in | snow outdoor
 loc | in Sand | in | sand outdoor
@@ -562,6 +598,12 @@ dir | durch Park | through | through park
 dir | durch Wald | through | through forest
 dir | durch Schnee | through | through snow
 dir | auf Bühne | onto | onto stage
+dir | über Brücke | over | flyover sky bridge
+dir | über Wiese | over | flyover sky meadow
+dir | über See | over | flyover sky lake
+dir | über Park | over | flyover sky park
+dir | über Strand | over | flyover sky beach
+dir | über Meer | over | flyover sky sea
 goal | zu Strand | to | goal beach
 goal | zu Bahnhof | to | goal station city
 goal | zu Haltestelle | to | goal busstop city
@@ -625,7 +667,7 @@ PLACE_NOUNS: dict[str, Noun] = _parse_nouns(_PLACE_NOUNS)
 
 def _parse_places(table: str) -> dict[str, list[Place]]:
     places: dict[str, list[Place]] = {"loc": [], "dir": [], "goal": []}
-    for line in table.strip().splitlines():
+    for line in _rows(table):
         kind, german, en_prep, tags = (part.strip() for part in line.split("|"))
         tag_set = frozenset(tags.split())
         if kind == "fixed":
@@ -664,8 +706,13 @@ PLACES: dict[str, list[Place]] = _parse_places(_PLACE_TABLE)
 
 @dataclass(frozen=True)
 class TimeAdverbial:
+    """A time adverbial; ``morning``: breakfast may happen then (*frühstückt* takes no other time)."""
+
     pieces: tuple[tuple[str, str], ...]  # (German words, English words) aligned blocks
     subject_tags: frozenset[str] = frozenset()  # empty: any subject
+    weight: int = 2  # relative frequency: captions rarely say "today" or "on the weekend"
+    morning: bool = False
+    verb_excludes: frozenset[str] = frozenset()  # verb keys that make no sense with it
 
     @property
     def key(self) -> str:
@@ -673,13 +720,16 @@ class TimeAdverbial:
 
 
 TIME_ADVERBIALS: tuple[TimeAdverbial, ...] = (
-    TimeAdverbial((("am", "in the"), ("Morgen", "morning"))),
-    TimeAdverbial((("am", "in the"), ("Nachmittag", "afternoon"))),
-    TimeAdverbial((("am", "in the"), ("Abend", "evening"))),
-    TimeAdverbial((("heute", "today"),)),
-    TimeAdverbial((("am", "on the"), ("Wochenende", "weekend"))),
-    TimeAdverbial((("an einem", "on a"), ("sonnigen", "sunny"), ("Tag", "day"))),
-    TimeAdverbial((("nach der", "after"), ("Schule", "school")), frozenset({"child"})),
+    TimeAdverbial((("am", "in the"), ("Morgen", "morning")), weight=3, morning=True),
+    TimeAdverbial((("früh", "early in the"), ("morgens", "morning")), weight=1, morning=True),
+    TimeAdverbial((("am", "in the"), ("Nachmittag", "afternoon")), weight=3),
+    TimeAdverbial((("am", "in the"), ("Abend", "evening")), weight=3),
+    TimeAdverbial((("heute", "today"),), weight=1),
+    TimeAdverbial((("am", "on the"), ("Wochenende", "weekend")), weight=1),
+    TimeAdverbial((("an einem", "on a"), ("sonnigen", "sunny"), ("Tag", "day")), weight=2),
+    TimeAdverbial((("im", "in the"), ("Sommer", "summer")), weight=1, verb_excludes=frozenset({"Ski", "rutschen"})),
+    TimeAdverbial((("nach der", "after"), ("Schule", "school")), frozenset({"child"}), weight=2),
+    TimeAdverbial((("nach dem", "after"), ("Frühstück", "breakfast")), frozenset({"person"}), weight=1),
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -705,6 +755,9 @@ class Slot:
     after_place: bool = False
     distributive: bool = False  # a plural subject gets a plural object: "Zwei Männer tragen Hüte"
     en_to: bool = False  # English puts this complement last with "to": "reads a book to her son"
+    excludes: frozenset[str] = (
+        frozenset()
+    )  # nouns with one of these tags never fill the slot (hats are not "angezogen")
 
 
 @dataclass(frozen=True)
@@ -733,6 +786,152 @@ class Verb:
     perfect: bool = True
     roles: frozenset[str] = frozenset()
     subject_excludes: frozenset[str] = frozenset()
+
+    def _english(self, index: int) -> str:
+        first, *rest = self.en_ing.split()
+        return " ".join([ENGLISH_VERB[first][index], *rest])
+
+    @property
+    def en_base(self) -> str:
+        """The bare infinitive after a modal: *can ride*, *wants to take a picture of*."""
+        return self._english(0)
+
+    @property
+    def en_past(self) -> str:
+        """The simple past, English's usual tense for a finished activity that German puts in the perfect."""
+        return self._english(1)
+
+    def en_present(self, plural: bool) -> str:
+        """The simple present (habits, *when* clauses): *plays* / *play*."""
+        first, *rest = self.en_base.split()
+        return " ".join([first if plural else english_third_person(first), *rest])
+
+    @property
+    def de_infinitive(self) -> list[str]:
+        """The infinitive at the end of a modal clause: *einsteigen* (joined), *spazieren gehen* (apart)."""
+        if self.particle and not self.particle_apart:
+            return [self.particle + self.de3pl]
+        return [*self.participle.split()[:-1], self.de3pl] if self.particle_apart else [self.de3pl]
+
+
+#: English base form and simple past of the first word of each -ing form (the rest of the phrase stays:
+#: "taking a picture of" -> "take a picture of" / "took a picture of"). Written out, not derived by rule,
+#: because English doubles consonants and drops e's irregularly (running -> run, dancing -> dance).
+ENGLISH_VERB: dict[str, tuple[str, str]] = {
+    ing: (base, past)
+    for ing, base, past in (
+        entry.split(":")
+        for entry in [
+            "baking:bake:baked",
+            "barking:bark:barked",
+            "brushing:brush:brushed",
+            "building:build:built",
+            "buying:buy:bought",
+            "carrying:carry:carried",
+            "catching:catch:caught",
+            "chasing:chase:chased",
+            "cheering:cheer:cheered",
+            "clapping:clap:clapped",
+            "cleaning:clean:cleaned",
+            "climbing:climb:climbed",
+            "collecting:collect:collected",
+            "cooking:cook:cooked",
+            "crying:cry:cried",
+            "cutting:cut:cut",
+            "dancing:dance:danced",
+            "digging:dig:dug",
+            "diving:dive:dived",
+            "doing:do:did",
+            "drawing:draw:drew",
+            "drinking:drink:drank",
+            "driving:drive:drove",
+            "eating:eat:ate",
+            "enjoying:enjoy:enjoyed",
+            "feeding:feed:fed",
+            "filling:fill:filled",
+            "fishing:fish:fished",
+            "fixing:fix:fixed",
+            "flying:fly:flew",
+            "getting:get:got",
+            "giving:give:gave",
+            "grazing:graze:grazed",
+            "grilling:grill:grilled",
+            "handing:hand:handed",
+            "hanging:hang:hung",
+            "having:have:had",
+            "helping:help:helped",
+            "hiking:hike:hiked",
+            "holding:hold:held",
+            "hugging:hug:hugged",
+            "jogging:jog:jogged",
+            "jumping:jump:jumped",
+            "laughing:laugh:laughed",
+            "listening:listen:listened",
+            "looking:look:looked",
+            "mowing:mow:mowed",
+            "opening:open:opened",
+            "paddling:paddle:paddled",
+            "painting:paint:painted",
+            "petting:pet:petted",
+            "picking:pick:picked",
+            "planting:plant:planted",
+            "playing:play:played",
+            "preparing:prepare:prepared",
+            "pulling:pull:pulled",
+            "pushing:push:pushed",
+            "putting:put:put",
+            "reading:read:read",
+            "riding:ride:rode",
+            "rowing:row:rowed",
+            "running:run:ran",
+            "sailing:sail:sailed",
+            "scoring:score:scored",
+            "selling:sell:sold",
+            "shopping:shop:shopped",
+            "showing:show:showed",
+            "singing:sing:sang",
+            "sitting:sit:sat",
+            "skateboarding:skateboard:skateboarded",
+            "skiing:ski:skied",
+            "sleeping:sleep:slept",
+            "sliding:slide:slid",
+            "smiling:smile:smiled",
+            "standing:stand:stood",
+            "studying:study:studied",
+            "surfing:surf:surfed",
+            "sweeping:sweep:swept",
+            "swimming:swim:swam",
+            "swinging:swing:swung",
+            "taking:take:took",
+            "talking:talk:talked",
+            "telling:tell:told",
+            "throwing:throw:threw",
+            "tidying:tidy:tidied",
+            "visiting:visit:visited",
+            "waiting:wait:waited",
+            "walking:walk:walked",
+            "washing:wash:washed",
+            "watching:watch:watched",
+            "watering:water:watered",
+            "waving:wave:waved",
+            "wearing:wear:wore",
+            "whistling:whistle:whistled",
+            "working:work:worked",
+            "writing:write:wrote",
+        ]
+    )
+}
+
+
+def english_third_person(base: str) -> str:
+    """*plays*, *watches*, *carries*, *does*, *has*: the simple present after he/she/it."""
+    if base == "have":
+        return "has"
+    if base.endswith(("s", "sh", "ch", "x", "o")):
+        return base + "es"
+    if base.endswith("y") and base[-2:-1] not in "aeiou":
+        return base[:-1] + "ies"
+    return base + "s"
 
 
 def _t(text: str) -> frozenset[str]:
@@ -805,7 +1004,6 @@ VERBS: tuple[Verb, ...] = (
         "geht gehen gegangen sein",
         "walking / walked",
         "adult child",
-        places="park forest beach street sidewalk",
         dirs="across through goal",
         not_subject="group",
         roles="needplace",
@@ -916,7 +1114,7 @@ VERBS: tuple[Verb, ...] = (
         roles="manner",
     ),
     _verb("pfeifen", "pfeift pfeifen gepfiffen haben", "whistling / whistled", "adult", perfect=False, roles="manner"),
-    _verb("weinen", "weint weinen geweint haben", "crying / cried", "child baby", perfect=False),
+    _verb("weinen", "weint weinen geweint haben", "crying / cried", "child baby", perfect=False, roles="sad"),
     _verb(
         "bellen",
         "bellt bellen gebellt haben",
@@ -925,7 +1123,7 @@ VERBS: tuple[Verb, ...] = (
         places="garden park street beach window",
         perfect=False,
     ),
-    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="across acrosswater", perfect=True),
+    _verb("fliegen", "fliegt fliegen geflogen sein", "flying / flown", "bird", dirs="flyover", not_subject="Huhn"),
     _verb(
         "grasen",
         "grast grasen gegrast haben",
@@ -977,7 +1175,7 @@ VERBS: tuple[Verb, ...] = (
         "having breakfast / had breakfast",
         "person",
         places="kitchen garden restaurant outdoors table",
-        roles="while calm",
+        roles="while calm morning",
         not_subject="baby",
     ),
     _verb(
@@ -1172,8 +1370,8 @@ VERBS: tuple[Verb, ...] = (
         roles="while calm",
     ),
     _verb(
-        "malen",
-        "malt malen gemalt haben",
+        "streichen",
+        "streicht streichen gestrichen haben",
         "painting / painted",
         "adult",
         slots=(Slot("acc", _t("paintable"), dets=("def", "poss")),),
@@ -1382,6 +1580,16 @@ VERBS: tuple[Verb, ...] = (
         not_subject="group",
     ),
     _verb(
+        "fahren_Motorrad",
+        "fährt fahren gefahren haben",
+        "riding / rode",
+        "adult",
+        slots=(Slot("acc", _t("rideable"), dets=("indef", "def", "poss")),),
+        places="street field",
+        roles="while sg",
+        not_subject="group",
+    ),
+    _verb(
         "reparieren",
         "repariert reparieren repariert haben",
         "fixing / fixed",
@@ -1499,7 +1707,7 @@ VERBS: tuple[Verb, ...] = (
         "adult child",
         slots=(Slot("acc", _t("instrument"), dets=("bare",)),),
         places="stage livingroom park street station outdoors",
-        roles="show while",
+        roles="show while sg",
     ),
     _verb(
         "spielen_mit",
@@ -1668,7 +1876,35 @@ VERBS: tuple[Verb, ...] = (
         "putting on / put on",
         "adult child",
         particle="an",
-        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True),),
+        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True, excludes=_t("headwear")),),
+        roles="while",
+    ),
+    _verb(
+        "aufsetzen",
+        "setzt setzen aufgesetzt haben",
+        "putting on / put on",
+        "adult child",
+        particle="auf",
+        slots=(Slot("acc", _t("headwear"), dets=("poss", "def"), distributive=True),),
+        roles="while",
+    ),
+    _verb(
+        "abnehmen",
+        "nimmt nehmen abgenommen haben",
+        "taking off / taken off",
+        "adult child",
+        particle="ab",
+        slots=(Slot("acc", _t("headwear"), dets=("poss", "def"), distributive=True),),
+        roles="while",
+    ),
+    _verb(
+        "zubereiten",
+        "bereitet bereiten zubereitet haben",
+        "preparing / prepared",
+        "adult",
+        particle="zu",
+        slots=(Slot("acc", _t("preparable"), dets=("indef", "def")),),
+        places="kitchen home restaurant table",
         roles="while",
     ),
     _verb(
@@ -1677,7 +1913,7 @@ VERBS: tuple[Verb, ...] = (
         "taking off / taken off",
         "adult child",
         particle="aus",
-        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True),),
+        slots=(Slot("acc", _t("clothing"), dets=("poss", "def"), distributive=True, excludes=_t("headwear")),),
         roles="while",
     ),
     _verb(
@@ -1714,7 +1950,7 @@ VERBS: tuple[Verb, ...] = (
         "picking up / picked up",
         "adult",
         particle="ab",
-        slots=(Slot("acc", _t("child kin"), dets=("poss",)),),
+        slots=(Slot("acc", _t("child"), dets=("poss",)),),
         places="school station busstop",
         roles="while",
     ),
@@ -1957,5 +2193,124 @@ VERBS_BY_KEY: dict[str, Verb] = {verb.key: verb for verb in VERBS}
 
 # A noun used for mountains as climbing objects ("klettert auf einen Berg" -> "is climbing a mountain").
 NOUNS["Berg"] = Noun("Berg", "m", "Berge", "mountain", "mountains", _t("thing mountainslot"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Modal verbs (the infinitive goes to the end: "will auf einen Baum klettern" -> "wants to climb a tree")
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Modal:
+    """A modal verb: German finite forms and the English words for singular/plural subjects.
+
+    ``en_neg``: the negated English, each word tagged ``m`` (translates the modal), ``n`` (translates
+    *nicht*) or ``b`` (both): *will nicht* → ``does:m not:n want:m to:m``, *kann nicht* → ``cannot:b``.
+    """
+
+    key: str
+    de3sg: str
+    de3pl: str
+    en_sg: str
+    en_pl: str
+    en_neg_sg: str = ""
+    en_neg_pl: str = ""
+
+
+MODALS: dict[str, Modal] = {
+    "wollen": Modal(
+        "wollen", "will", "wollen", "wants to", "want to", "does:m not:n want:m to:m", "do:m not:n want:m to:m"
+    ),
+    "möchten": Modal("möchten", "möchte", "möchten", "would like to", "would like to"),
+    "können": Modal("können", "kann", "können", "can", "can", "cannot:b", "cannot:b"),
+    "müssen": Modal("müssen", "muss", "müssen", "has to", "have to"),
+}
+
+#: Main clauses that take a *dass* clause: blocks of (German singular, plural, English singular, plural).
+#: *freut sich* is one block (*is happy*); *ist stolz* two (*is* + *proud*).
+THAT_FRAMES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "sehen": (("sieht", "sehen", "sees", "see"),),
+    "freuen": (("freut sich", "freuen sich", "is happy", "are happy"),),
+    "stolz": (("ist", "sind", "is", "are"), ("stolz", "stolz", "proud", "proud")),
+}
+
+
+@dataclass(frozen=True)
+class Reason:
+    """A *weil* clause that explains a main clause: *weil es kalt ist* → *because it is cold*.
+
+    ``de``/``en``: tokens in each language's order, ``word:link`` (tokens sharing a link are aligned);
+    ``{pron}``, ``{be}`` and ``{have}`` stand for the main subject's pronoun and verb forms (*er ... ist*).
+    It explains main clauses with one of ``verbs`` (keys or bases) whose objects all carry one of
+    ``objects`` (tags or nouns; empty: any) and whose place, if ``places`` is given, carries one of them.
+    """
+
+    key: str
+    de: str
+    en: str
+    verbs: frozenset[str]
+    objects: frozenset[str] = frozenset()
+    places: frozenset[str] = frozenset()
+    person: bool = False  # about the subject itself (tired, hungry): people only
+    adjective: str = ""  # the adjective that says the same of the subject (*müde*), never used with it
+
+
+REASONS: tuple[Reason, ...] = (
+    Reason(
+        "cold",
+        "weil:0 es:1 kalt:2 ist:3",
+        "because:0 it:1 is:3 cold:2",
+        _t("tragen anziehen aufsetzen trinken"),
+        _t("Jacke Mantel Schal Pullover Mütze Tee Kakao"),
+    ),
+    Reason(
+        "rain",
+        "weil:0 es:1 regnet:2",
+        "because:0 it:1 is:2 raining:2",
+        _t("halten tragen_carry tragen anziehen"),
+        _t("Regenschirm Jacke Mantel"),
+    ),
+    Reason("hot", "weil:0 es:1 heiß:2 ist:3", "because:0 it:1 is:3 hot:2", _t("schwimmen tauchen springen")),
+    Reason(
+        "hot_things",
+        "weil:0 es:1 heiß:2 ist:3",
+        "because:0 it:1 is:3 hot:2",
+        _t("essen trinken ausziehen abnehmen"),
+        _t("Eis Wasser Limonade Saft Jacke Pullover Mantel Hut Mütze"),
+    ),
+    Reason("hot_shade", "weil:0 es:1 heiß:2 ist:3", "because:0 it:1 is:3 hot:2", _t("sitzen"), places=_t("shade")),
+    Reason(
+        "sun",
+        "weil:0 die:1 Sonne:2 scheint:3",
+        "because:0 the:1 sun:2 is:3 shining:3",
+        _t("Picknick spielen spielen_Sport lesen sitzen frühstücken"),
+        places=_t("park garden beach meadow outdoors playground"),
+    ),
+    Reason(
+        "tired",
+        "weil:0 {pron}:1 müde:2 {be}:3",
+        "because:0 {pron}:1 {be}:3 tired:2",
+        _t("schlafen sitzen Pause"),
+        person=True,
+        adjective="müde",
+    ),
+    Reason(
+        "hungry",
+        "weil:0 {pron}:1 Hunger:2 {have}:2",
+        "because:0 {pron}:1 {be}:2 hungry:2",
+        _t("essen kaufen kochen kochen_tr backen zubereiten grillen"),
+        _t("food bakeable grillable preparable"),
+        person=True,
+        adjective="hungrig",
+    ),
+    Reason(
+        "thirsty",
+        "weil:0 {pron}:1 Durst:2 {have}:2",
+        "because:0 {pron}:1 {be}:2 thirsty:2",
+        _t("trinken"),
+        _t("Wasser Saft Limonade Milch"),
+        person=True,
+    ),
+)
 
 NUMBERS: tuple[tuple[str, str], ...] = (("zwei", "two"), ("drei", "three"), ("vier", "four"))

@@ -1,7 +1,7 @@
 """German inflection tables (articles, possessives, adjective endings) and the English indefinite article.
 
 A noun phrase's German form depends on three things: gender (``m``, ``f``, ``n``; plural is written
-``pl``), case (``nom``, ``acc``, ``dat``) and what kind of word precedes the adjective. German grammar
+``pl``), case (``nom``, ``acc``, ``dat``, ``gen``) and what kind of word precedes the adjective. German grammar
 books call the three adjective declensions:
 
 * weak — after a definite article (*der kleine Hund*, *dem kleinen Hund*);
@@ -14,47 +14,47 @@ from __future__ import annotations
 from typing import Literal
 
 Gender = Literal["m", "f", "n", "pl"]
-Case = Literal["nom", "acc", "dat"]
+Case = Literal["nom", "acc", "dat", "gen"]
 Declension = Literal["weak", "mixed", "strong"]
 
 GENDERS: tuple[Gender, ...] = ("m", "f", "n", "pl")
-CASES: tuple[Case, ...] = ("nom", "acc", "dat")
+CASES: tuple[Case, ...] = ("nom", "acc", "dat", "gen")
 
 #: The definite article, by gender/number then case.
 DEFINITE: dict[str, dict[str, str]] = {
-    "m": {"nom": "der", "acc": "den", "dat": "dem"},
-    "f": {"nom": "die", "acc": "die", "dat": "der"},
-    "n": {"nom": "das", "acc": "das", "dat": "dem"},
-    "pl": {"nom": "die", "acc": "die", "dat": "den"},
+    "m": {"nom": "der", "acc": "den", "dat": "dem", "gen": "des"},
+    "f": {"nom": "die", "acc": "die", "dat": "der", "gen": "der"},
+    "n": {"nom": "das", "acc": "das", "dat": "dem", "gen": "des"},
+    "pl": {"nom": "die", "acc": "die", "dat": "den", "gen": "der"},
 }
 
 #: Endings of *ein* and of the possessives *sein*/*ihr* (which decline like *ein*, and also have a plural).
 EIN_ENDING: dict[str, dict[str, str]] = {
-    "m": {"nom": "", "acc": "en", "dat": "em"},
-    "f": {"nom": "e", "acc": "e", "dat": "er"},
-    "n": {"nom": "", "acc": "", "dat": "em"},
-    "pl": {"nom": "e", "acc": "e", "dat": "en"},
+    "m": {"nom": "", "acc": "en", "dat": "em", "gen": "es"},
+    "f": {"nom": "e", "acc": "e", "dat": "er", "gen": "er"},
+    "n": {"nom": "", "acc": "", "dat": "em", "gen": "es"},
+    "pl": {"nom": "e", "acc": "e", "dat": "en", "gen": "er"},
 }
 
 #: Adjective endings for each declension, by gender/number then case.
 ADJECTIVE_ENDING: dict[str, dict[str, dict[str, str]]] = {
     "weak": {
-        "m": {"nom": "e", "acc": "en", "dat": "en"},
-        "f": {"nom": "e", "acc": "e", "dat": "en"},
-        "n": {"nom": "e", "acc": "e", "dat": "en"},
-        "pl": {"nom": "en", "acc": "en", "dat": "en"},
+        "m": {"nom": "e", "acc": "en", "dat": "en", "gen": "en"},
+        "f": {"nom": "e", "acc": "e", "dat": "en", "gen": "en"},
+        "n": {"nom": "e", "acc": "e", "dat": "en", "gen": "en"},
+        "pl": {"nom": "en", "acc": "en", "dat": "en", "gen": "en"},
     },
     "mixed": {
-        "m": {"nom": "er", "acc": "en", "dat": "en"},
-        "f": {"nom": "e", "acc": "e", "dat": "en"},
-        "n": {"nom": "es", "acc": "es", "dat": "en"},
-        "pl": {"nom": "en", "acc": "en", "dat": "en"},  # plural possessives (seine) take weak endings
+        "m": {"nom": "er", "acc": "en", "dat": "en", "gen": "en"},
+        "f": {"nom": "e", "acc": "e", "dat": "en", "gen": "en"},
+        "n": {"nom": "es", "acc": "es", "dat": "en", "gen": "en"},
+        "pl": {"nom": "en", "acc": "en", "dat": "en", "gen": "en"},  # plural possessives (seine) take weak endings
     },
     "strong": {
-        "m": {"nom": "er", "acc": "en", "dat": "em"},
-        "f": {"nom": "e", "acc": "e", "dat": "er"},
-        "n": {"nom": "es", "acc": "es", "dat": "em"},
-        "pl": {"nom": "e", "acc": "e", "dat": "en"},
+        "m": {"nom": "er", "acc": "en", "dat": "em", "gen": "en"},
+        "f": {"nom": "e", "acc": "e", "dat": "er", "gen": "er"},
+        "n": {"nom": "es", "acc": "es", "dat": "em", "gen": "en"},
+        "pl": {"nom": "e", "acc": "e", "dat": "en", "gen": "er"},
     },
 }
 

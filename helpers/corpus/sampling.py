@@ -1,13 +1,23 @@
-"""Sample derivations that make sense: who can do what to what, where, with which modifiers.
+"""Sample derivations that make sense: who can do what to what, where, when, with which modifiers.
 
 ``sample_sentence(rng)`` draws one sentence pair. Every choice goes through ``rng`` (a seeded
 ``random.Random``) over lists in a fixed order, so the same seed always gives the same corpus.
 A draw that cannot be completed (no fitting object, no fitting place) raises ``Retry`` and the caller
 draws again.
+
+Sense is made by rules at the point of choice, never by filtering finished sentences:
+
+* selectional restrictions (lexicon tags): who can be the subject or object of a verb, where things are;
+* possession (``can_own``): sons and daughters belong to adults who are not old, toys to children;
+* one person, one activity at a time (``compatible``): no *whistling while singing*, no *sings while he
+  sings a song*; a subordinate clause's subject is never an object of the main clause;
+* tense: the German perfect is a finished activity, English says it in the simple past;
+* idioms: *heißer Kakao* is hot chocolate, *den Hut aufsetzen*, *die Tür streichen*.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Sequence
@@ -15,14 +25,18 @@ from collections.abc import Sequence
 from helpers.corpus import grammar as G
 from helpers.corpus.lexicon import (
     ADJECTIVES,
+    MODALS,
     NOUNS,
     NUMBERS,
     PLACES,
+    REASONS,
+    THAT_FRAMES,
     TIME_ADVERBIALS,
     VERBS,
     Adjective,
     Noun,
     Place,
+    Reason,
     Slot,
     Verb,
 )
@@ -36,7 +50,117 @@ NOUN_LIST: tuple[Noun, ...] = tuple(NOUNS.values())
 ADJECTIVE_LIST: tuple[Adjective, ...] = tuple(ADJECTIVES.values())
 
 #: Nouns a person can have with *sein/ihr*.
-OWNABLE = frozenset(["kin", "parent", "baby", "pet", "horse", "clothing", "bag", "vehicle", "toy", "ball", "picture", "room", "chore2", "kite", "readable"])
+OWNABLE = frozenset(
+    [
+        "kin",
+        "parent",
+        "baby",
+        "pet",
+        "horse",
+        "clothing",
+        "bag",
+        "vehicle",
+        "toy",
+        "ball",
+        "picture",
+        "room",
+        "chore2",
+        "kite",
+        "readable",
+    ]
+)
+
+#: Adjectives that make a person old or young, for possession (*ein älterer Mann* has no little son).
+AGE_ADJECTIVES = {"alt": "old", "älter": "old", "jung": "young"}
+#: Adjectives of a cheerful mood, never on the subject of a sad verb (*ein fröhliches Kind weint*).
+HAPPY_ADJECTIVES = frozenset(["glücklich", "fröhlich"])
+
+# One person does one thing at a time: verbs (by the part of the key before "_") that occupy the mouth,
+# and verbs that leave a person unable to do anything else (asleep).
+MOUTH = frozenset(
+    ["pfeifen", "singen", "essen", "trinken", "telefonieren", "sprechen", "frühstücken", "erzählen", "vorlesen"]
+)
+MOUTH |= {"lachen", "schwimmen", "tauchen", "Picknick"}
+ASLEEP = frozenset(["schlafen", "weinen", "Pause"])  # a break is doing nothing else
+MEALS = frozenset(["essen", "trinken", "frühstücken"])
+
+#: Verbs used after modals, by modal. Stative verbs (sitting, wearing, sleeping) take no modal here.
+MODAL_VERBS: dict[str, frozenset[str]] = {
+    "können": frozenset(["show"]),
+    "wollen": frozenset(["show", "while"]),
+    "möchten": frozenset(["show", "while"]),
+    "müssen": frozenset(["chore"]),
+}
+#: Keys of chores (*muss den Rasen mähen*) and of what a child does not want to do (*will nicht schlafen*).
+CHORES = frozenset(
+    [
+        "Hausaufgaben",
+        "aufräumen",
+        "putzen",
+        "fegen",
+        "mähen",
+        "waschen",
+        "abholen",
+        "einkaufen",
+        "warten_auf",
+        "arbeiten",
+        "arbeiten_an",
+        "lernen",
+        "reparieren",
+        "gießen",
+        "aufhängen",
+        "streichen",
+        "einsteigen",
+        "aussteigen",
+        "zubereiten",
+        "kochen_tr",
+    ]
+)
+NOT_WANTED = frozenset(
+    ["schlafen", "Hausaufgaben", "aufräumen", "lernen", "aussteigen", "einsteigen", "gehen", "spazieren"]
+)
+STATIVE = frozenset(
+    [
+        "sitzen",
+        "stehen",
+        "warten",
+        "warten_auf",
+        "tragen",
+        "halten",
+        "schlafen",
+        "weinen",
+        "bellen",
+        "grasen",
+        "lachen",
+        "lächeln",
+        "jubeln",
+        "klatschen",
+        "zuschauen",
+        "zuschauen_dat",
+        "sitzen_auf",
+        "beobachten",
+        "telefonieren",
+    ]
+)
+
+
+def base(verb: Verb) -> str:
+    """The verb without its frame: ``singen_Lied`` → ``singen``."""
+    return verb.key.split("_")[0]
+
+
+def compatible(first: Verb, second: Verb, *, simultaneous: bool = True) -> bool:
+    """Whether one person can do ``first`` and ``second`` (at the same time, or one after the other)."""
+    a, b = base(first), base(second)
+    if a == b:
+        return False  # "singt, während er ein Lied singt" says one thing twice
+    if a in MEALS and b in MEALS:
+        return False
+    if not simultaneous:
+        return True
+    if a in ASLEEP or b in ASLEEP:
+        return False
+    return not (a in MOUTH and b in MOUTH)
 
 
 def labels(noun: Noun) -> frozenset[str]:
@@ -55,7 +179,22 @@ def fitting_adjectives(noun: Noun) -> tuple[Adjective, ...]:
 @functools.cache
 def slot_nouns(slot: Slot) -> tuple[Noun, ...]:
     """Nouns whose tags fit ``slot`` (before determiners, owners and places are considered)."""
-    return tuple(n for n in NOUN_LIST if matches(n, slot.tags) and "place" not in n.tags)
+    return tuple(n for n in NOUN_LIST if matches(n, slot.tags, slot.excludes) and "place" not in n.tags)
+
+
+def as_described(np: G.NP) -> Noun:
+    """The noun with the age its adjective gives it: *ein älterer Mann* counts as old."""
+    age = AGE_ADJECTIVES.get(np.adj.key) if np.adj else None
+    return dataclasses.replace(np.noun, tags=np.noun.tags | {age}) if age else np.noun
+
+
+def described_nouns(subject: G.Subject) -> list[Noun]:
+    return [as_described(np) for np in subject.conjuncts]
+
+
+def semantically_plural(subject: G.Subject) -> bool:
+    """Two or more people or animals: a plural, two conjuncts, or a couple or family."""
+    return subject.plural or any(np.noun.has("group") for np in subject.conjuncts)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -70,9 +209,9 @@ def can_own(owner: Sequence[Noun], possessed: Noun) -> bool:
     for noun in owner:
         if "person" not in noun.tags or noun.has("baby") or noun.de == possessed.de:
             return False
-        if (possessed.has("kin") and possessed.has("child")) or possessed.has("baby"):
-            if not noun.has("adult") or noun.has("group", "young"):
-                return False  # sons, daughters, babies belong to adults
+        young_kin = (possessed.has("kin") and possessed.has("child")) or possessed.has("baby")
+        if young_kin and (not noun.has("adult") or noun.has("group", "young", "old")):
+            return False  # sons, daughters, babies belong to adults who are neither young nor old
         if possessed.has("parent", "sibling") and not noun.has("child"):
             return False  # mothers, fathers, brothers, sisters: of children here
         if possessed.has("grandparent") and noun.has("old"):
@@ -84,6 +223,18 @@ def can_own(owner: Sequence[Noun], possessed: Noun) -> bool:
         if possessed.has("forfemale") and not noun.has("female", "girl"):
             return False
     return True
+
+
+#: Nouns with a genitive form, who can own things in *den Hund des Nachbarn*.
+GENITIVE_OWNERS: tuple[Noun, ...] = tuple(n for n in NOUN_LIST if n.genitive)
+#: What a genitive owner may have: animals and things, not relatives (*der Sohn des Mannes* reads stiffly).
+GENITIVE_OWNABLE = frozenset(["pet", "horse", "vehicle", "bag", "kite", "ball"])
+
+
+def genitive_owners(possessed: Noun, exclude: Sequence[str]) -> list[Noun]:
+    if not possessed.has(*GENITIVE_OWNABLE) or possessed.has("group", "boardable"):  # no "the farmer's bus"
+        return []
+    return [n for n in GENITIVE_OWNERS if n.de not in exclude and can_own([n], possessed)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -123,8 +274,12 @@ def make_np(
     owner: G.Owner | None = None,
     adj_p: float = 0.35,
     plural: bool | None = None,
+    avoid_adjectives: frozenset[str] = frozenset(),
+    possessor: Noun | None = None,
 ) -> G.NP:
     """Choose number, numeral and adjective for ``noun`` with determiner ``det``."""
+    if noun.has("pairnoun"):  # boots come in pairs: "trägt Stiefel", "zieht die Stiefel an"
+        det, plural = ("bare" if det == "indef" else det), True
     if det == "defpl":  # "mit den Kindern": the definite article in the plural
         det, plural = "def", True
     if det == "num":
@@ -133,17 +288,26 @@ def make_np(
         plural = not (noun.has("mass") or noun.en_article)  # "spielt Gitarre": one instrument
     elif plural is None or not noun.de_pl or noun.has("mass"):
         plural = False
-    adjectives = fitting_adjectives(noun)
+    adjectives = [a for a in fitting_adjectives(noun) if a.key not in avoid_adjectives]
     adj = None
     if adjectives and (noun.has("needs_adj") or rng.random() < adj_p):
         adj = rng.choice(adjectives)
     if noun.has("needs_adj") and adj is None:
         raise Retry
     number = rng.choice(NUMBERS) if det == "num" else None
-    return G.NP(noun, det, plural=plural, adj=adj, owner=owner if det == "poss" else None, number=number)
+    return G.NP(
+        noun,
+        det,
+        plural=plural,
+        adj=adj,
+        owner=owner if det == "poss" else None,
+        number=number,
+        possessor=possessor if det == "gen" else None,
+    )
 
 
-_SUBJECT_DETS = ("indef",) * 6 + ("def", "def", "defpl", "num", "num", "bare")
+# Subjects: fewer "Ein/Eine" than before (captions also start with "Der", "Zwei", "Kinder", ...).
+_SUBJECT_DETS = ("indef",) * 3 + ("def",) * 4 + ("defpl", "num", "num", "bare", "gen", "gen")
 
 
 @functools.cache
@@ -152,10 +316,14 @@ def subject_nouns(verb: Verb) -> tuple[Noun, ...]:
         n
         for n in NOUN_LIST
         if matches(n, verb.subject, verb.subject_excludes)
-        and not n.has("kin", "thing", "place")
+        and not n.has("kin", "thing", "place", "owneronly")
         and "unused" not in n.tags
         and n.de_pl is not None
     )
+
+
+def subject_adjective_ban(verb: Verb) -> frozenset[str]:
+    return HAPPY_ADJECTIVES if "sad" in verb.roles else frozenset()
 
 
 def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = ()) -> G.NP:
@@ -164,11 +332,18 @@ def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = (
         raise Retry
     noun = rng.choices(nouns, [5 if n.has("common") else 1 for n in nouns])[0]
     det = rng.choice(_SUBJECT_DETS)
+    possessor = None
+    if det == "gen":  # "Der Hund des Nachbarn bellt."
+        owners = genitive_owners(noun, exclude)
+        if not owners:
+            det = "def"
+        else:
+            possessor = rng.choice(owners)
     if det == "bare" and not noun.has("animal", "child"):
         det = "num"  # "Männer spielen ..." is fine, but numbers read more like captions
     if "sg" in verb.roles and det in ("num", "bare", "defpl"):
         det = "indef"  # one person scores a goal
-    return make_np(rng, noun, det)
+    return make_np(rng, noun, det, avoid_adjectives=subject_adjective_ban(verb), possessor=possessor)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -176,18 +351,39 @@ def sample_subject_np(rng: random.Random, verb: Verb, exclude: Sequence[str] = (
 # ---------------------------------------------------------------------------------------------------
 
 
+def fits_subject(noun: Noun, subject_nouns_: Sequence[Noun], plural_subject: bool) -> bool:
+    """Object restrictions that depend on who the subject is."""
+    if noun.has("forfemale") and not all(n.has("female", "girl") for n in subject_nouns_):
+        return False
+    if noun.has("adultonly") and not all(n.has("adult") for n in subject_nouns_):
+        return False  # children do not drink coffee
+    if noun.has("childonly") and not all(n.has("child") for n in subject_nouns_):
+        return False  # teddy bears are hugged by children
+    return plural_subject or not noun.has("groupgame")  # tag and hide-and-seek need players
+
+
 def sample_object(
-    rng: random.Random, slot: Slot, subject: G.Subject, subject_nouns_: Sequence[Noun], exclude: Sequence[str]
+    rng: random.Random,
+    slot: Slot,
+    subject: G.Subject,
+    subject_nouns_: Sequence[Noun],
+    exclude: Sequence[str],
+    *,
+    genitive_p: float = 0.45,
 ) -> G.NP:
     owner = G.OWNER_BY_SEX.get(subject.sex or "")
     owner_nouns = subject_nouns_ if owner is not None else None
     dets = slot.dets
-    plural_subject = subject.plural and slot.distributive
+    group_subject = semantically_plural(subject)
+    plural_subject = group_subject and slot.distributive
     options: list[tuple[Noun, str]] = []
+    subject_english = {n.en for n in subject_nouns_}
     for noun in slot_nouns(slot):
-        if noun.de in exclude or noun.has("group"):  # couples and families are subjects only
+        if noun.de in exclude or noun.has("group", "owneronly"):  # couples and families are subjects only
             continue
-        if noun.has("forfemale") and not all(n.has("female", "girl") for n in subject_nouns_):
+        if noun.en in subject_english:
+            continue  # "der Läufer spricht mit der Läuferin" would be "the runner is talking to the runner"
+        if not fits_subject(noun, subject_nouns_, group_subject):
             continue
         for det in det_options(noun, dets, owner_nouns):
             if plural_subject and det not in ("bare", "poss", "defpl"):
@@ -198,7 +394,13 @@ def sample_object(
         options = [(n, d) for n, d in options if not (d == "poss" and n.has("kin", "parent", "baby"))]
     if plural_subject and not options:
         for noun in NOUN_LIST:
-            if matches(noun, slot.tags) and noun.de not in exclude and noun.de_pl and not noun.has("mass"):
+            if (
+                matches(noun, slot.tags, slot.excludes)
+                and noun.de not in exclude
+                and noun.de_pl
+                and not noun.has("mass", "owneronly", "group")
+                and fits_subject(noun, subject_nouns_, group_subject)
+            ):
                 options.append((noun, "bare"))
     if not options:
         raise Retry
@@ -206,7 +408,12 @@ def sample_object(
     plural = plural_subject and det == "poss" and bool(noun.de_pl) and not noun.has("mass")
     if det == "bare" and plural_subject and noun.has("mass") and not noun.has("drink", "fodder", "music"):
         raise Retry
-    return make_np(rng, noun, det, owner=owner, plural=plural, adj_p=0.3)
+    possessor = None
+    if det in ("def", "poss") and not plural and not slot.de_prep and rng.random() < genitive_p:
+        owners = genitive_owners(noun, [*exclude, *(n.de for n in subject_nouns_)])
+        if owners:  # "streichelt den Hund des Nachbarn" -> "is petting the neighbor's dog"
+            det, possessor = "gen", rng.choice(owners)
+    return make_np(rng, noun, det, owner=owner, plural=plural, adj_p=0.3, possessor=possessor)
 
 
 def place_fits(place: Place, allowed: frozenset[str], nouns: Sequence[Noun]) -> bool:
@@ -232,27 +439,42 @@ def sample_place(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Clauses and sentences
+# Clauses
 # ---------------------------------------------------------------------------------------------------
+
+
+def np_list(clause: G.Clause) -> list[G.NP]:
+    return list(clause.subject.conjuncts) + list(clause.objects)
 
 
 def features_of(clause: G.Clause) -> set[tuple[str, str, str]]:
     """The combinations a clause uses: adjective+noun and subject noun+verb."""
     out: set[tuple[str, str, str]] = set()
-    nps = list(clause.subject.conjuncts) + list(clause.objects)
-    for np in nps:
+    for np in np_list(clause):
         if np.adj is not None:
             out.add(("adj", np.adj.key, np.noun.de))
     for np in clause.subject.conjuncts:
-        out.add(("subj", np.noun.de, clause.verb.key.split("_")[0]))
+        out.add(("subj", np.noun.de, base(clause.verb)))
     return out
 
 
 def complete_clause(
-    rng: random.Random, subject: G.Subject, verb: Verb, tense: str, place_p: float = 0.6, need_place: bool = False
+    rng: random.Random,
+    subject: G.Subject,
+    verb: Verb,
+    tense: str,
+    place_p: float = 0.6,
+    need_place: bool = False,
+    *,
+    owners: Sequence[Noun] | None = None,
+    modal: str | None = None,
+    negated: bool = False,
 ) -> G.Clause:
-    """Add objects and perhaps a place to ``subject`` + ``verb``."""
-    nouns = [np.noun for np in subject.conjuncts]  # empty for a pronoun subject
+    """Add objects and perhaps a place to ``subject`` + ``verb``.
+
+    ``owners``: the nouns a pronoun subject stands for (they decide possessives, objects and places).
+    """
+    nouns = described_nouns(subject) if owners is None else list(owners)
     objects: list[G.NP] = []
     used = [n.de for n in nouns]
     for slot in verb.slots:
@@ -267,7 +489,9 @@ def complete_clause(
         place = sample_place(rng, verb, all_nouns, kind) or sample_place(rng, verb, all_nouns)
         if need_place and place is None:
             raise Retry
-    return G.Clause(subject, verb, tuple(objects), place, tense)
+    return G.Clause(
+        subject, verb, tuple(objects), place, tense, modal=MODALS[modal] if modal else None, negated=negated
+    )
 
 
 def pick_verb(rng: random.Random, role: str | None = None, tense: str = "present") -> Verb:
@@ -304,50 +528,111 @@ def coordinated_subject(rng: random.Random, verb: Verb) -> G.Subject:
         if matches(n, verb.subject, verb.subject_excludes)
         and n.has("person", "pet", "horse")
         and owner is not None
-        and can_own([first.noun], n)
+        and can_own([as_described(first)], n)
     ]
     if possessed and rng.random() < 0.5:
         second = make_np(rng, rng.choice(possessed), "poss", owner=owner, adj_p=0.3)
     else:
         second = sample_subject_np(rng, verb, exclude=[first.noun.de])
-        if second.noun.has("group"):
-            raise Retry
+        if second.noun.has("group") or second.noun.en == first.noun.en:
+            raise Retry  # "der Koch und die Köchin": "the cook and the cook"
+        if (second.noun.has("generic") and first.noun.has("child")) or (
+            first.noun.has("generic") and second.noun.has("child")
+        ):
+            raise Retry  # "ein Mädchen und ein Kind": the girl is a child too
         second = G.NP(second.noun, first.det if first.det in ("indef", "def") else "indef", adj=second.adj)
     return G.Subject((first, second))
 
 
-def possessed_subject(rng: random.Random, owner_subject: G.Subject, verb: Verb) -> G.Subject:
-    """A subordinate clause's subject that belongs to the main subject: *ihr Sohn*, *sein Hund*."""
+def possessed_subject(
+    rng: random.Random, owner_subject: G.Subject, verb: Verb, exclude: Sequence[str] = ()
+) -> G.Subject:
+    """A subordinate clause's subject that belongs to the main subject: *ihr Sohn*, *sein Hund*.
+
+    ``exclude``: nouns already in the main clause (its objects): *liest seiner Tochter vor, während
+    seine Tochter aufräumt* would give one child two things to do.
+    """
     owner = G.OWNER_BY_SEX.get(owner_subject.sex or "")
     if owner is None:
         raise Retry
-    owners = [np.noun for np in owner_subject.conjuncts]
+    owners = described_nouns(owner_subject)
     nouns = [
         n
         for n in NOUN_LIST
-        if matches(n, verb.subject, verb.subject_excludes) and n.has("person", "pet", "horse") and can_own(owners, n)
+        if matches(n, verb.subject, verb.subject_excludes)
+        and n.has("person", "pet", "horse")
+        and can_own(owners, n)
+        and n.de not in exclude
+        and n.en not in exclude
     ]
     if not nouns:
         raise Retry
     noun = rng.choice(nouns)
-    return G.Subject((make_np(rng, noun, "poss", owner=owner, adj_p=0.2),))
+    return G.Subject(
+        (make_np(rng, noun, "poss", owner=owner, adj_p=0.2, avoid_adjectives=subject_adjective_ban(verb)),)
+    )
 
 
 def person_subject(rng: random.Random, verb: Verb) -> G.Subject:
     np = sample_subject_np(rng, verb)
-    if not np.noun.has("person") or np.noun.has("baby") or np.plural:
+    if not np.noun.has("person") or np.noun.has("baby", "group") or np.plural or np.det == "gen":
         raise Retry  # one person: "Ein Vater jubelt, weil sein Sohn ..."
     return G.Subject((np,))
 
 
+def other_clause(rng: random.Random, main: G.Clause, verb: Verb, tense: str, **kwargs) -> G.Clause:
+    """A clause about someone the main subject has (*sein Sohn*), never one of the main clause's objects,
+    and whose own objects are not that person's relatives (no *while his son dances with his father*)."""
+    # German and English words: "mit ihrer Freundin, während ihr Freund" is "her friend ... her friend"
+    exclude = [word for np in main.objects for word in (np.noun.de, np.noun.en)]
+    sub = complete_clause(rng, possessed_subject(rng, main.subject, verb, exclude), verb, tense, **kwargs)
+    if any(np.det == "poss" and np.noun.has("kin", "parent", "baby", "person") for np in sub.objects):
+        raise Retry
+    if main.place and sub.place:
+        raise Retry
+    return sub
+
+
+def pronoun_clause(
+    rng: random.Random, main: G.Clause, verb: Verb, tense: str, *, simultaneous: bool, **kwargs
+) -> G.Clause:
+    """A clause whose subject is *er/sie*, the main subject: it must fit the verb and be free for it."""
+    sex = main.subject.sex
+    if sex is None or not compatible(main.verb, verb, simultaneous=simultaneous):
+        raise Retry
+    nouns = described_nouns(main.subject)
+    if not all(matches(n, verb.subject, verb.subject_excludes) for n in nouns):
+        raise Retry
+    sub = complete_clause(rng, G.Subject(pronoun=sex), verb, tense, owners=nouns, **kwargs)
+    main_nouns = {np.noun.de for np in np_list(main)}
+    if any(np.noun.de in main_nouns for np in sub.objects):
+        raise Retry  # "liest ein Buch, bevor er ein Buch ..." repeats itself
+    if main.place and sub.place:
+        raise Retry
+    return sub
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sentence patterns
+# ---------------------------------------------------------------------------------------------------
+
 PATTERN_WEIGHTS: tuple[tuple[str, int], ...] = (
-    ("simple", 30),
-    ("front_place", 12),
-    ("front_time", 8),
-    ("perfect", 13),
-    ("coordinated", 12),
-    ("while", 12),
-    ("because", 10),
+    ("simple", 14),
+    ("front_place", 9),
+    ("front_time", 6),
+    ("perfect", 8),
+    ("coordinated", 7),
+    ("while", 10),
+    ("because", 4),
+    ("because_reason", 5),
+    ("relative", 8),
+    ("modal", 7),
+    ("modal_not", 3),
+    ("kein", 4),
+    ("that", 6),
+    ("when", 4),
+    ("before", 5),
+    ("after", 5),
 )
 
 
@@ -364,8 +649,10 @@ def sample_sentence(rng: random.Random) -> G.SentencePair:
     raise RuntimeError("could not draw a sentence in 1000 tries; the lexicon's restrictions are too tight")
 
 
-def _finish(phrase: G.Phrase, clauses: Sequence[G.Clause], phenomena: set[str]) -> G.SentencePair:
-    features: set[tuple[str, str, str]] = set()
+def _finish(
+    phrase: G.Phrase, clauses: Sequence[G.Clause], phenomena: set[str], extra_nps: Sequence[G.NP] = ()
+) -> G.SentencePair:
+    features: set[tuple[str, str, str]] = {("adj", np.adj.key, np.noun.de) for np in extra_nps if np.adj}
     for clause in clauses:
         features |= features_of(clause)
         phenomena |= _clause_phenomena(clause)
@@ -380,12 +667,18 @@ def _clause_phenomena(clause: G.Clause) -> set[str]:
     out = set()
     if clause.tense == "perfect":
         out.add(f"perfect_{clause.verb.aux}")
+    if clause.tense == "modal":
+        out.add("modal")
+    if clause.negated or any(np.det == "kein" for np in clause.objects):
+        out.add("negation")
     if clause.verb.particle and not clause.verb.particle_apart:
         out.add("separable")
     if len(clause.subject.conjuncts) > 1:
         out.add("coordinated_subject")
-    if any(np.det == "poss" for np in clause.subject.conjuncts + clause.objects):
+    if any(np.det == "poss" for np in np_list(clause)):
         out.add("possessive")
+    if any(np.det == "gen" for np in np_list(clause)):
+        out.add("genitive")
     if any(slot.case == "dat" for slot in clause.verb.slots):
         out.add("dative_object")
     if clause.place and clause.place.place.fixed:
@@ -405,22 +698,43 @@ def _front_place(rng: random.Random) -> G.SentencePair:
     return _finish(G.main_clause(clause, front_place=True), [clause], {"fronted_place"})
 
 
+def time_fits(adverbial, clause: G.Clause) -> bool:
+    if adverbial.subject_tags and not all(np.noun.tags & adverbial.subject_tags for np in clause.subject.conjuncts):
+        return False
+    if "morning" in clause.verb.roles and not adverbial.morning:
+        return False  # breakfast is in the morning
+    if clause.verb.key in adverbial.verb_excludes or base(clause.verb) in adverbial.verb_excludes:
+        return False
+    if adverbial.key == "nach dem Frühstück" and base(clause.verb) in MEALS:
+        return False
+    return not (
+        adverbial.key == "im Sommer"
+        and (
+            (clause.place and "snow" in clause.place.place.tags)
+            or any("snow" in np.noun.where for np in np_list(clause))
+        )
+    )
+
+
 def _front_time(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng)
-    options = [
-        t
-        for t in TIME_ADVERBIALS
-        if not t.subject_tags or all(np.noun.tags & t.subject_tags for np in clause.subject.conjuncts)
-    ]
-    adverbial = rng.choice(options)
+    options = [t for t in TIME_ADVERBIALS if time_fits(t, clause)]
+    if not options:
+        raise Retry
+    adverbial = rng.choices(options, [t.weight for t in options])[0]
     return _finish(G.main_clause(clause, front=G.realise_time(adverbial)), [clause], {"fronted_time"})
+
+
+def says_enough(clause: G.Clause) -> bool:
+    """A finished activity needs an object, a fixed piece or a place: not just "ist geschwommen"."""
+    return bool(clause.objects or clause.verb.fixed or clause.place)
 
 
 def _perfect(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng, tense="perfect")
     if not clause.verb.slots and not clause.verb.fixed and clause.place is None:
         raise Retry  # "Ein Junge hat gespielt." says too little
-    return _finish(G.main_clause(clause), [clause], set())
+    return _finish(G.main_clause(clause), [clause], {"perfect"})
 
 
 def _coordinated(rng: random.Random) -> G.SentencePair:
@@ -428,6 +742,8 @@ def _coordinated(rng: random.Random) -> G.SentencePair:
     verb = pick_verb(rng, tense=tense)
     subject = coordinated_subject(rng, verb)
     clause = complete_clause(rng, subject, verb, tense)
+    if tense == "perfect" and not clause.verb.slots and not clause.verb.fixed and clause.place is None:
+        raise Retry  # "Der Junge und das Mädchen haben geschaukelt." says too little
     return _finish(G.main_clause(clause), [clause], set())
 
 
@@ -436,22 +752,18 @@ def _while(rng: random.Random) -> G.SentencePair:
     if rng.random() < 0.35:  # same person: "..., während er in den Bus einsteigt"
         main_verb = pick_verb(rng, "manner")
         main = complete_clause(rng, person_subject(rng, main_verb), main_verb, "present", place_p=0.0)
-        sex = main.subject.sex
-        if sex is None:
-            raise Retry
         sub_verb = pick_verb(rng, "while")
         if "manner" in sub_verb.roles:
             raise Retry
-        sub_subject = G.Subject(pronoun=sex)
-        sub = complete_clause(rng, sub_subject, sub_verb, "present")
-        # the pronoun stands for the main subject: its nouns constrain places and possessives
-        sub = _recheck_pronoun_clause(sub, main)
+        sub = pronoun_clause(rng, main, sub_verb, "present", simultaneous=True)
     else:
         main_verb = pick_verb(rng, "calm")
         main = complete_clause(rng, person_subject(rng, main_verb), main_verb, "present", place_p=0.4)
-        sub_verb = pick_verb(rng, "while")
-        sub = complete_clause(rng, possessed_subject(rng, main.subject, sub_verb), sub_verb, "present")
-        if main.place and sub.place:
+        sub = other_clause(rng, main, pick_verb(rng, "while"), "present")
+        # one scene: a place bound to one activity must suit the other (no TV while she is on the beach)
+        if sub.place and main.verb.places and not (sub.place.place.tags & main.verb.places):
+            raise Retry
+        if main.place and sub.verb.places and not (main.place.place.tags & sub.verb.places):
             raise Retry
     phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, ("während", "while")))
     return _finish(phrase, [main, sub], {"subordinate_while"})
@@ -467,34 +779,315 @@ def _because(rng: random.Random) -> G.SentencePair:
     if tense == "perfect" and not sub_verb.slots and not sub_verb.fixed and not sub_verb.dirs:
         raise Retry  # "weil seine Tochter geschaukelt hat" says too little
     if pronoun:
-        if main.subject.sex is None:
-            raise Retry
-        sub = complete_clause(rng, G.Subject(pronoun=main.subject.sex), sub_verb, tense)
-        sub = _recheck_pronoun_clause(sub, main)
+        sub = pronoun_clause(rng, main, sub_verb, tense, simultaneous=False)
     else:
-        sub = complete_clause(rng, possessed_subject(rng, main.subject, sub_verb), sub_verb, tense)
+        sub = other_clause(rng, main, sub_verb, tense)
     phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, ("weil", "because")))
     return _finish(phrase, [main, sub], {"subordinate_because"})
 
 
-def _recheck_pronoun_clause(sub: G.Clause, main: G.Clause) -> G.Clause:
-    """A pronoun subject is the main subject: it must fit the verb, and possessives must fit it."""
-    nouns = [np.noun for np in main.subject.conjuncts]
-    if not all(matches(n, sub.verb.subject, sub.verb.subject_excludes) for n in nouns):
+def _reason_fits(reason: Reason, clause: G.Clause) -> bool:
+    if clause.verb.key not in reason.verbs:
+        return False
+    if reason.objects and not all(labels(np.noun) & reason.objects for np in clause.objects):
+        return False
+    if reason.places and not (clause.place and clause.place.place.tags & reason.places):
+        return False
+    return not reason.person or all(np.noun.has("person") for np in clause.subject.conjuncts)
+
+
+def realise_reason(reason: Reason, subject: G.Subject) -> G.Phrase:
+    """The reason's tokens with their links, the placeholders filled for ``subject``."""
+    sex = subject.sex or ("pl" if subject.plural else None)
+    if sex is None and reason.person:
         raise Retry
-    for np in sub.objects:
-        if np.det == "poss" and not can_own(nouns, np.noun):
-            raise Retry
-        if np.noun.de in [n.de for n in nouns]:
-            raise Retry
-    if sub.place and not place_fits(sub.place.place, sub.place.place.tags, nouns):
+    pronoun_de, pronoun_en = G.PRONOUN.get(sex or "", ("", ""))
+    fill = {
+        "de": {
+            "{pron}": pronoun_de,
+            "{be}": "sind" if subject.plural else "ist",
+            "{have}": "haben" if subject.plural else "hat",
+        },
+        "en": {"{pron}": pronoun_en, "{be}": "are" if subject.plural else "is"},
+    }
+    groups: dict[str, int] = {}
+    sides = []
+    for side, text in (("de", reason.de), ("en", reason.en)):
+        tokens = []
+        for item in text.split():
+            word, link = item.rsplit(":", 1)
+            groups.setdefault(link, G._new_group())
+            tokens.append((fill[side].get(word, word), (groups[link],)))
+        sides.append(tokens)
+    return G.Phrase(*sides)
+
+
+def _because_reason(rng: random.Random) -> G.SentencePair:
+    """*Eine Frau trägt einen Mantel, weil es kalt ist.* / *Der Junge isst einen Apfel, weil er Hunger hat.*"""
+    reason = rng.choice(REASONS)
+    verbs = [v for v in VERBS if v.key in reason.verbs]
+    verb = rng.choice(verbs)
+    np = sample_subject_np(rng, verb)
+    if np.det == "gen" and reason.person:
         raise Retry
-    return sub
+    if np.adj is not None and np.adj.key == reason.adjective:
+        raise Retry  # "die müde Musikerin macht eine Pause, weil sie müde ist" says it twice
+    clause = complete_clause(rng, G.Subject((np,)), verb, "present", place_p=0.5)
+    if not _reason_fits(reason, clause):
+        raise Retry
+    phrase = _comma_join(G.main_clause(clause), realise_reason(reason, clause.subject))
+    return _finish(phrase, [clause], {"subordinate_because", "reason"})
+
+
+#: Main verbs one can do while waiting or walking, and while seated (for relative clauses below).
+WAITING = frozenset(
+    [
+        "warten",
+        "warten_auf",
+        "gehen",
+        "spazieren",
+        "spazieren_mit",
+        "stehen",
+        "lachen",
+        "lächeln",
+        "winken",
+        "sprechen_mit",
+        "zuschauen",
+        "zuschauen_dat",
+        "beobachten",
+        "einsteigen",
+        "aussteigen",
+    ]
+)
+SEATED = frozenset(
+    [
+        "lesen",
+        "essen",
+        "trinken",
+        "halten",
+        "telefonieren",
+        "hören",
+        "anschauen",
+        "schreiben",
+        "zeichnen",
+        "malen_Bild",
+        "lachen",
+        "lächeln",
+        "winken",
+        "sprechen_mit",
+        "beobachten",
+        "zuschauen",
+        "zuschauen_dat",
+        "frühstücken",
+        "genießen",
+        "warten",
+        "warten_auf",
+        "fernsehen",
+        "arbeiten_an",
+        "lernen",
+    ]
+)
+#: What a person is doing in a relative clause (*der einen Hut trägt*), with the main verbs it goes with
+#: (None: any). A main clause with *trägt* (wearing) takes any relative clause instead.
+RELATIVE_VERBS: dict[str, frozenset[str] | None] = {
+    "tragen": None,
+    "halten": WAITING | SEATED,
+    "tragen_carry": WAITING,
+    "hören": WAITING | SEATED | frozenset(["joggen", "laufen", "wandern", "kochen", "putzen", "fegen", "aufräumen"]),
+    "essen": WAITING | SEATED,
+    "trinken": WAITING | SEATED,
+    "telefonieren": WAITING,
+    "sitzen": SEATED,
+    "stehen": WAITING | frozenset(["lesen", "essen", "trinken", "halten", "telefonieren"]),
+}
+
+
+DRESSING = frozenset(["anziehen", "ausziehen", "aufsetzen", "abnehmen"])
+
+
+def _relative_verb(rng: random.Random, main: Verb) -> Verb:
+    if main.key == "tragen":
+        options = [
+            v for v in VERBS if v.roles & {"while", "calm"} and (v.slots or v.fixed) and "matrixonly" not in v.roles
+        ]
+    else:
+        options = [v for v in VERBS if v.key in RELATIVE_VERBS and main.key in (RELATIVE_VERBS[v.key] or {main.key})]
+        if main.key in DRESSING:  # "der einen Helm trägt, nimmt seinen Hut ab": two things on one head
+            options = [v for v in options if v.key != "tragen"]
+    if not options:
+        raise Retry
+    return rng.choice(options)
+
+
+def _relative(rng: random.Random) -> G.SentencePair:
+    """*Ein Junge, der einen Hut trägt, spielt im Park.* → *A boy who is wearing a hat is playing ...*
+
+    Both happen at once, so the relative clause says what the person is wearing, holding, eating or
+    where they are sitting, and the main clause what they do meanwhile.
+    """
+    verb = pick_verb(rng)
+    np = sample_subject_np(rng, verb)
+    if np.noun.has("group") or np.det == "gen":
+        raise Retry
+    subject = G.Subject((np,))
+    main = complete_clause(rng, subject, verb, "present")
+    rel_verb = _relative_verb(rng, verb)
+    if not compatible(verb, rel_verb) or not matches(np.noun, rel_verb.subject, rel_verb.subject_excludes):
+        raise Retry
+    if "sg" in rel_verb.roles and semantically_plural(subject):
+        raise Retry
+    seated = "needplace" in rel_verb.roles  # "der auf einer Bank sitzt": the place of both activities
+    if seated and main.place:
+        raise Retry
+    rel = complete_clause(rng, subject, rel_verb, "present", place_p=0.0)
+    if seated and rel.place is not None:
+        if verb.places and not (rel.place.place.tags & verb.places):
+            raise Retry  # "der auf der Bank sitzt, sieht fern" would watch TV on a bench
+        if not place_fits(rel.place.place, rel.place.place.tags, [np.noun for np in np_list(main)]):
+            raise Retry
+    if {n.noun.de for n in rel.objects} & {n.noun.de for n in main.objects}:
+        raise Retry
+    phrase = G.main_clause(main, relative=G.relative_clause(rel))
+    return _finish(phrase, [main, rel], {"relative_clause"})
+
+
+#: What *können* asks about: skills (*kann schwimmen*, *kann nicht Fahrrad fahren*), not hugs or waving.
+SKILLS = frozenset(
+    [
+        "schwimmen",
+        "tanzen",
+        "singen",
+        "singen_Lied",
+        "surfen",
+        "Ski",
+        "Fahrrad",
+        "Handstand",
+        "klettern",
+        "klettern_Berg",
+        "spielen_Sport",
+        "spielen_Instrument",
+        "reiten",
+        "Seil",
+        "paddeln",
+        "tauchen",
+        "Skateboard",
+        "Roller",
+        "segeln",
+        "rudern",
+        "backen",
+    ]
+)
+
+
+def _modal_verb(rng: random.Random, modal: str, negated: bool) -> Verb:
+    if modal == "können":
+        options = [v for v in VERBS if v.key in SKILLS]
+    elif modal == "müssen":
+        options = [v for v in VERBS if v.key in CHORES]
+    elif negated and modal == "wollen":
+        options = [v for v in VERBS if v.key in NOT_WANTED or base(v) in NOT_WANTED]
+    else:
+        roles = MODAL_VERBS[modal]
+        options = [v for v in VERBS if v.roles & roles and v.key not in STATIVE and "matrixonly" not in v.roles]
+    return rng.choice(options)
+
+
+def _modal(rng: random.Random, *, negated: bool = False) -> G.SentencePair:
+    """*Ein Junge will auf einen Baum klettern.* → *A boy wants to climb a tree.* (infinitive at the end)"""
+    modal = rng.choice(("wollen", "können") if negated else ("wollen", "möchten", "können", "müssen"))
+    verb = _modal_verb(rng, modal, negated)
+    np = sample_subject_np(rng, verb)
+    if modal != "können" and not np.noun.has("person"):
+        raise Retry  # wanting and having to are said of people here; a dog "can swim"
+    subject = G.Subject((np,))
+    # "kann (nicht) schwimmen" asks about a skill, so no place: not "kann im Gras einen Handstand machen"
+    place_p = 0.0 if negated or modal == "können" else 0.5
+    clause = complete_clause(rng, subject, verb, "modal", place_p, modal=modal, negated=negated)
+    if negated and any(np.det in ("indef", "num") for np in clause.objects):
+        raise Retry  # "will keinen Apfel essen" would need kein, not nicht
+    front = None
+    if not negated and modal != "können" and clause.place is None and rng.random() < 0.3:
+        options = [t for t in TIME_ADVERBIALS if time_fits(t, clause)]
+        if options:
+            front = G.realise_time(rng.choices(options, [t.weight for t in options])[0])
+    phrase = G.main_clause(clause, front=front)
+    return _finish(phrase, [clause], {"modal_not" if negated else "modal"})
+
+
+def _kein(rng: random.Random) -> G.SentencePair:
+    """*Der Junge trägt keinen Helm.* → *The boy is not wearing a helmet.*"""
+    verb = VERBS_FOR_KEIN[rng.randrange(len(VERBS_FOR_KEIN))]
+    subject = G.Subject((sample_subject_np(rng, verb),))
+    clause = complete_clause(rng, subject, verb, "present", place_p=0.5)
+    (obj,) = clause.objects
+    if obj.det not in ("indef", "bare") or obj.noun.has("forfemale") or obj.number:
+        raise Retry
+    if obj.det == "bare" and obj.noun.en_article:
+        raise Retry
+    clause = dataclasses.replace(clause, objects=(dataclasses.replace(obj, det="kein"),))
+    return _finish(G.main_clause(clause), [clause], {"kein"})
+
+
+#: Captions say what is missing from a picture: "is not wearing a helmet", not "is not eating an orange".
+VERBS_FOR_KEIN: tuple[Verb, ...] = tuple(v for v in VERBS if v.key == "tragen")
+
+
+NOT_AN_ACHIEVEMENT = frozenset(["umarmen", "aufmachen", "schaukeln", "rutschen", "Seil"])
+
+
+def _that(rng: random.Random) -> G.SentencePair:
+    """*Eine Mutter sieht, dass ihr Sohn ein Tor schießt.* / *Ein Vater ist stolz, dass seine Tochter ...*"""
+    frame = rng.choice(("sehen", "freuen", "stolz"))
+    tense = "present" if frame == "sehen" or rng.random() < 0.5 else "perfect"
+    sub_verb = pick_verb(rng, "show" if frame == "stolz" else rng.choice(("show", "while")), tense=tense)
+    if frame == "stolz" and (tense != "perfect" or sub_verb.key in NOT_AN_ACHIEVEMENT):
+        raise Retry  # proud of a goal scored, not of a hug
+    main_verb = pick_verb(rng, "react")  # picks a person who can react (the frame then replaces the verb)
+    subject = person_subject(rng, main_verb)
+    main = G.Clause(subject, main_verb)
+    sub = other_clause(rng, main, sub_verb, tense)
+    if tense == "perfect" and not says_enough(sub):
+        raise Retry  # "ist stolz, dass ihr Freund geschwommen ist" says too little
+    plural = subject.plural
+    head = G.realise_subject(subject)
+    for de_sg, de_pl, en_sg, en_pl in THAT_FRAMES[frame]:
+        head += G.pair(de_pl if plural else de_sg, en_pl if plural else en_sg)
+    phrase = _comma_join(head, G.subordinate_clause(sub, ("dass", "that")))
+    return _finish(phrase, [sub], {"subordinate_that"}, extra_nps=subject.conjuncts)
+
+
+def _when(rng: random.Random) -> G.SentencePair:
+    """*Ein Vater jubelt, wenn sein Sohn ein Tor schießt.* → *A father cheers when his son scores a goal.*"""
+    main_verb = pick_verb(rng, "react")
+    main = complete_clause(rng, person_subject(rng, main_verb), main_verb, "present", place_p=0.0)
+    sub = other_clause(rng, main, pick_verb(rng, "show"), "present")
+    phrase = _comma_join(G.main_clause(main, form="simple"), G.subordinate_clause(sub, ("wenn", "when"), "simple"))
+    return _finish(phrase, [main, sub], {"subordinate_when"})
+
+
+def _sequence(rng: random.Random, conjunction: tuple[str, str], tense: str) -> G.SentencePair:
+    """*Ein Mann liest die Zeitung, bevor er in den Bus einsteigt.* → *... before getting on the bus.*"""
+    main_verb = pick_verb(rng, "while")
+    if main_verb.key in STATIVE:
+        raise Retry  # "trägt eine Mütze, nachdem er ..." : a state is not one step of a sequence
+    np = sample_subject_np(rng, main_verb)
+    if not np.noun.has("person") or np.plural or np.noun.has("baby", "group") or np.det == "gen":
+        raise Retry
+    main = complete_clause(rng, G.Subject((np,)), main_verb, "present", place_p=0.4)
+    sub_verb = pick_verb(rng, rng.choice(("while", "show")), tense=tense)
+    if sub_verb.key in STATIVE:
+        raise Retry  # "bevor er eine Jacke trägt": a state does not follow an action
+    sub = pronoun_clause(rng, main, sub_verb, tense, simultaneous=False)
+    if tense == "perfect" and not says_enough(sub):
+        raise Retry
+    phrase = _comma_join(G.main_clause(main), G.subordinate_clause(sub, conjunction, "gerund"))
+    name = "subordinate_before" if conjunction[0] == "bevor" else "subordinate_after"
+    return _finish(phrase, [main, sub], {name})
 
 
 def _comma_join(main: G.Phrase, sub: G.Phrase) -> G.Phrase:
     word, groups = main.de[-1]
-    return G.Phrase(main.de[:-1] + [(word + ",", groups)] + sub.de, main.en + sub.en)
+    return G.Phrase([*main.de[:-1], (word + ",", groups), *sub.de], main.en + sub.en)
 
 
 _PATTERNS = {
@@ -505,6 +1098,15 @@ _PATTERNS = {
     "coordinated": _coordinated,
     "while": _while,
     "because": _because,
+    "because_reason": _because_reason,
+    "relative": _relative,
+    "modal": _modal,
+    "modal_not": functools.partial(_modal, negated=True),
+    "kein": _kein,
+    "that": _that,
+    "when": _when,
+    "before": functools.partial(_sequence, conjunction=("bevor", "before"), tense="present"),
+    "after": functools.partial(_sequence, conjunction=("nachdem", "after"), tense="perfect"),
 }
 
 
