@@ -478,3 +478,63 @@ def test_masked_attention_scale_from_shape_1_is_named():
         return torch.softmax(scores, dim=-1) @ v
 
     assert_hint(check_masked_attention(answer), "q.shape[1]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more learner mistakes, each with the hint that names it
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "wrong_answer, fragments",
+    [
+        (lambda ids, w: F.one_hot(ids, w.shape[1]).to(w.dtype) @ w, ("too few classes", "weight.shape[0]")),
+        (lambda ids, w: w.T @ F.one_hot(ids, w.shape[0]).to(w.dtype), ("one-hot vectors come first",)),
+    ],
+)
+def test_one_hot_lookup_more_mistakes(wrong_answer, fragments):
+    verdict = check_one_hot_lookup(wrong_answer)
+    assert_hint(verdict, *fragments)
+    assert "your code raised" not in verdict.message
+
+
+def _encoding_with(angle_of, first=torch.sin, second=torch.cos):
+    def positional_encoding(num_positions, dim):
+        angles = angle_of(torch.arange(num_positions, dtype=torch.float32)[:, None], torch.arange(0, dim, 2), dim)
+        table = torch.zeros(num_positions, dim)
+        table[:, 0::2], table[:, 1::2] = first(angles), second(angles)
+        return table
+
+    return positional_encoding
+
+
+def _paper_angles(position, pair, dim):
+    return position * 10000.0 ** (-pair / dim)
+
+
+@pytest.mark.parametrize(
+    "answer, fragment",
+    [
+        (_encoding_with(lambda p, k, e: _paper_angles(p + 1, k, e)), "positions start at 1"),
+        (_encoding_with(_paper_angles, second=torch.sin), "odd features hold a sine too"),
+        (_encoding_with(_paper_angles, first=torch.cos), "even features hold a cosine too"),
+        (_encoding_with(lambda p, k, e: p * 10000.0 ** (-(k // e))), "same frequency 1"),
+        (_encoding_with(lambda p, k, e: p * 10000.0 ** (-k // e)), "integer division"),
+    ],
+)
+def test_positional_encoding_more_mistakes(answer, fragment):
+    assert_hint(check_positional_encoding(answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda q, k: torch.softmax(q @ k.mT, -1) / math.sqrt(q.shape[-1]), "scaling comes after the softmax"),
+        (lambda q, k: torch.softmax(q @ k.mT * math.sqrt(q.shape[-1]), -1), "multiplied by √d"),
+        (lambda q, k: torch.softmax(q @ k.mT / math.sqrt(k.shape[-2]), -1), "divided by √S"),
+        (lambda q, k: torch.softmax(k @ q.mT / math.sqrt(q.shape[-1]), -1), "K Qᵀ, one row per KEY"),
+        # softmax without dim=: right for one sentence, dim=0 (the batch) for a batch
+        (lambda q, k: F.softmax(q @ k.mT / math.sqrt(q.shape[-1])), "runs over dim=0, the batch"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
+def test_attention_weights_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_attention_weights(wrong_answer), fragment)

@@ -58,6 +58,16 @@ def _scaled_scores(q: Tensor, k: Tensor) -> Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
+def _unscaled_then_divided(q: Tensor, k: Tensor) -> Tensor:
+    """softmax(Q Kᵀ) / √d: the scaling applied to the weights instead of the scores."""
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(q.size(-1))
+
+
+def _keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
+    """softmax(K Qᵀ / √d): the product taken in the wrong order, (S, L) instead of (L, S)."""
+    return torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+
+
 def _times(weights: Callable[[], Tensor], v: Tensor) -> Tensor:
     """The output ``weights() @ v`` of a mistake given by its weights."""
     return weights() @ v
@@ -143,7 +153,21 @@ def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor
                 "the keys are not transposed AND the scores are not scaled.": partial(
                     _weights, q64, k64, scale=1.0, transpose_keys=False
                 ),
+                "the scores are multiplied by √d: divide them, `/ math.sqrt(d)`, so that large head sizes give "
+                "smaller, not larger, scores.": partial(_weights, q64, k64, scale=math.sqrt(d)),
+                "the scaling comes after the softmax: divide the SCORES by √d, then take the softmax (dividing the "
+                "weights leaves rows that sum to 1 / √d).": partial(_unscaled_then_divided, q64, k64),
+                "the scores are divided by √S, the number of keys: the scale is the size of a query or key, "
+                "`d = q.shape[-1]`.": partial(_weights, q64, k64, scale=1.0 / math.sqrt(k.size(-2))),
+                # S, L order: only computable where L = S; elsewhere the shape check has already answered
+                "the scores are K Qᵀ, one row per KEY: compute `q @ k.transpose(-2, -1)` so that row i holds query "
+                "i's scores.": partial(_keys_times_queries, q64, k64),
             }
+            if index == 1:
+                mistakes[
+                    "the softmax runs over dim=0, the batch: `softmax` without `dim=` (or with `dim=0`) picks the "
+                    "first dimension of a batched (N, L, S) tensor. Always give `dim=-1`, the keys."
+                ] = partial(_weights, q64, k64, softmax_dim=0)
             if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
                 fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
             else:
