@@ -538,3 +538,38 @@ def test_positional_encoding_more_mistakes(answer, fragment):
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
 def test_attention_weights_more_mistakes(wrong_answer, fragment):
     assert_hint(check_attention_weights(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda x, w, b: (x + b) @ w.T, "added to x before the product"),
+        (lambda x, w, b: w.T @ x + b, "The tokens come first"),
+    ],
+)
+def test_linear_projection_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_linear_projection(wrong_answer), fragment)
+
+
+def _masked_with(block):
+    def masked_attention(q, k, v, mask):
+        return torch.softmax(block(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask), dim=-1) @ v
+
+    return masked_attention
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (_masked_with(lambda scores, mask: scores + mask), "boolean mask is added to the scores"),
+        (_masked_with(lambda scores, mask: scores.masked_fill(~mask, -10.0)), "A finite fill such as -10"),
+    ],
+)
+def test_masked_attention_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_masked_attention(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize("fill", [-1e4, -1e9, torch.finfo(torch.float32).min])
+def test_masked_attention_large_finite_fills_pass(fill):
+    # -1e4 and -1e9 are common in other code bases and block as well as -inf does here
+    assert check_masked_attention(_masked_with(lambda scores, mask: scores.masked_fill(~mask, fill))).passed

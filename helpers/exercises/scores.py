@@ -63,6 +63,11 @@ def _unscaled_then_divided(q: Tensor, k: Tensor) -> Tensor:
     return torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(q.size(-1))
 
 
+def _mask_added(q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+    """softmax(Q Kᵀ / √d + mask): a boolean mask added as 0 / 1 instead of blocking."""
+    return torch.softmax(_scaled_scores(q, k) + mask.to(q.dtype), dim=-1)
+
+
 def _keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
     """softmax(K Qᵀ / √d): the product taken in the wrong order, (S, L) instead of (L, S)."""
     return torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
@@ -202,6 +207,13 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                 torch.randn(2, 5, 6, generator=generator),
                 padding_keep,
             ),
+            # a blocked key with a huge score (70): a finite fill such as -10 lets it through, -inf does not
+            (
+                torch.tensor([[10.0, 0.0]]),
+                torch.tensor([[0.0, 1.0], [10.0, 0.0]]),
+                torch.tensor([[1.0], [1000.0]]),
+                torch.tensor([[True, False]]),
+            ),
         ]
         for index, (q, k, v, mask) in enumerate(cases):
             expected, expected_weights = scaled_dot_product_attention(
@@ -235,6 +247,9 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                 "the mask is ignored: block the scores where the mask is False before the softmax.": partial(
                     _weights, q64, k64
                 ),
+                "the boolean mask is added to the scores: True and False become 1 and 0, which blocks nothing. "
+                "Fill the blocked scores instead, `scores.masked_fill(~mask, float('-inf'))` (only a FLOAT mask "
+                "of 0 and -inf is added).": partial(_mask_added, q64, k64, mask),
                 "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": partial(
                     _weights, q64, k64, mask, scale=1.0
                 ),
@@ -248,6 +263,12 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                     "blocked. Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores "
                     "where the mask is False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the "
                     "keys, `dim=-1`."
+                )
+            elif index == 2:
+                fallback = (
+                    "right for ordinary scores, wrong when a blocked key's score is huge (here about 70): a blocked "
+                    "score must be -inf, `scores.masked_fill(~mask, float('-inf'))`. A finite fill such as -10 "
+                    "still lets that key through."
                 )
             else:
                 fallback = "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
