@@ -375,3 +375,41 @@ def test_decoder_forgotten_index_without_dropout_is_named():
 
     verdict = check_decoder_layer_forward(answer)
     assert "returns a tuple (output, weights)" in verdict.message and "[0]" in verdict.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more learner mistakes in the forward pass, each with the hint that names it
+# ---------------------------------------------------------------------------------------------
+def _mha_written_out(*, k_proj_name="k", v_input="value", softmax=True, softmax_dim=-1, scale="d"):
+    """A learner's forward pass written out, independent of the check's reference, with one mistake."""
+
+    def answer(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
+        projections = {"q": q_proj, "k": k_proj, "v": v_proj}
+        q = split_right(q_proj(query), num_heads)
+        k = split_right(projections[k_proj_name](key), num_heads)
+        v = split_right(v_proj({"value": value, "key": key}[v_input]), num_heads)
+        d = q.size(-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt({"d": d, "h": num_heads}[scale])
+        weights = torch.softmax(scores, dim=softmax_dim) if softmax else scores
+        return out_proj(merge_right(weights @ v))
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "knobs, hint",
+    [
+        (dict(softmax_dim=1), "softmax runs over dim=1, the heads"),
+        (dict(scale="h"), "divided by √h"),
+        (dict(softmax=False), "the softmax is missing"),
+        (dict(k_proj_name="q"), "K is computed with `q_proj`"),
+        (dict(v_input="key"), "V is computed from `key`"),
+    ],
+)
+def test_mha_more_mistakes_are_named(knobs, hint):
+    verdict = check_multi_head_attention(_mha_written_out(**knobs))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def test_mha_written_out_without_mistake_passes():
+    assert check_multi_head_attention(_mha_written_out()).passed
