@@ -413,3 +413,68 @@ def test_mha_more_mistakes_are_named(knobs, hint):
 
 def test_mha_written_out_without_mistake_passes():
     assert check_multi_head_attention(_mha_written_out()).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more residual-block and decoder-layer mistakes
+# ---------------------------------------------------------------------------------------------
+MORE_BLOCK_MISTAKES = {
+    "sublayer's output is subtracted": lambda x, s, n, first: x - s(n(x)) if first else n(x - s(x)),
+    "has no γ and β": lambda x, s, n, first: (
+        x + s(F.layer_norm(x, x.shape[-1:])) if first else F.layer_norm(x + s(x), x.shape[-1:])
+    ),
+    "made a LayerNorm of its own": lambda x, s, n, first: x + s(nn.LayerNorm(x.size(-1))(x)),
+}
+
+
+@pytest.mark.parametrize("hint,block", list(MORE_BLOCK_MISTAKES.items()))
+def test_residual_check_names_more_mistakes(hint, block):
+    verdict = check_residual_block(block)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def _decoder_rewired(*, cross_mask="", norms=("norm1", "norm2", "norm3"), residual_from_tgt=(), queries="x"):
+    """A decoder answer written out, with masks sent to the wrong place, norms reused or residuals from tgt."""
+
+    def answer(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+        norm = [getattr(layer, name) for name in norms]
+        x = tgt
+        attended = layer.self_attn(x, x, x, attn_mask=tgt_mask, need_weights=False)[0]
+        x = norm[0](x + layer.dropout1(attended))
+        masks = {
+            "": dict(key_padding_mask=memory_key_padding_mask),
+            "padding as attn_mask": dict(attn_mask=memory_key_padding_mask),
+            "causal too": dict(attn_mask=tgt_mask, key_padding_mask=memory_key_padding_mask),
+        }[cross_mask]
+        if queries == "memory":
+            attended = layer.multihead_attn(memory, x, x, need_weights=False)[0]
+        else:
+            attended = layer.multihead_attn(x, memory, memory, need_weights=False, **masks)[0]
+        x = norm[1]((tgt if 2 in residual_from_tgt else x) + layer.dropout2(attended))
+        hidden = layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+        return norm[2]((tgt if 3 in residual_from_tgt else x) + hidden)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "knobs, hint",
+    [
+        (dict(cross_mask="padding as attn_mask"), "a mask went to the wrong attention or argument"),
+        (dict(cross_mask="causal too"), "the cross-attention takes no causal mask"),
+        (dict(queries="memory"), "queries come from the decoder"),
+        (dict(norms=("norm1", "norm1", "norm1")), "every sub-block uses layer.norm1"),
+        (dict(norms=("norm1", "norm1", "norm3")), "cross-attention's block uses layer.norm1"),
+        (dict(norms=("norm1", "norm2", "norm1")), "feed-forward block uses layer.norm1"),
+        (dict(residual_from_tgt=(2,)), "cross-attention's residual adds `tgt`"),
+        (dict(residual_from_tgt=(3,)), "feed-forward's residual adds `tgt`"),
+    ],
+)
+def test_decoder_check_names_more_mistakes(knobs, hint):
+    verdict = check_decoder_layer_forward(_decoder_rewired(**knobs))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message
+
+
+def test_decoder_rewired_without_mistake_passes():
+    assert check_decoder_layer_forward(_decoder_rewired()).passed
