@@ -573,3 +573,8 @@ def test_masked_attention_more_mistakes(wrong_answer, fragment):
 def test_masked_attention_large_finite_fills_pass(fill):
     # -1e4 and -1e9 are common in other code bases and block as well as -inf does here
     assert check_masked_attention(_masked_with(lambda scores, mask: scores.masked_fill(~mask, fill))).passed
+
+
+def test_padding_to_attn_mask_broadcast_message_names_a_typical_length():
+    # (1, N, S) puts the sentences where the queries go; the message shows scores with several queries, not L = 1
+    assert_hint(check_padding_to_attn_mask(lambda m: (~m)[None]), "does not broadcast", "(N, L, S) = (3, 4, 5)")

@@ -321,7 +321,7 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
                 "query dimension of size 1 in the middle: (N, 1, S), e.g. `mask[:, None, :]` or `.unsqueeze(1)`."
             )
         expected = ~key_padding[:, None, :]  # (N, 1, S)
-        for L in (1, 4, 7):  # any number of queries
+        for L in (4, 1, 7):  # any number of queries; 4 first, so that a message names a typical (N, L, S)
             try:
                 spread = may_attend.expand(N, L, S)
             except RuntimeError:
