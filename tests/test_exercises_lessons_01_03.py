@@ -578,3 +578,29 @@ def test_masked_attention_large_finite_fills_pass(fill):
 def test_padding_to_attn_mask_broadcast_message_names_a_typical_length():
     # (1, N, S) puts the sentences where the queries go; the message shows scores with several queries, not L = 1
     assert_hint(check_padding_to_attn_mask(lambda m: (~m)[None]), "does not broadcast", "(N, L, S) = (3, 4, 5)")
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda t, s, q, k, v: (q(s), k(s), v(s)), "q (one query per target token) should have shape"),
+        (lambda t, s, q, k, v: (q(t), k(s)), "got a tuple of 2"),
+        (lambda t, s, q, k, v: (q(t), q(s), q(s)), "k was made with the wrong projection (q_proj)"),
+        (lambda t, s, q, k, v: (q(t), k(s), k(s)), "v was made with the wrong projection (k_proj)"),
+    ],
+)
+def test_cross_attention_inputs_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_cross_attention_inputs(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        # a float mask with -inf on the KEPT keys: the polarity, not the dtype, is the mistake
+        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "not inverted"),
+        (lambda m: (m == 1)[:, None, :], "not inverted"),
+        (lambda m: (~m)[:, None, :].numpy(), "return a tensor"),
+    ],
+)
+def test_padding_to_attn_mask_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)

@@ -478,3 +478,34 @@ def test_decoder_check_names_more_mistakes(knobs, hint):
 
 def test_decoder_rewired_without_mistake_passes():
     assert check_decoder_layer_forward(_decoder_rewired()).passed
+
+
+@pytest.mark.parametrize(
+    "split, hint",
+    [
+        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(0, 2), "got (4, 3, 2, 2)"),
+        (lambda x, h: list(x.chunk(h, -1)), "should be one tensor"),
+        (lambda x, h: x.reshape(x.size(0), h, x.size(1), -1).permute(0, 2, 1, 3), "heads are still dim 2"),
+    ],
+)
+def test_split_check_names_more_mistakes(split, hint):
+    verdict = check_split_heads(split)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(
+    "merge, hint",
+    [
+        (lambda x: x.sum(1), "should have shape (N, T, E) = (2, 3, 8), got (2, 3, 2)"),
+        (lambda x: torch.cat(x.unbind(1), dim=1), "got (2, 12, 2)"),
+        (lambda x: x.transpose(2, 3).reshape(x.size(0), x.size(2), -1), "merge_heads(split_heads(x)) == x"),
+    ],
+)
+def test_merge_check_names_more_mistakes(merge, hint):
+    verdict = check_merge_heads(merge)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def test_split_and_merge_other_right_answers_pass():
+    assert check_split_heads(lambda x, h: torch.stack(x.chunk(h, -1), 1)).passed
+    assert check_merge_heads(lambda x: x.transpose(1, 2).contiguous().view(x.size(0), x.size(2), -1)).passed
