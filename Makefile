@@ -8,8 +8,22 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: lab test unit lint notebooks setup benchmark corpus release clean
 
-# The virtual environment is rebuilt only when pyproject.toml changes (idempotent).
+# A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
+# editable install points there) while make sees nothing to do. So ask the venv's python where it finds
+# `helpers` (-I: not from the current folder); anywhere but here, the environment is rebuilt here.
+ifneq ($(wildcard $(STAMP)),)
+VENV_HELPERS := $(shell $(BIN)/python -I -c "import importlib.util as u; s = u.find_spec('helpers'); print(s.origin if s else 'nowhere')" 2>/dev/null || echo "nowhere (its python does not run)")
+ifneq ($(VENV_HELPERS),$(CURDIR)/helpers/__init__.py)
+$(info .venv belongs to another folder: its python finds helpers at $(VENV_HELPERS), not in $(CURDIR). Rebuilding .venv here.)
+VENV_MOVED := yes
+$(STAMP): FORCE
+endif
+endif
+.PHONY: FORCE
+
+# The virtual environment is rebuilt only when pyproject.toml changes (idempotent), or when it belongs elsewhere.
 $(STAMP): pyproject.toml
+	$(if $(VENV_MOVED),rm -rf $(VENV))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

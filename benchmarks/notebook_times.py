@@ -16,7 +16,8 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-BUDGET_S = {"06": 150}  # lesson 06 trains a translator; every other lesson: 60 s
+# 06 trains a translator, 07 a small GPT, 08 ablates a real model; the others: 60 s
+BUDGET_S = {"06": 150, "07": 90, "08": 90}
 CPU_PROBE = "import os; t = os.times(); print(t.user + t.system + t.children_user + t.children_system)"
 
 

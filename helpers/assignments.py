@@ -14,6 +14,7 @@ A release writes one student copy per lesson, with the same file name, into an o
     python -m helpers.assignments list                   # the exercises each lesson holds
     python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
     python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
+    python -m helpers.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
 What a student copy is:
 
@@ -53,10 +54,14 @@ import argparse
 import ast
 import copy
 import json
+import math
 import os
 import re
+import secrets
+import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +70,11 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
 
+from helpers.files import write_atomically
+
 __all__ = [
     "BEGIN_MARKER",
+    "CHECK_ISOLATION",
     "END_MARKER",
     "NOTEBOOKS_DIR",
     "PLACEHOLDER",
@@ -74,11 +82,14 @@ __all__ = [
     "CheckResult",
     "Exercise",
     "ReleaseError",
+    "SubmissionReport",
     "check_submission",
+    "collapse_solutions",
     "find_exercises",
     "main",
     "nbgrader_source",
     "release",
+    "run_submission",
     "strip_solutions",
     "student_copy",
 ]
@@ -343,23 +354,8 @@ def _serialize(notebook: NotebookNode, name: str) -> bytes:
 
 
 def _write_atomically(path: Path, data: bytes) -> bool:
-    """Write ``data`` to ``path`` via a temporary file and a rename; False if it was already so."""
-    if path.is_file() and path.read_bytes() == data:
-        return False
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a class copy must be readable
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return True
+    """Write ``data`` to ``path`` atomically (readable by the class); False if it was already so."""
+    return write_atomically(path, data, skip_unchanged=True)
 
 
 def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -376,19 +372,7 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
     if out_dir.exists() and not out_dir.is_dir():
         raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
-    if out_dir.exists() and out_dir.resolve() == notebooks_dir.resolve():
-        raise ReleaseError(
-            str(out_dir),
-            None,
-            "the output folder is the lessons' own folder; the release would overwrite the solutions",
-        )
-    if notebooks_dir.resolve() in out_dir.resolve().parents:
-        raise ReleaseError(
-            str(out_dir),
-            None,
-            f"the output folder is inside the lessons' folder {notebooks_dir}; nbval and `make test` would take "
-            "the student copies for lessons. Choose a folder outside it (the default is student/).",
-        )
+    _refuse_output_inside_lessons(out_dir, notebooks_dir, "the student copies")
 
     contents = {source.name: _serialize(student_copy(_read(source), str(source)), str(source)) for source in sources}
 
@@ -500,14 +484,28 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
 # ---------------------------------------------------------------------------------------------
 # Checking handed-in copies with the course's own checks
 # ---------------------------------------------------------------------------------------------
-# The line feedback.Verdict prints: "[PASS] exercise: message".
-_VERDICT_LINE = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\] (.+?): (.*)$", re.MULTILINE)
-_STATUS = {"PASS": "pass", "NOT YET": "wrong", "NOT ATTEMPTED YET": "not attempted"}
+CHECK_ISOLATION = """\
+Each notebook runs in a kernel of its own, started in a fresh temporary folder that holds only a copy
+of the notebook (deleted afterwards), with a minimal environment: PATH, a temporary HOME and TMPDIR,
+MPLBACKEND=Agg, LANG, thread settings (OMP_NUM_THREADS, MKL_NUM_THREADS) and what the lessons read
+(ATTENTION_COURSE_CACHE pointing at your download cache, MULTI30K_DIR if you set it). So a
+notebook cannot delete or add files in the course's notebooks/ folder by relative paths, and your
+tokens and credentials in environment variables are not passed on. Verdicts are collected from the
+course's checks through a file outside the notebook's folder, not from what the notebook prints, so a
+student printing "[PASS] ..." is not counted. A cell that runs longer than --timeout, a notebook longer
+than --notebook-timeout, or a kernel that dies ends that notebook only: it gets a row saying so, the
+verdicts it produced before are kept, checking goes on, and the exit status is 1 at the end.
+
+What it does NOT isolate: the code runs as your user, so it can still read and write anything your
+account can by absolute path (the course's data, your home folder), use the network, and tamper with
+the checks inside its own kernel. It is made for feedback on honest work, not a sandbox for hostile
+code: for that, run the command in a container or a throw-away account with nothing to lose (for
+example `docker run --network none` with the course mounted read-only)."""
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One verdict printed while a handed-in notebook ran: status is "pass", "wrong" or "not attempted"."""
+    """One verdict of a course check in a handed-in notebook: status is "pass", "wrong" or "not attempted"."""
 
     notebook: str
     exercise: str
@@ -515,47 +513,167 @@ class CheckResult:
     message: str
 
 
-def check_submission(path: str | Path, cwd: str | Path | None = None, timeout_s: int = 600) -> list[CheckResult]:
-    """Run a handed-in notebook top to bottom and collect the verdicts its check cells print.
+@dataclass(frozen=True)
+class SubmissionReport:
+    """What ``check`` learned about one notebook: its verdicts, and what stopped it (None: it ran to the end)."""
 
-    This executes the student's code: run it in a container or an account with nothing to lose.
-    ``cwd`` is where the kernel starts (default: the course's notebooks/ folder, so the lessons'
-    relative data paths work); errors in cells are recorded, not raised, so one bad cell does not
-    hide the verdicts after it.
+    notebook: str
+    results: list[CheckResult]
+    problem: str | None = None
+
+
+def submission_environment(home: Path, verdict_log: Path) -> dict[str, str]:
+    """The kernel's whole environment: only what the lessons need, nothing of the teacher's secrets."""
+    from helpers.data import default_cache_dir  # computed in the teacher's environment: the same cache
+    from helpers.exercises.feedback import VERDICT_LOG_ENV  # imported here: it imports torch, release does not
+
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {
+        # The course's interpreter first, so that the kernel and any `!python` in a cell are the course's.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+        "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),
+        "MPLBACKEND": "Agg",  # figures are not needed to read verdicts
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "ATTENTION_COURSE_CACHE": str(default_cache_dir()),
+        VERDICT_LOG_ENV: str(verdict_log),
+    }
+    for name in ("MULTI30K_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LC_ALL", "TZ"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    return env
+
+
+def run_submission(path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None) -> SubmissionReport:
+    """Run one handed-in notebook top to bottom, isolated as ``CHECK_ISOLATION`` says, and collect its verdicts.
+
+    ``timeout_s`` bounds each cell, ``notebook_timeout_s`` (None: no bound) the whole notebook. Errors in
+    cells are recorded, not raised, so one bad cell does not hide the verdicts after it. A timeout, a
+    dead kernel or an unreadable file ends this notebook with ``problem`` set; nothing is raised.
     """
-    from nbclient import NotebookClient  # only this command needs a kernel
-
     path = Path(path)
-    notebook = _read(path)
-    workdir = Path(cwd) if cwd is not None else (NOTEBOOKS_DIR if NOTEBOOKS_DIR.is_dir() else path.parent)
+    try:
+        notebook = _read(path)
+    except ReleaseError as error:
+        return SubmissionReport(str(path), [], f"cannot be read as a notebook: {error.problem}")
+    # The log lives outside the kernel's folder, under a name nobody can guess, and only checks write to it.
+    with tempfile.TemporaryDirectory(prefix="check-verdicts-") as private:
+        log = Path(private) / f"{secrets.token_hex(16)}.jsonl"
+        log.touch(mode=0o600)
+        with tempfile.TemporaryDirectory(prefix="check-") as scratch:
+            work, home = Path(scratch) / "work", Path(scratch) / "home"
+            work.mkdir()
+            shutil.copyfile(path, work / path.name)  # where the notebook "is", as when the student ran it
+            problem = _execute(notebook, work, submission_environment(home, log), timeout_s, notebook_timeout_s)
+        results = [CheckResult(str(path), *entry) for entry in _read_verdicts(log)]
+    return SubmissionReport(str(path), results, problem)
+
+
+def _execute(
+    notebook: NotebookNode, work: Path, env: dict[str, str], timeout_s: int, notebook_timeout_s: int | None
+) -> str | None:
+    """Execute ``notebook`` in ``work``; None if it ran to the end, else what stopped it (naming the cell)."""
+    from nbclient import NotebookClient  # only this command needs a kernel
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    started = time.monotonic()
+    current = {"index": 0, "limit": timeout_s}
+
+    def cell_started(cell, cell_index, **_) -> None:
+        current["index"] = cell_index
+
+    def cell_timeout(cell) -> int:  # asked as each cell starts: the cell's limit, or the notebook's time left
+        limit = timeout_s
+        if notebook_timeout_s is not None:
+            limit = max(1, min(timeout_s, math.ceil(notebook_timeout_s - (time.monotonic() - started))))
+        current["limit"] = limit
+        return limit
+
     client = NotebookClient(
         notebook,
-        timeout=timeout_s,
+        timeout_func=cell_timeout,
         kernel_name="python3",
         allow_errors=True,
-        resources={"metadata": {"path": str(workdir)}},
+        interrupt_on_timeout=False,
+        on_cell_start=cell_started,
+        resources={"metadata": {"path": str(work)}},
     )
-    client.execute(env={**os.environ, "MPLBACKEND": "Agg"})  # figures are not needed to read verdicts
-    results = []  # named by the path as given: every student's copy has the same file name
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream" and output.get("name") == "stdout":
-                for mark, exercise, message in _VERDICT_LINE.findall(output.get("text", "")):
-                    results.append(CheckResult(str(path), exercise, _STATUS[mark], message))
-    return results
+    cell = lambda: f"cell {current['index'] + 1}"  # noqa: E731 - counted from the top, as in JupyterLab
+    try:
+        client.execute(env=env, cwd=str(work))
+    except CellTimeoutError:
+        stopped = f"timed out in {cell()} after {current['limit']} s"
+        if current["limit"] < timeout_s:
+            stopped += f" (the whole notebook may take {notebook_timeout_s} s)"
+        return stopped
+    except DeadKernelError:
+        return f"kernel died in {cell()}"
+    except Exception as error:  # a kernel that cannot start, a broken message: this notebook only
+        return f"could not be run ({cell()}): {type(error).__name__}: {error}"
+    return None
 
 
-def _check(paths: Sequence[Path], timeout_s: int) -> None:
-    print("notebook\texercise\tstatus\tmessage")
+def _read_verdicts(log: Path) -> list[tuple[str, str, str]]:
+    """The verdicts the checks recorded, in order; a damaged line is skipped, not trusted."""
+    verdicts = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            verdict = (str(entry["exercise"]), str(entry["status"]), str(entry["message"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if verdict[1] in ("pass", "wrong", "not attempted"):
+            verdicts.append(verdict)
+    return verdicts
+
+
+def check_submission(
+    path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None
+) -> list[CheckResult]:
+    """The verdicts of one handed-in notebook (see :func:`run_submission`, which also says what stopped it)."""
+    return run_submission(path, timeout_s, notebook_timeout_s).results
+
+
+def _check(paths: Sequence[Path], timeout_s: int, notebook_timeout_s: int | None) -> int:
+    """Check every notebook, one row per verdict (and per problem); 1 if any notebook did not run to the end."""
+    print("notebook\texercise\tstatus\tmessage", flush=True)
+    stopped = 0
     for path in paths:
-        results = check_submission(path, timeout_s=timeout_s)
-        for result in results:
+        report = run_submission(path, timeout_s, notebook_timeout_s)
+        for result in report.results:
             print(f"{result.notebook}\t{result.exercise}\t{result.status}\t{result.message}")
-        passed = sum(result.status == "pass" for result in results)
-        print(f"# {path}: {passed} of {len(results)} checks passed", file=sys.stderr)
+        passed = sum(result.status == "pass" for result in report.results)
+        summary = f"# {path}: {passed} of {len(report.results)} checks passed"
+        if report.problem is not None:
+            stopped += 1
+            print(f"{report.notebook}\t(notebook)\terror\t{report.problem}")
+            summary += f"; {report.problem}"
+        sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
+        print(summary, file=sys.stderr)
+    if stopped:
+        print(
+            f"# {stopped} of {len(paths)} notebooks did not run to the end (rows with status 'error')", file=sys.stderr
+        )
+    return 1 if stopped else 0
+
+
+def _refuse_output_inside_lessons(out_dir: Path, notebooks_dir: Path, what: str) -> None:
+    """nbval and `make test` collect every notebook under the lessons' folder: never write copies there."""
+    if out_dir.exists() and out_dir.resolve() == notebooks_dir.resolve():
+        raise ReleaseError(
+            str(out_dir), None, f"the output folder is the lessons' own folder; {what} would overwrite the solutions"
+        )
+    if notebooks_dir.resolve() in out_dir.resolve().parents:
+        raise ReleaseError(
+            str(out_dir),
+            None,
+            f"the output folder is inside the lessons' folder {notebooks_dir}; nbval and `make test` would take "
+            f"the {what} for lessons. Choose a folder outside it.",
+        )
 
 
 def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
+    _refuse_output_inside_lessons(out_dir, notebooks_dir, "nbgrader notebooks (with solutions)")
     sources = sorted(notebooks_dir.glob("*.ipynb"))
     if not sources:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
@@ -568,6 +686,49 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
         print(f"{'wrote' if _write_atomically(target, data) else 'unchanged'}  {target}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Solutions out of sight in the lessons themselves (self-study)
+# ---------------------------------------------------------------------------------------------
+def is_solution_cell(cell: dict) -> bool:
+    """A cell that holds a solution: a code cell with a ``# BEGIN SOLUTION`` line, or one tagged ``solution-only``."""
+    source = cell.get("source", "")
+    text = "".join(source) if isinstance(source, list) else source
+    tagged = SOLUTION_ONLY_TAG in cell.get("metadata", {}).get("tags", [])
+    return tagged or (
+        cell.get("cell_type") == "code" and any(line.strip() == BEGIN_MARKER for line in text.split("\n"))
+    )
+
+
+def collapse_solutions(notebook: dict) -> int:
+    """Set ``metadata.jupyter.source_hidden`` on every solution cell (JupyterLab shows them collapsed).
+
+    Works on the notebook as stored (a JSON dict), so nothing else changes; returns how many cells changed.
+    Idempotent: a second call changes nothing. Student copies drop this metadata (they keep only tags).
+    """
+    changed = 0
+    for cell in notebook.get("cells", []):
+        if is_solution_cell(cell):
+            jupyter = cell.setdefault("metadata", {}).setdefault("jupyter", {})
+            if jupyter.get("source_hidden") is not True:
+                jupyter["source_hidden"] = True
+                changed += 1
+    return changed
+
+
+def _collapse(notebooks_dir: Path, check_only: bool) -> int:
+    """Collapse every lesson's solution cells in place (metadata only); 1 if ``check_only`` finds one open."""
+    open_cells = 0
+    for source in sorted(notebooks_dir.glob("*.ipynb")):
+        notebook = json.loads(source.read_text(encoding="utf-8"))
+        changed = collapse_solutions(notebook)
+        open_cells += changed
+        if changed and not check_only:  # nbformat's own layout, so that only the metadata lines differ
+            write_atomically(source, json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+        verb = "would collapse" if check_only else "collapsed"
+        print(f"{source.name}: {verb} {changed} solution cell(s)" if changed else f"{source.name}: unchanged")
+    return 1 if check_only and open_cells else 0
+
+
 def _list(notebooks_dir: Path) -> None:
     for source in sorted(notebooks_dir.glob("*.ipynb")):
         exercises = find_exercises(_read(source), str(source))
@@ -575,6 +736,16 @@ def _list(notebooks_dir: Path) -> None:
         for exercise in exercises:
             function = f"{exercise.function}()" if exercise.function else "(top level)"
             print(f"  cell index {exercise.cell_index:3d}  {function:40s} {exercise.lines} solution line(s)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 second, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -597,18 +768,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="exam mode: students see no checks and no hints; nbgrader runs them when grading",
     )
-    for sub in (release_parser, list_parser, nbgrader_parser):
+    collapse_parser = commands.add_parser(
+        "collapse",
+        help="collapse every solution cell of the lessons in JupyterLab (cell metadata only; run after editing)",
+    )
+    collapse_parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if a solution cell is not collapsed"
+    )
+    for sub in (release_parser, list_parser, nbgrader_parser, collapse_parser):
         sub.add_argument(
             "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of solution notebooks (default: %(default)s)"
         )
     check_parser = commands.add_parser(
-        "check", help="run handed-in notebooks and print every check's verdict (tab-separated)"
+        "check",
+        help="run handed-in notebooks and print every check's verdict (tab-separated)",
+        description="Run handed-in notebooks, one at a time, and print one tab-separated row per verdict of the "
+        "course's checks (and one per notebook that did not run to the end).\n\n" + CHECK_ISOLATION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check_parser.add_argument(
         "submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)"
     )
     check_parser.add_argument(
-        "--timeout", type=int, default=600, help="seconds one cell may run (default: %(default)s)"
+        "--timeout", type=_positive_int, default=600, help="seconds one cell may run (default: %(default)s)"
+    )
+    check_parser.add_argument(
+        "--notebook-timeout",
+        type=_positive_int,
+        default=1800,
+        help="seconds a whole notebook may run (default: %(default)s)",
     )
     args = parser.parse_args(argv)
     try:
@@ -617,8 +805,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{len(copies)} student copies in {args.out}")
         elif args.command == "nbgrader":
             _nbgrader(args.out, args.notebooks, args.hide_checks)
+        elif args.command == "collapse":
+            return _collapse(args.notebooks, args.check)
         elif args.command == "check":
-            _check(args.submissions, args.timeout)
+            return _check(args.submissions, args.timeout, args.notebook_timeout)
         else:
             _list(args.notebooks)
     except ReleaseError as error:

@@ -18,6 +18,8 @@ A float mask means the same in both: it is added to the scores (``-inf`` blocks)
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -25,13 +27,19 @@ from torch import Tensor, nn
 
 __all__ = [
     "GroupedQueryAttention",
+    "MaskConventionWarning",
     "MultiHeadAttention",
     "causal_mask",
     "merge_masks",
     "padding_mask",
     "scaled_dot_product_attention",
     "sdpa_mask_from_padding",
+    "sliding_window_mask",
 ]
+
+
+class MaskConventionWarning(UserWarning):
+    """A boolean mask that looks like it was written for the other convention (True = blocked vs may attend)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,6 +55,22 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     if size < 1:
         raise ValueError(f"causal_mask needs a positive size, got {size}")
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> Tensor:
+    """Boolean (L, L) mask that is **True where attention is blocked**: the future and the distant past.
+
+    Query position ``i`` may look at key positions ``i - window + 1 .. i`` only: itself and the
+    ``window - 1`` positions before it (a causal mask with a window; ``window >= size`` gives
+    ``causal_mask(size)``). As ``causal_mask``, this is the meaning of ``attn_mask`` in
+    ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True = take part) pass
+    ``~sliding_window_mask(L, window)``.
+    """
+    if size < 1 or window < 1:
+        raise ValueError(f"sliding_window_mask needs a positive size and window, got size={size}, window={window}")
+    positions = torch.arange(size, device=device)
+    offset = positions[:, None] - positions[None, :]  # (L, L): query position minus key position
+    return (offset < 0) | (offset >= window)
 
 
 def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
@@ -76,7 +100,8 @@ def sdpa_mask_from_padding(key_padding_mask: Tensor) -> Tensor:
     """
     if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
         raise ValueError(
-            f"expected a boolean (N, S) key padding mask, got {key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
+            f"expected a boolean (N, S) key padding mask, got {key_padding_mask.dtype} "
+            f"of shape {tuple(key_padding_mask.shape)}"
         )
     return ~key_padding_mask[:, None, :]  # (N, S) -> (N, 1, S), flipped
 
@@ -113,7 +138,11 @@ def scaled_dot_product_attention(
         weights: (..., L, S), each row sums to 1 (after dropout, the weights actually used).
 
     A query whose every key is blocked gets all-zero weights and a zero output, as in
-    ``F.scaled_dot_product_attention`` (a plain softmax would give NaN).
+    ``F.scaled_dot_product_attention`` (a plain softmax would give NaN). A *boolean* mask that
+    blocks every key of a query in a way that is almost always a mistake (a row of a shared
+    (L, S) mask, or every query of a sequence) raises :class:`MaskConventionWarning`: the usual
+    cause is a mask written as True = blocked, such as ``causal_mask(L)``. Padding queries of a
+    batch, blocked while other queries of their sentence attend, do not warn; nor do float masks.
     """
     _check_qkv(query, key, value)
     L, S = query.size(-2), key.size(-2)
@@ -131,6 +160,8 @@ def scaled_dot_product_attention(
         attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()  # True = may attend
     if attn_mask is not None:
         scores = scores + _additive_mask(attn_mask, scores)
+        if attn_mask.dtype == torch.bool and not is_causal:
+            _warn_if_inverted(attn_mask)
 
     # 3. Softmax over the keys (the last dimension): every row becomes a probability distribution.
     #    Without autograd the scores are not needed again, so softmax overwrites them: that saves
@@ -157,6 +188,14 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
             "query, key and value need at least 2 dims (..., length, features); got shapes "
             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
+    try:  # the leading (batch, head) dims must broadcast, as in F.scaled_dot_product_attention
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "the leading (batch, head) dims of query, key and value must be equal or 1: got query "
+            f"{tuple(query.shape)} (..., L, d), key {tuple(key.shape)} (..., S, d), value {tuple(value.shape)} "
+            "(..., S, dv)"
+        ) from None
     if query.size(-1) != key.size(-1):
         raise ValueError(
             f"query and key must have the same feature size d: query (..., L, {query.size(-1)}) "
@@ -172,17 +211,44 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
 def _additive_mask(attn_mask: Tensor, scores: Tensor) -> Tensor:
     """Turn an sdpa-style mask (bool True = take part, or float) into a float mask to add to scores."""
     try:
-        torch.broadcast_shapes(attn_mask.shape, scores.shape)
+        fits = torch.broadcast_shapes(attn_mask.shape, scores.shape) == scores.shape
     except RuntimeError:
+        fits = False
+    if not fits:  # a mask with more batch dims than the scores would silently add them to the output
         raise ValueError(
             f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "
-            f"{tuple(scores.shape)} (..., L, S)"
+            f"{tuple(scores.shape)} (..., L, S): each of its dims must equal the scores' or be 1, and it "
+            "may not have more dims"
         ) from None
     if attn_mask.dtype == torch.bool:
         return torch.zeros_like(attn_mask, dtype=scores.dtype).masked_fill(~attn_mask, float("-inf"))
     if attn_mask.is_floating_point():
         return attn_mask.to(scores.dtype)
     raise TypeError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
+
+
+def _warn_if_inverted(may_attend: Tensor) -> None:
+    """Warn when a boolean sdpa mask (True = may attend) blocks every key of a query where that is a mistake.
+
+    Two patterns: a row of a mask shared by every sequence ((L, S): no sequence can use that query), and a
+    sequence whose every query is blocked (an inverted padding mask blocks whole unpadded sentences).
+    Padding *queries* blocked inside a batched mask are legitimate and pass silently.
+    """
+    blocked = ~may_attend.any(dim=-1)  # (..., L): True where a query has no key it may attend to
+    if not blocked.any():
+        return
+    shared = may_attend.dim() <= 2
+    if not shared and not blocked.all(dim=-1).any():
+        return
+    where = "a query of this mask, shared by every sequence," if shared else "every query of some sequence"
+    warnings.warn(
+        f"attn_mask leaves {where} with no key to attend to (zero weights, zero output). "
+        "helpers.scaled_dot_product_attention follows F.scaled_dot_product_attention: a boolean mask is "
+        "True where a query MAY attend. helpers.causal_mask and helpers.padding_mask follow "
+        "nn.MultiheadAttention (True = blocked): if you passed one of them, flip it, e.g. ~causal_mask(L).",
+        MaskConventionWarning,
+        stacklevel=3,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,13 +289,7 @@ class MultiHeadAttention(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}")
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): each head gets "
-                f"embed_dim / num_heads features"
-            )
+        _check_sizes(embed_dim=embed_dim, num_heads=num_heads, kdim=kdim, vdim=vdim, dropout=dropout)
         if add_bias_kv or add_zero_attn:
             raise NotImplementedError("add_bias_kv and add_zero_attn are not supported by this teaching module")
         factory = {"device": device, "dtype": dtype}
@@ -352,6 +412,7 @@ class MultiHeadAttention(nn.Module):
 
     def _to_batch_first(self, query, key, value, key_padding_mask, unbatched):
         """Check shapes and bring every input to (N, T, features)."""
+        _check_dtypes(self.out_proj.weight.dtype, query=query, key=key, value=value)
         expected_dims = 2 if unbatched else 3
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != expected_dims:
@@ -372,13 +433,64 @@ class MultiHeadAttention(nn.Module):
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         elif not self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))  # (T, N, ·) -> (N, T, ·)
-        if key.shape[:2] != value.shape[:2]:
-            raise ValueError(
-                f"key and value must have the same batch size and length, got {tuple(key.shape)} and {tuple(value.shape)}"
-            )
-        if query.size(0) != key.size(0):
-            raise ValueError(f"query and key must have the same batch size, got {query.size(0)} and {key.size(0)}")
+        layout = None if unbatched else ("(N, T, E)" if self.batch_first else "(T, N, E)")
+        _check_batch_and_length(query, key, value, layout)
         return query, key, value, key_padding_mask
+
+
+def _check_sizes(embed_dim, num_heads, dropout, num_kv_heads=None, kdim=None, vdim=None) -> None:
+    """Constructor checks shared by MultiHeadAttention and GroupedQueryAttention (clear messages, not torch's)."""
+    sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "kdim": kdim, "vdim": vdim}
+    for name, value in sizes.items():
+        if value is None and name in ("num_kv_heads", "kdim", "vdim"):
+            continue
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if embed_dim % num_heads != 0:
+        raise ValueError(
+            f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): each head gets "
+            f"embed_dim / num_heads features"
+        )
+    if not isinstance(dropout, numbers.Real) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout is the probability of zeroing an attention weight: expected [0, 1), got {dropout!r}")
+
+
+def _check_dtypes(weights_dtype: torch.dtype, **inputs: Tensor) -> None:
+    """Inputs must be tensors of the module's dtype (a float16 module given float32 fails deep inside F.linear)."""
+    for name, x in inputs.items():
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+        if x.dtype != weights_dtype:
+            raise TypeError(
+                f"{name} has dtype {x.dtype} but the module's weights are {weights_dtype}: convert one to the "
+                f"other (e.g. module.to({x.dtype}) or {name}.to({weights_dtype}))"
+            )
+
+
+def _check_batch_and_length(
+    query: Tensor, key: Tensor, value: Tensor, layout: str | None, switchable: bool = True
+) -> None:
+    """Batch-first (N, T, ·) inputs: equal batch sizes, key and value of one length S.
+
+    ``layout`` is how the caller read the inputs ("(T, N, E)" or "(N, T, E)", None if unbatched): when the other
+    reading would make the batch sizes agree, the message says so (the ``batch_first`` mix-up); ``switchable``
+    says whether the module has a ``batch_first`` option to suggest, or only transposing helps.
+    """
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(
+            f"key and value must have the same batch size and length, got {tuple(key.shape)} and "
+            f"{tuple(value.shape)} (read as (N, S, ·))"
+        )
+    if query.size(0) != key.size(0):
+        message = f"query and key must have the same batch size, got {query.size(0)} and {key.size(0)}"
+        if layout is not None and query.size(1) == key.size(1):
+            other = "(N, T, E)" if layout == "(T, N, E)" else "(T, N, E)"
+            flag = "True" if other == "(N, T, E)" else "False"
+            fix = f"build it with batch_first={flag}, or transpose the inputs" if switchable else "transpose them"
+            message += f". This module reads inputs as {layout}; read as {other} the batch sizes would agree: {fix}"
+        raise ValueError(message)
 
 
 def merge_masks(
@@ -451,9 +563,8 @@ class GroupedQueryAttention(nn.Module):
         self, embed_dim: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
     ) -> None:
         super().__init__()
-        if embed_dim % num_heads != 0:
-            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-        if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        _check_sizes(embed_dim=embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, dropout=dropout)
+        if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}): each key/value "
                 f"head serves a whole group of query heads"
@@ -486,6 +597,13 @@ class GroupedQueryAttention(nn.Module):
                 f"GroupedQueryAttention expects batch-first 3-D inputs (N, T, E); got {tuple(query.shape)}, "
                 f"{tuple(key.shape)}, {tuple(value.shape)}"
             )
+        _check_dtypes(self.q_proj.weight.dtype, query=query, key=key, value=value)
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.size(-1) != self.embed_dim:
+                raise ValueError(
+                    f"{name} must have {self.embed_dim} features in its last dim, got shape {tuple(x.shape)}"
+                )
+        _check_batch_and_length(query, key, value, "(N, T, E)", switchable=False)
         N, L, _ = query.shape
         S = key.size(1)
         group = self.num_heads // self.num_kv_heads

@@ -20,7 +20,7 @@ import hashlib
 import http.client
 import os
 import re
-import tempfile
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from helpers.files import TEMPORARY_SUFFIX, atomic_target
 
 Alignment = list[tuple[int, int]]  # (German token index, English token index) pairs of one sentence pair
 
@@ -55,6 +57,9 @@ MULTI30K_SHA256 = {
 }
 #: Seconds to wait for the server: short, so that a machine without network fails fast.
 DOWNLOAD_TIMEOUT = 10.0
+#: Seconds one file's whole download may take: a server that trickles bytes cannot hold a learner for ever
+#: (the largest file, 2.6 MB, needs ~4 KB/s to arrive in time).
+DOWNLOAD_DEADLINE = 600.0
 
 
 class CorpusError(ValueError):
@@ -106,11 +111,11 @@ class ParallelCorpus:
         return self.de[index], self.en[index]
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
-        return iter(zip(self.de, self.en))
+        return iter(zip(self.de, self.en, strict=True))
 
     def pairs(self) -> list[tuple[str, str]]:
         """All ``(German, English)`` pairs, in file order."""
-        return list(zip(self.de, self.en))
+        return list(zip(self.de, self.en, strict=True))
 
     def __repr__(self) -> str:
         gold = "with" if self.alignments is not None else "without"
@@ -144,7 +149,7 @@ def _read_text_lines(path: Path) -> list[str]:
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise CorpusError(f"{path}: truncated or corrupt gzip file ({error}); download or copy it again") from error
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # -sig: a byte-order mark (Windows editors add one) is not part of line 1
     except UnicodeDecodeError as error:
         line_number = raw[: error.start].count(b"\n") + 1
         raise CorpusError(
@@ -181,7 +186,7 @@ def read_alignments(path: str | Path, de: list[str], en: list[str]) -> list[Alig
             f"{path}: {len(lines)} lines, but the sentence files have {len(de)}; they must match line for line"
         )
     alignments = []
-    for number, (line, source, target) in enumerate(zip(lines, de, en), start=1):
+    for number, (line, source, target) in enumerate(zip(lines, de, en, strict=True), start=1):
         try:
             pairs = parse_alignment(line)
         except ValueError as error:
@@ -271,6 +276,39 @@ _LOCAL_FOLDER_HINT = (
 )
 
 
+def missing_multi30k_files(split: str, data_dir: str | Path | None = None) -> tuple[Path, list[str]]:
+    """The folder :func:`load_corpus` would read ``split`` from, and the Multi30k files missing there.
+
+    In the download cache (no ``data_dir``, no ``$MULTI30K_DIR``) a file whose SHA-256 is no longer the
+    pinned one counts as missing: a cached download is checked every time it is used, not only once.
+    """
+    folder = multi30k_dir(data_dir)
+    checked = data_dir is None and not os.environ.get("MULTI30K_DIR")
+    missing = []
+    for file_name in multi30k_files((split,)):
+        found = _find_file(folder, file_name.removesuffix(".gz"))
+        if found is None or (checked and not _matches_pinned(found, file_name)):
+            missing.append(file_name)
+    return folder, missing
+
+
+def _matches_pinned(path: Path, file_name: str, checksums: Mapping[str, str] | None = None) -> bool:
+    """Whether ``path`` holds exactly the pinned bytes of ``file_name`` (a plain file never does)."""
+    checksums = MULTI30K_SHA256 if checksums is None else checksums
+    return path.name == file_name and sha256_of(path) == checksums[file_name]
+
+
+def _remove_stale_partials(folder: Path, file_name: str, older_than_s: float) -> None:
+    """Delete ``.<file_name>.*.part`` left by a killed download (older than any download still running)."""
+    now = time.time()
+    for partial in folder.glob(f".{file_name}.*{TEMPORARY_SUFFIX}"):
+        try:
+            if now - partial.stat().st_mtime > older_than_s:
+                partial.unlink()
+        except FileNotFoundError:  # another process cleaned it up first
+            pass
+
+
 def download_multi30k(
     cache_dir: str | Path | None = None,
     splits: tuple[str, ...] = SPLITS,
@@ -278,16 +316,19 @@ def download_multi30k(
     base_url: str | None = None,
     checksums: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    deadline: float | None = None,
     progress: bool = True,
 ) -> Path:
     """Download the Multi30k files of ``splits`` into ``cache_dir`` (default: the cache), checking SHA-256.
 
     Files already there with the right checksum are kept. Each file is written to a temporary file in
     the same folder, flushed to disk, checked, and only then renamed into place, so an interrupted or
-    corrupt download never leaves a half-written file under the real name. ``base_url`` (a mirror),
-    ``checksums`` and ``timeout`` default to this module's ``MULTI30K_URL``, ``MULTI30K_SHA256`` and
-    ``DOWNLOAD_TIMEOUT``, read at call time so that tests can point them at a local server. Returns the
-    folder.
+    corrupt download never leaves a half-written file under the real name; temporary files that a killed
+    download left behind are deleted once they are older than the deadline (no live download can be).
+    ``timeout`` bounds each wait for the server, ``deadline`` the whole download of one file. ``base_url``
+    (a mirror), ``checksums``, ``timeout`` and ``deadline`` default to this module's ``MULTI30K_URL``,
+    ``MULTI30K_SHA256``, ``DOWNLOAD_TIMEOUT`` and ``DOWNLOAD_DEADLINE``, read at call time so that tests
+    can point them at a local server. Returns the folder.
 
     Raises :class:`ChecksumError` (nothing kept) on a mismatch and :class:`DownloadError` when the server
     cannot be reached or answers with an error; both messages say how to use a local folder instead.
@@ -295,48 +336,52 @@ def download_multi30k(
     base_url = MULTI30K_URL if base_url is None else base_url
     checksums = MULTI30K_SHA256 if checksums is None else checksums
     timeout = DOWNLOAD_TIMEOUT if timeout is None else timeout
+    deadline = DOWNLOAD_DEADLINE if deadline is None else deadline
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "multi30k"
     folder.mkdir(parents=True, exist_ok=True)
     for file_name in multi30k_files(splits):
+        _remove_stale_partials(folder, file_name, older_than_s=deadline + timeout)
         target = folder / file_name
-        if target.is_file() and sha256_of(target) == checksums[file_name]:
+        if target.is_file() and _matches_pinned(target, file_name, checksums):
             continue
-        _download_file(f"{base_url.rstrip('/')}/{file_name}", target, checksums[file_name], timeout, progress)
+        url = f"{base_url.rstrip('/')}/{file_name}"
+        _download_file(url, target, checksums[file_name], timeout, deadline, progress)
     return folder
 
 
-def _download_file(url: str, target: Path, expected_sha256: str, timeout: float, progress: bool) -> None:
+def _download_file(
+    url: str, target: Path, expected_sha256: str, timeout: float, deadline: float, progress: bool
+) -> None:
     """Fetch ``url`` into ``target`` atomically, keeping it only if its SHA-256 is ``expected_sha256``."""
-    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    temp_path = Path(temp_name)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            actual = _fetch(url, out, timeout, progress, label=target.name)
-            out.flush()
-            os.fsync(out.fileno())  # on disk before the rename, so a crash cannot leave a hollow file
-        if actual != expected_sha256:
+    with atomic_target(target) as temporary, open(temporary, "wb") as out:
+        actual = _fetch(url, out, timeout, deadline, progress, label=target.name)
+        out.flush()
+        if actual != expected_sha256:  # raising inside the block deletes the temporary file
             raise ChecksumError(
                 f"checksum mismatch for {target.name} from {url}: expected SHA-256 {expected_sha256}, "
                 f"got {actual}; the download was deleted. {_LOCAL_FOLDER_HINT}"
             )
-        os.chmod(temp_path, 0o644)  # mkstemp makes it private; a cache may be shared
-        os.replace(temp_path, target)  # atomic on one file system: the real name appears only when complete
-    finally:
-        temp_path.unlink(missing_ok=True)  # after a failure; after success the name is already gone
 
 
-def _fetch(url: str, out, timeout: float, progress: bool, label: str) -> str:
-    """Stream ``url`` into the open binary file ``out``; return the SHA-256 of what arrived.
+def _fetch(url: str, out, timeout: float, deadline: float, progress: bool, label: str) -> str:
+    """Stream ``url`` into the open binary file ``out`` within ``deadline`` seconds; return its SHA-256.
 
     Every network failure becomes a :class:`DownloadError` that says how to work from a local folder.
     """
     digest = hashlib.sha256()
     received = 0
+    give_up_at = time.monotonic() + deadline
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress) as bar:
-                for block in iter(lambda: response.read(1 << 16), b""):
+                # read1 returns whatever has arrived; read(n) would wait for n bytes, past the deadline.
+                for block in iter(lambda: response.read1(1 << 16), b""):
+                    if time.monotonic() > give_up_at:  # each read waits at most `timeout`: this bounds the total
+                        raise DownloadError(
+                            f"could not download {url}: only {received} bytes arrived in {deadline:g} s "
+                            f"(the server is too slow). {_LOCAL_FOLDER_HINT}"
+                        )
                     out.write(block)
                     digest.update(block)
                     received += len(block)
@@ -394,12 +439,12 @@ def load_corpus(
             hint = "the course corpus ships in data/captions: `make corpus` regenerates it"
             raise FileNotFoundError(f"{error}; {hint}") from error
     if name == "multi30k":
-        folder = multi30k_dir(data_dir)
-        missing = [f for f in multi30k_files((split,)) if _find_file(folder, f.removesuffix(".gz")) is None]
+        folder, missing = missing_multi30k_files(split, data_dir)
         if missing:
             if not download:
                 raise FileNotFoundError(
-                    f"Multi30k files {missing} not found in {folder}. {_LOCAL_FOLDER_HINT} "
+                    f"Multi30k files {missing} not found in {folder} (or, in the download cache, changed since "
+                    f"they were downloaded). {_LOCAL_FOLDER_HINT} "
                     "Or pass download=True to fetch them (checksummed) from the dataset's public repository."
                 )
             download_multi30k(folder, (split,))

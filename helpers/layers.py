@@ -1,12 +1,21 @@
-"""Transformer layers you can look inside: a decoder layer that records per-head attention.
+"""Transformer layers built from the course's own ``MultiHeadAttention``, with decoders you can look inside.
 
-``InspectableDecoderLayer`` is ``torch.nn.TransformerDecoderLayer`` with one addition: after each
-forward pass it keeps the attention weights of **every head** of its masked self-attention and of
-its cross-attention over the encoder's memory. Everything else (constructor, parameters, state
-dict, ``forward`` signature, the one tensor it returns) is the stock layer's, so it drops into
-``nn.TransformerDecoder`` and ``nn.Transformer(custom_decoder=...)`` unchanged.
+Lesson 05 assembles these layers from their parts; this module holds the graduated versions that lesson 06's
+translator is made of:
+
+    EncoderLayer             self-attention + feed-forward            == nn.TransformerEncoderLayer
+    InspectableDecoderLayer  masked self-attention + cross-attention  == nn.TransformerDecoderLayer,
+                             + feed-forward, recording per-head weights
+    Encoder, Decoder         a stack of copies of one layer, then an optional final LayerNorm
+    Transformer              Encoder + Decoder                        == nn.Transformer
+
+Every attention is ``helpers.MultiHeadAttention``. Constructor arguments, attribute names (``self_attn``,
+``multihead_attn``, ``linear1``, ``norm1``, ...), state-dict keys and ``forward`` arguments are PyTorch's, so a
+state dict moves between each class and its ``torch.nn`` counterpart in both directions, and the layers also run
+inside ``nn.TransformerEncoder`` / ``nn.TransformerDecoder``.
 
 Shapes (course notation): N batch, L target length, S source (memory) length, E = d_model, h heads.
+Masks follow ``nn.MultiheadAttention``: boolean **True = blocked**, or float added to the scores.
 
     layer.self_attn_weights   (N, h, L, L)   who each target token looked at among the targets
     layer.cross_attn_weights  (N, h, L, S)   who each target token looked at in the source
@@ -16,76 +25,210 @@ Shapes (course notation): N batch, L target length, S source (memory) length, E 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["InspectableDecoderLayer", "cross_attention_weights", "recording", "self_attention_weights"]
+from helpers.attention import MultiHeadAttention
+
+__all__ = [
+    "Decoder",
+    "Encoder",
+    "EncoderLayer",
+    "InspectableDecoderLayer",
+    "Transformer",
+    "cross_attention_weights",
+    "recording",
+    "self_attention_weights",
+]
+
+Activation = str | Callable[[Tensor], Tensor]
 
 
-class InspectableDecoderLayer(nn.TransformerDecoderLayer):
-    """A ``nn.TransformerDecoderLayer`` that records each pass's per-head attention weights.
+def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
+    """'relu' or 'gelu' (as torch's layers accept), or any function Tensor -> Tensor."""
+    if callable(activation):
+        return activation
+    functions = {"relu": F.relu, "gelu": F.gelu}
+    if activation not in functions:
+        raise ValueError(f"activation should be 'relu', 'gelu' or a function, got {activation!r}")
+    return functions[activation]
 
-    Same constructor as ``nn.TransformerDecoderLayer`` plus ``record`` (default True). The layer
-    overrides only the two attention sub-blocks (``_sa_block`` and ``_mha_block``); the stock
-    ``forward`` (residuals, norms in post- or pre-norm order, feed-forward, the ``tgt_is_causal`` and
-    ``memory_is_causal`` hints) runs untouched.
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then a position-wise feed-forward network, each in a residual block.
+
+    The layer lesson 05 builds, graduated: same constructor and ``forward`` as ``nn.TransformerEncoderLayer``
+    and the same parameter names, so either loads the other's state dict. Post-norm
+    (``x = norm(x + sublayer(x))``, the original transformer) unless ``norm_first`` (pre-norm).
+
+    forward: src (N, S, E) with ``batch_first``, else (S, N, E); src_mask (S, S) or (N*h, S, S);
+    src_key_padding_mask (N, S), True = padding. Returns a tensor of src's shape.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        # Created in torch's order, so that the same seed gives the same initial weights as the stock layer.
+        attention = dict(dropout=dropout, bias=bias, batch_first=batch_first, **factory)
+        self.self_attn = MultiHeadAttention(d_model, nhead, **attention)
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first = norm_first
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        x = src
+        if self.norm_first:  # pre-norm: normalise each sublayer's input, keep the residual path a pure sum
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))  # post-norm
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(
+        self, x: Tensor, attn_mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool
+    ) -> Tensor:
+        out, _ = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
+        )
+        return self.dropout1(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        """E -> dim_feedforward -> E at every position on its own."""
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class InspectableDecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the memory, feed-forward; records each pass's per-head weights.
+
+    Same constructor as ``nn.TransformerDecoderLayer`` plus ``record`` (default True); same parameter names
+    (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1``..``norm3``), so the stock layer's state
+    dict loads into it and back; same ``forward`` arguments and single tensor output, so it drops into
+    ``nn.TransformerDecoder`` as well as this module's ``Decoder``.
 
     After a forward pass with ``record`` on:
         ``self_attn_weights``:  (N, h, L, L), masked self-attention, one matrix per head.
         ``cross_attn_weights``: (N, h, L, S), cross-attention over the memory, one per head.
     Both are detached copies (they hold no autograd graph) and are replaced by the next pass.
     They are the weights actually used, i.e. after attention dropout when the layer trains with
-    dropout > 0. With ``record`` off the attention runs exactly as in the stock layer
-    (``need_weights=False``, torch's fused kernel) and both attributes are ``None``, so no weights
+    dropout > 0. With ``record`` off the attention asks for no weights (``need_weights=False``: the fused
+    kernel, which never builds the (N, h, L, S) weights) and both attributes are ``None``, so no weights
     from an earlier pass linger. ``clear_records()`` drops them on demand.
 
     For decoding, ``forward_step`` runs the layer for the newest target position only, reusing a
     cache of the earlier positions' inputs (what their keys and values are made from).
 
-    Inside ``nn.TransformerDecoder`` the layer is deep-copied ``num_layers`` times: read the records
-    from ``decoder.layers[i]`` (or all at once with ``cross_attention_weights(decoder)``).
+    Inside a stack the layer is deep-copied ``num_layers`` times: read the records from
+    ``decoder.layers[i]`` (or all at once with ``cross_attention_weights(decoder)``).
 
-    Known difference: a query whose every key is masked gets NaN weights and a NaN output when
-    recording (torch's weight-returning path), while the stock layer's fused kernel can return
-    zeros for it. Real padding never blocks a whole row unless a sequence is entirely padding.
+    A query whose every key is masked gets zero weights and a zero attention output (``MultiHeadAttention``'s
+    rule), where the stock layer gives NaN. Real padding never blocks a whole row unless a sequence is all padding.
     """
 
     self_attn_weights: Tensor | None
     cross_attn_weights: Tensor | None
 
-    def __init__(self, *args, record: bool = True, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        record: bool = True,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        attention = dict(dropout=dropout, bias=bias, batch_first=batch_first, **factory)
+        # Created in torch's order, so that the same seed gives the same initial weights as the stock layer.
+        self.self_attn = MultiHeadAttention(d_model, nhead, **attention)
+        self.multihead_attn = MultiHeadAttention(d_model, nhead, **attention)  # the cross-attention
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first = norm_first
+        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
         self.record = record
         self.self_attn_weights = None
         self.cross_attn_weights = None
-
-    def __setstate__(self, state: dict) -> None:
-        # Pickles written before `record` existed still load, recording on.
-        state.setdefault("record", True)
-        state.setdefault("self_attn_weights", None)
-        state.setdefault("cross_attn_weights", None)
-        super().__setstate__(state)
 
     def clear_records(self) -> None:
         """Forget the weights recorded by the last pass."""
         self.self_attn_weights = None
         self.cross_attn_weights = None
 
-    # -- the two attention sub-blocks of nn.TransformerDecoderLayer, now keeping their weights ------
-    def _sa_block(
+    def forward(
         self,
-        x: Tensor,
-        attn_mask: Tensor | None,
-        key_padding_mask: Tensor | None,
-        is_causal: bool = False,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
     ) -> Tensor:
-        """Masked self-attention over the target: x (L, N, E) or (N, L, E) -> same shape."""
-        if not self.record:
-            self.self_attn_weights = None
-            return super()._sa_block(x, attn_mask, key_padding_mask, is_causal)
+        """tgt (N, L, E) with ``batch_first``, else (L, N, E); memory (N, S, E) or (S, N, E) -> tgt's shape.
+
+        tgt_mask (L, L), memory_mask (L, S) (or per head, (N*h, ·, ·)); the key padding masks (N, L) and
+        (N, S), True = padding. ``tgt_is_causal`` is a hint that tgt_mask is the causal mask (which must
+        still be given), as in torch.
+        """
+        x = tgt
+        if self.norm_first:  # pre-norm
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))  # post-norm
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+    # -- the three sublayers ---------------------------------------------------------------------
+    def _sa_block(
+        self, x: Tensor, attn_mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool = False
+    ) -> Tensor:
+        """Masked self-attention over the target: x (N, L, E) or (L, N, E) -> same shape."""
         out, weights = self.self_attn(
             x,
             x,
@@ -93,10 +236,10 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
             is_causal=is_causal,
-            need_weights=True,
+            need_weights=self.record,
             average_attn_weights=False,  # keep the heads apart: (N, h, L, L)
         )
-        self.self_attn_weights = weights.detach()  # no graph kept alive between passes
+        self.self_attn_weights = None if weights is None else weights.detach()  # no graph kept between passes
         return self.dropout1(out)
 
     def _mha_block(
@@ -108,9 +251,6 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
         is_causal: bool = False,
     ) -> Tensor:
         """Cross-attention: target queries x over the encoder's memory mem -> x's shape."""
-        if not self.record:
-            self.cross_attn_weights = None
-            return super()._mha_block(x, mem, attn_mask, key_padding_mask, is_causal)
         out, weights = self.multihead_attn(
             x,
             mem,
@@ -118,11 +258,15 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
             is_causal=is_causal,
-            need_weights=True,
+            need_weights=self.record,
             average_attn_weights=False,  # keep the heads apart: (N, h, L, S)
         )
-        self.cross_attn_weights = weights.detach()
+        self.cross_attn_weights = None if weights is None else weights.detach()
         return self.dropout2(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        """E -> dim_feedforward -> E at every position on its own."""
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     # -- one position at a time, for decoding ----------------------------------------------------
     def forward_step(
@@ -148,25 +292,175 @@ class InspectableDecoderLayer(nn.TransformerDecoderLayer):
                 f"forward_step takes one position per sequence, x of shape (N, 1, E); got {tuple(x.shape)}"
             )
         if self.norm_first:
-            h = self.norm1(x)
-            seen = h if past is None else torch.cat([past, h], dim=1)  # (N, t+1, E)
-            x = x + self.dropout1(self.self_attn(h, seen, seen, need_weights=False)[0])
+            normed = self.norm1(x)
+            seen = normed if past is None else torch.cat([past, normed], dim=1)  # (N, t+1, E)
+            x = x + self.dropout1(self.self_attn(normed, seen, seen, need_weights=False)[0])
             x = x + self._mha_block(self.norm2(x), memory, None, memory_key_padding_mask)
-            x = x + self._ff_block(self.norm3(x))
-        else:
-            seen = x if past is None else torch.cat([past, x], dim=1)  # (N, t+1, E)
-            x = self.norm1(x + self.dropout1(self.self_attn(x, seen, seen, need_weights=False)[0]))
-            x = self.norm2(x + self._mha_block(x, memory, None, memory_key_padding_mask))
-            x = self.norm3(x + self._ff_block(x))
-        return x, seen
+            return x + self._ff_block(self.norm3(x)), seen
+        seen = x if past is None else torch.cat([past, x], dim=1)  # (N, t+1, E)
+        x = self.norm1(x + self.dropout1(self.self_attn(x, seen, seen, need_weights=False)[0]))
+        x = self.norm2(x + self._mha_block(x, memory, None, memory_key_padding_mask))
+        return self.norm3(x + self._ff_block(x)), seen
 
 
+# ---------------------------------------------------------------------------------------------
+# Stacks
+# ---------------------------------------------------------------------------------------------
+class Encoder(nn.Module):
+    """``num_layers`` copies of ``encoder_layer`` run in turn, then ``norm`` if given (``nn.TransformerEncoder``).
+
+    src (N, S, E) or (S, N, E) -> the memory, same shape. Each copy has its own weights (a deep copy).
+    """
+
+    def __init__(self, encoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+    ) -> Tensor:
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """``num_layers`` copies of ``decoder_layer`` run in turn, then ``norm`` if given (``nn.TransformerDecoder``).
+
+    tgt (N, L, E) and memory (N, S, E) (or length first) -> tgt's shape. Every layer attends to the same memory.
+    """
+
+    def __init__(self, decoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(copy.deepcopy(decoder_layer) for _ in range(num_layers))
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        x = tgt
+        for layer in self.layers:
+            x = layer(
+                x,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=bool(tgt_is_causal),
+                memory_is_causal=memory_is_causal,
+            )
+        return x if self.norm is None else self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder and decoder stacks of the course's layers, each ending in a LayerNorm: ``nn.Transformer``'s model.
+
+    Same constructor (without ``custom_encoder``/``custom_decoder``; plus ``record`` for the decoder layers),
+    parameter names and ``forward`` as ``nn.Transformer``, and the same initialisation (Xavier-uniform for
+    every matrix): with the same seed both start from identical weights.
+
+    forward: src (N, S, E), tgt (N, L, E) with ``batch_first`` (else length first), masks as in
+    ``nn.Transformer`` -> (N, L, E).
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        record: bool = True,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        common = dict(
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=batch_first,
+            norm_first=norm_first,
+            bias=bias,
+            **factory,
+        )
+        self.encoder = Encoder(
+            EncoderLayer(d_model, nhead, **common),
+            num_encoder_layers,
+            nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory),
+        )
+        self.decoder = Decoder(
+            InspectableDecoderLayer(d_model, nhead, **common, record=record),
+            num_decoder_layers,
+            nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory),
+        )
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():  # as nn.Transformer: Xavier-uniform matrices (biases and norms keep theirs)
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Switching recording on and reading the records of a whole stack
+# ---------------------------------------------------------------------------------------------
 def _inspectable_layers(module: nn.Module) -> list[InspectableDecoderLayer]:
     layers = [m for m in module.modules() if isinstance(m, InspectableDecoderLayer)]
     if not layers:
         raise ValueError(
             f"{type(module).__name__} contains no InspectableDecoderLayer; build the decoder with "
-            "nn.TransformerDecoder(InspectableDecoderLayer(...), num_layers)"
+            "Decoder(InspectableDecoderLayer(...), num_layers)"
         )
     return layers
 
@@ -188,7 +482,7 @@ def recording(module: nn.Module, enabled: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        for layer, setting in zip(layers, before):
+        for layer, setting in zip(layers, before, strict=True):
             layer.record = setting
 
 
@@ -210,5 +504,5 @@ def cross_attention_weights(module: nn.Module) -> Tensor:
 
 
 def self_attention_weights(module: nn.Module) -> Tensor:
-    """Every layer's recorded masked self-attention, stacked: (layers, N, h, L, L)."""
+    """Every decoder layer's recorded masked self-attention, stacked: (layers, N, h, L, L)."""
     return _stack_records(module, "self_attn_weights")

@@ -147,7 +147,7 @@ def position_similarity_plot(encoding: Tensor, reference_positions: Sequence[int
     left.set_title("PE[i] · PE[j]")
     fig.colorbar(image, ax=left, fraction=0.046, pad=0.04, label="dot product")
     positions = torch.arange(P)
-    for reference, marker in zip(reference_positions, ("o", "s", "^", "D", "v")):
+    for reference, marker in zip(reference_positions, ("o", "s", "^", "D", "v"), strict=False):
         right.plot(
             (positions - reference).numpy(),
             similarity[reference].numpy(),
@@ -401,4 +401,42 @@ def transformer_diagram(num_layers: str = "n_layers") -> Figure:
         "where attention sits (highlighted): encoder self-attention; decoder masked self-attention and cross-attention",
         fontsize=10,
     )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 08: one number per head, for every layer
+# ---------------------------------------------------------------------------------------------
+def layer_head_tables(
+    tables: dict[str, Tensor],
+    columns: int = 2,
+    shared_scale: tuple[float, float] | None = None,
+    panel_size: tuple[float, float] = (5.6, 2.6),
+) -> Figure:
+    """One heatmap per (layers, h) table of per-head numbers: layers down the y axis, heads along the x axis.
+
+    ``tables`` maps a panel title to its table. Each panel gets its own colour bar (scores, entropies and
+    costs have different units) unless ``shared_scale=(vmin, vmax)`` puts all on one scale.
+    """
+    if not tables:
+        raise ValueError("layer_head_tables needs at least one table")
+    shapes = {tuple(torch.as_tensor(t).shape) for t in tables.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"every table must be one (layers, h) matrix of the same shape, got shapes {sorted(shapes)}")
+    layers, heads = next(iter(shapes))
+    rows = -(-len(tables) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows), squeeze=False, constrained_layout=True
+    )
+    vmin, vmax = shared_scale if shared_scale else (None, None)
+    for ax, (title, table) in zip(axes.flat, tables.items(), strict=False):
+        image = ax.imshow(torch.as_tensor(table).detach().float().cpu().numpy(), cmap=CMAP, vmin=vmin, vmax=vmax)
+        ax.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
+        ax.set_yticks(range(layers), [str(layer) for layer in range(layers)], fontsize=7)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(image, ax=ax, shrink=0.9)
+    for ax in list(axes.flat)[len(tables) :]:
+        ax.axis("off")
     return fig

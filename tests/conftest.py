@@ -1,9 +1,28 @@
-"""Fixtures shared by several test files."""
+"""What every test file shares: the matplotlib backend, figure clean-up, one-thread torch, exercise helpers.
+
+- matplotlib draws with the non-interactive Agg backend (no window, no display needed), chosen here before
+  any test imports pyplot, and every figure a test leaves open is closed after it.
+- ``one_torch_thread``: a fixture for tiny models.
+- ``not_attempted`` and ``assert_hint``: what the exercise-check tests feed and assert; import them with
+  ``from conftest import assert_hint, not_attempted`` (pytest puts this folder on the import path).
+"""
 
 from __future__ import annotations
 
+import matplotlib
 import pytest
 import torch
+
+matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a test runner
+
+import matplotlib.pyplot as plt
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close every figure a test opened, so that figures do not pile up (and warn) across tests."""
+    yield
+    plt.close("all")
 
 
 @pytest.fixture
@@ -13,3 +32,15 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def not_attempted(*args, **kwargs):
+    """A learner's untouched stub, as a student copy has it: it raises NotImplementedError."""
+    raise NotImplementedError()
+
+
+def assert_hint(verdict, *fragments: str) -> None:
+    """The check said "wrong" and its hint names every one of ``fragments``."""
+    assert verdict.status == "wrong", verdict
+    for fragment in fragments:
+        assert fragment in verdict.message, (fragment, verdict.message)

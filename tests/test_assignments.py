@@ -283,7 +283,8 @@ BAD_CELLS = {
     ),
     "nested": (
         v4.new_code_cell(
-            "def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n    # END SOLUTION\n"
+            "def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    return 1\n"
+            "    # END SOLUTION\n    # END SOLUTION\n"
         ),
         "cannot nest",
     ),
@@ -335,7 +336,7 @@ def test_one_bad_notebook_means_nothing_is_written(tmp_path):
     out = tmp_path / "student"
     out.mkdir()
     (out / "01_good.ipynb").write_text("an old copy\n")
-    with pytest.raises(ReleaseError, match="02_bad.ipynb, cell index 0"):
+    with pytest.raises(ReleaseError, match=r"02_bad\.ipynb, cell index 0"):
         release(out, source)
     assert folder_bytes(out) == {"01_good.ipynb": b"an old copy\n"}
 
@@ -511,7 +512,7 @@ def test_lesson_student_copy_leaks_no_solution_line(released_lesson):
 
 
 def test_lesson_student_copy_has_no_outputs_counts_or_widget_state(released_lesson):
-    path, _, student = released_lesson
+    _, _, student = released_lesson
     assert set(student["metadata"]) <= {"kernelspec", "language_info"}
     assert student["metadata"]["kernelspec"]["name"] == "python3"
     for cell in student["cells"]:
@@ -532,7 +533,8 @@ def test_lesson_exercises_follow_the_course_convention(released_lesson):
         following = [c for c in notebook.cells[exercise.cell_index + 1 :] if c.cell_type == "code"]
         following = [c for c in following if "solution-only" not in c.metadata.get("tags", [])]
         assert following and re.search(r"\bcheck_\w+\(", following[0].source), (
-            f"{path.name} cell index {exercise.cell_index}: the next code cell should call a check from helpers.exercises"
+            f"{path.name} cell index {exercise.cell_index}: the next code cell should call a check "
+            "from helpers.exercises"
         )
     for cell in student["cells"]:
         if cell["cell_type"] == "code" and "raise NotImplementedError()" in _text(cell["source"]):
@@ -677,7 +679,7 @@ def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
     notebook = lesson(
         v4.new_code_cell("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION"), v4.new_code_cell("f")
     )
-    with pytest.raises(ReleaseError, match="fixture.ipynb, cell index 0.*check_"):
+    with pytest.raises(ReleaseError, match=r"fixture\.ipynb, cell index 0.*check_"):
         assignments.nbgrader_source(notebook, "fixture.ipynb")
 
 
@@ -697,3 +699,59 @@ def test_nbgrader_exam_mode_hides_the_checks_between_nbgraders_hidden_test_marke
     assert lines[0] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS"
     assert lines[1:-1] == assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb").cells[2].source.split("\n")
     assert graded.cells[2].metadata.nbgrader["grade"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Solutions collapsed in the lessons (issue 11, self-study)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
+def test_every_solution_cell_of_every_lesson_is_collapsed(lesson):
+    cells = json.loads(lesson.read_text(encoding="utf-8"))["cells"]
+    solutions = [
+        index
+        for index, cell in enumerate(cells)
+        if "# BEGIN SOLUTION" in [line.strip() for line in "".join(cell["source"]).split("\n")]
+        or "solution-only" in cell["metadata"].get("tags", [])
+    ]
+    assert solutions, "every lesson has exercises"
+    open_cells = [i for i in solutions if cells[i]["metadata"].get("jupyter", {}).get("source_hidden") is not True]
+    assert open_cells == [], (
+        f"solution cells {open_cells} of {lesson.name} are not collapsed: run "
+        "`.venv/bin/python -m helpers.assignments collapse`"
+    )
+
+
+def test_collapse_changes_only_solution_metadata_and_is_idempotent(tmp_path, capsys):
+    lessons = tmp_path / "notebooks"
+    lessons.mkdir()
+    source = v4.new_notebook(
+        cells=[
+            v4.new_markdown_cell("# Exercise"),
+            v4.new_code_cell("def f(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION"),
+            v4.new_code_cell("check_f(f)"),
+            v4.new_markdown_cell("Why it works.", metadata={"tags": ["solution-only"]}),
+            v4.new_code_cell("x = 1  # mentions BEGIN SOLUTION only in a comment"),
+        ]
+    )
+    path = lessons / "01.ipynb"
+    path.write_text(nbformat.writes(source) + "\n", encoding="utf-8")
+    before = json.loads(path.read_text())
+    assert assignments.main(["collapse", "--notebooks", str(lessons), "--check"]) == 1
+    assert json.loads(path.read_text()) == before  # --check changes nothing
+    assert assignments.main(["collapse", "--notebooks", str(lessons)]) == 0
+    after = json.loads(path.read_text())
+    hidden = [cell["metadata"].get("jupyter", {}).get("source_hidden", False) for cell in after["cells"]]
+    assert hidden == [False, True, False, True, False]
+    for old, new in zip(before["cells"], after["cells"], strict=True):
+        new["metadata"].pop("jupyter", None)
+        assert old == new  # nothing but that metadata changed
+    text = path.read_text()
+    assert assignments.main(["collapse", "--notebooks", str(lessons)]) == 0
+    assert path.read_text() == text  # idempotent, byte for byte
+    assert "unchanged" in capsys.readouterr().out
+    assert assignments.main(["collapse", "--notebooks", str(lessons), "--check"]) == 0
+
+
+def test_student_copies_do_not_carry_the_collapsed_metadata():
+    copy = student_copy(nbformat.reads(LESSONS[0].read_text(), as_version=4), LESSONS[0].name)
+    assert all("jupyter" not in cell.metadata for cell in copy.cells)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,7 @@ from helpers import (
     scaled_dot_product_attention,
     sdpa_mask_from_padding,
 )
+from helpers.attention import MaskConventionWarning
 
 ATOL = 1e-5
 
@@ -43,13 +46,15 @@ def test_sdpa_matches_torch(batch, heads, L, S, d, dv, mask_kind, scale, seed):
     v = torch.randn(batch, heads, S, dv, generator=g, requires_grad=True)
     kwargs = {"scale": scale}
     if mask_kind == "bool":
-        kwargs["attn_mask"] = torch.rand(L, S, generator=g) > 0.3
+        kwargs["attn_mask"] = torch.rand(batch, 1, L, S, generator=g) > 0.3
     elif mask_kind == "float":
         kwargs["attn_mask"] = torch.randn(batch, 1, L, S, generator=g)
     elif mask_kind == "causal":
         kwargs["is_causal"] = True
 
-    ours, weights = scaled_dot_product_attention(q, k, v, **kwargs)
+    with warnings.catch_warnings():  # random masks may block a whole sequence on purpose: not the point here
+        warnings.simplefilter("ignore", MaskConventionWarning)
+        ours, weights = scaled_dot_product_attention(q, k, v, **kwargs)
     theirs = F.scaled_dot_product_attention(q, k, v, **kwargs)
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=1e-4)
 
@@ -61,7 +66,7 @@ def test_sdpa_matches_torch(batch, heads, L, S, d, dv, mask_kind, scale, seed):
     grad = torch.randn_like(ours)
     ours_grads = torch.autograd.grad(ours, (q, k, v), grad)
     theirs_grads = torch.autograd.grad(theirs, (q, k, v), grad)
-    for a, b in zip(ours_grads, theirs_grads):
+    for a, b in zip(ours_grads, theirs_grads, strict=True):
         torch.testing.assert_close(a, b, atol=ATOL, rtol=1e-4)
 
 
@@ -76,7 +81,8 @@ def test_sdpa_fully_blocked_row_attends_to_nothing():
     q, k, v = torch.randn(3, 4, requires_grad=True), torch.randn(5, 4), torch.randn(5, 2)
     allowed = torch.ones(3, 5, dtype=torch.bool)
     allowed[1] = False
-    out, weights = scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    with pytest.warns(MaskConventionWarning):  # a shared (L, S) mask that blocks a query: warned, still computed
+        out, weights = scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     assert torch.equal(weights[1], torch.zeros(5)) and torch.equal(out[1], torch.zeros(2))
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allowed))
     out.sum().backward()
@@ -91,7 +97,7 @@ def test_sdpa_rejects_bad_input():
         scaled_dot_product_attention(q, k, torch.randn(2, 4, 6))
     with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 4\) does not broadcast.*\(2, 3, 5\)"):
         scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(3, 4, dtype=torch.bool))
-    with pytest.raises(TypeError, match="attn_mask must be bool or floating point, got torch.int64"):
+    with pytest.raises(TypeError, match=r"attn_mask must be bool or floating point, got torch\.int64"):
         scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="either attn_mask or is_causal"):
         scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(3, 5, dtype=torch.bool), is_causal=True)
@@ -221,7 +227,7 @@ def test_multihead_matches_torch(
     inputs = [t for t in {id(t): t for t in (query, key, value)}.values()]
     grads_ours = torch.autograd.grad(out_ours, inputs + list(ours.parameters()), grad)
     grads_theirs = torch.autograd.grad(out_theirs, inputs + list(theirs.parameters()), grad)
-    for a, b in zip(grads_ours, grads_theirs):
+    for a, b in zip(grads_ours, grads_theirs, strict=True):
         torch.testing.assert_close(a, b, atol=ATOL, rtol=1e-4)
 
 
@@ -392,6 +398,7 @@ def test_sdpa_without_autograd_matches_torch(mask_kind):
     q, k, v = torch.randn(2, 3, 6, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 2)
     allowed = torch.rand(6, 5) > 0.4
     allowed[2] = False
+    allowed = allowed.expand(2, 1, 6, 5)  # per sequence: a blocked query here is deliberate, no warning
     mask = {"none": None, "bool": allowed, "float": torch.zeros(6, 5).masked_fill(~allowed, float("-inf"))}[mask_kind]
     with_grad_out, with_grad_weights = scaled_dot_product_attention(q.requires_grad_(), k, v, attn_mask=mask)
     with torch.inference_mode():
@@ -413,3 +420,115 @@ def test_sdpa_mask_from_padding_flips_and_broadcasts_over_queries():
     )
     with pytest.raises(ValueError, match=r"boolean \(N, S\) key padding mask, got torch.float32 of shape \(2, 3\)"):
         sdpa_mask_from_padding(pad.float())
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12: checks as F.scaled_dot_product_attention does them; GQA and MHA refuse bad input clearly
+# ---------------------------------------------------------------------------------------------
+def _torch_refuses(*args, **kwargs) -> bool:
+    try:
+        F.scaled_dot_product_attention(*args, **kwargs)
+    except RuntimeError:
+        return True
+    return False
+
+
+def test_sdpa_mask_that_would_add_a_batch_dim_is_refused_like_torch():
+    q, k, v = torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8)
+    mask = torch.ones(2, 3, 4, dtype=torch.bool)
+    assert _torch_refuses(q, k, v, attn_mask=mask)
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(2, 3, 4\) does not broadcast.*\(3, 4\).*more dims"):
+        scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 2, 3, 4\)"):
+        scaled_dot_product_attention(q.expand(2, 3, 8), k, v, attn_mask=torch.ones(3, 2, 3, 4, dtype=torch.bool))
+    # what torch accepts, we accept: a mask of size 1 (or absent) in a batch dim broadcasts
+    out, _ = scaled_dot_product_attention(q.expand(2, 3, 8), k, v, attn_mask=torch.ones(1, 3, 4, dtype=torch.bool))
+    assert out.shape == (2, 3, 8)
+
+
+def test_sdpa_batch_mismatch_is_a_clear_error_and_size_one_broadcasts_like_torch():
+    q, k, v = torch.randn(2, 3, 8), torch.randn(3, 4, 8), torch.randn(3, 4, 8)
+    assert _torch_refuses(q, k, v)
+    with pytest.raises(ValueError, match=r"leading \(batch, head\) dims.*query \(2, 3, 8\).*key \(3, 4, 8\)"):
+        scaled_dot_product_attention(q, k, v)
+    with pytest.raises(ValueError, match=r"value \(3, 4, 8\)"):
+        scaled_dot_product_attention(q, k[:2], v)
+    for q, k, v in [  # what torch broadcasts
+        (torch.randn(1, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)),
+        (torch.randn(2, 4, 3, 8), torch.randn(2, 1, 4, 8), torch.randn(2, 1, 4, 8)),
+        (torch.randn(3, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)),
+    ]:
+        torch.testing.assert_close(scaled_dot_product_attention(q, k, v)[0], F.scaled_dot_product_attention(q, k, v))
+
+
+def test_causal_mask_passed_to_sdpa_warns_with_the_convention_and_the_cause():
+    q = k = v = torch.randn(2, 5, 8)
+    with pytest.warns(MaskConventionWarning, match=r"True where a query MAY attend.*causal_mask.*True = blocked"):
+        scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(5))
+    with pytest.warns(MaskConventionWarning, match="every query of some sequence"):  # an inverted padding mask
+        scaled_dot_product_attention(q, k, v, attn_mask=padding_mask([5, 3])[:, None, :])
+
+
+def test_correct_masks_and_the_packages_own_calls_do_not_warn():
+    torch.manual_seed(0)
+    q = k = v = torch.randn(2, 5, 8)
+    lengths = [5, 3]
+    may_attend = ~causal_mask(5) & sdpa_mask_from_padding(padding_mask(lengths))  # (N, L, S)
+    may_attend_queries = may_attend & ~padding_mask(lengths)[:, :, None]  # padding queries blocked: legitimate
+    mha = MultiHeadAttention(8, 2, batch_first=True)
+    gqa = GroupedQueryAttention(8, 2, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(5))
+        scaled_dot_product_attention(q, k, v, is_causal=True)
+        scaled_dot_product_attention(q, k, v, attn_mask=may_attend)
+        scaled_dot_product_attention(q, k, v, attn_mask=may_attend_queries)
+        fully_padded = torch.tensor([[True] * 5, [False, False, False, True, True]])  # a whole padded row
+        for module in (mha, gqa):
+            module(q, k, v, key_padding_mask=fully_padded, attn_mask=causal_mask(5), need_weights=True)
+
+
+def test_gqa_refuses_bad_input_like_multihead():
+    with pytest.raises(ValueError, match="num_heads must be positive, got 0"):
+        GroupedQueryAttention(16, 0, 1)
+    with pytest.raises(ValueError, match="num_kv_heads must be positive, got 0"):
+        GroupedQueryAttention(16, 4, 0)
+    with pytest.raises(ValueError, match=r"dropout .* expected \[0, 1\), got 1.5"):
+        GroupedQueryAttention(16, 4, 2, dropout=1.5)
+    gqa = GroupedQueryAttention(16, 4, 2)
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(ValueError, match=r"query must have 16 features in its last dim, got shape \(2, 3, 12\)"):
+        gqa(torch.randn(2, 3, 12), x, x)
+    with pytest.raises(ValueError, match=r"key and value must have the same batch size and length"):
+        gqa(x, x, torch.randn(2, 4, 16))
+    with pytest.raises(ValueError, match=r"query and key must have the same batch size, got 2 and 3$"):
+        gqa(x, torch.randn(3, 4, 16), torch.randn(3, 4, 16))
+    with pytest.raises(ValueError, match=r"got 5 and 7.*reads inputs as \(N, T, E\).*transpose them$"):
+        gqa(torch.randn(5, 2, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16))  # sequence-first tensors
+
+
+def test_multihead_constructor_and_dtype_checks():
+    with pytest.raises(ValueError, match=r"dropout .* expected \[0, 1\), got 1.0"):
+        MultiHeadAttention(8, 2, dropout=1.0)
+    with pytest.raises(ValueError, match=r"got -0.1"):
+        MultiHeadAttention(8, 2, dropout=-0.1)
+    with pytest.raises(TypeError, match=r"embed_dim must be an integer, got float 8\.0"):
+        MultiHeadAttention(8.0, 2)
+    with pytest.raises(TypeError, match="num_heads must be an integer, got str '2'"):
+        MultiHeadAttention(8, "2")
+    half = MultiHeadAttention(8, 2, batch_first=True, dtype=torch.float16)
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(TypeError, match=r"query has dtype torch.float32 but the module's weights are torch.float16"):
+        half(x, x, x)
+
+
+def test_batch_first_mixup_is_named():
+    seq_first = MultiHeadAttention(8, 2)  # batch_first=False: (T, N, E)
+    query, memory = torch.randn(3, 5, 8), torch.randn(3, 7, 8)  # batch-first (N=3, L=5) and (N=3, S=7)
+    with pytest.raises(ValueError, match=r"got 5 and 7.*reads inputs as \(T, N, E\).*batch_first=True"):
+        seq_first(query, memory, memory)
+    batch_first = MultiHeadAttention(8, 2, batch_first=True)
+    with pytest.raises(ValueError, match=r"got 5 and 7.*batch_first=False"):
+        batch_first(query.transpose(0, 1), memory.transpose(0, 1), memory.transpose(0, 1))
+    with pytest.raises(ValueError, match=r"got 3 and 4$"):  # no other reading fits: no hint
+        batch_first(torch.randn(3, 5, 8), torch.randn(4, 7, 8), torch.randn(4, 7, 8))

@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def test_captions_fixture_loads_every_split_with_alignments():
         assert corpus.alignments is not None and len(corpus.alignments) == size
     test = load_corpus("captions", "test", data_dir=CAPTIONS_FIXTURE)
     assert test[0] == (RUNNING_EXAMPLE, "A mother and her little son are enjoying a beautiful day outdoors.")
-    assert test.pairs() == list(zip(test.de, test.en)) == list(test)
+    assert test.pairs() == list(zip(test.de, test.en, strict=False)) == list(test)
     # "genießen" (6) → "are enjoying" (6, 7): one German word, two English words
     assert (6, 6) in test.alignments[0] and (6, 7) in test.alignments[0]
 
@@ -229,7 +230,7 @@ def leftovers(folder: Path) -> list[str]:
 
 
 def test_download_success_is_checked_and_complete(server, tmp_path):
-    base_url, served, requests = server
+    base_url, _served, requests = server
     cache = tmp_path / "cache"
     folder = download_multi30k(cache, base_url=base_url, checksums=fixture_checksums(), progress=False)
     assert folder == cache
@@ -243,7 +244,7 @@ def test_download_success_is_checked_and_complete(server, tmp_path):
 
 
 def test_download_replaces_a_corrupt_cached_file(server, tmp_path):
-    base_url, served, requests = server
+    base_url, _served, requests = server
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "val.de.gz").write_bytes(b"half a file")
@@ -253,7 +254,7 @@ def test_download_replaces_a_corrupt_cached_file(server, tmp_path):
 
 
 def test_load_corpus_downloads_only_the_split_it_needs(server, tmp_path, monkeypatch):
-    base_url, served, requests = server
+    base_url, _served, requests = server
     monkeypatch.setattr(data, "MULTI30K_URL", base_url)
     monkeypatch.setattr(data, "MULTI30K_SHA256", fixture_checksums())
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
@@ -268,7 +269,7 @@ def test_load_corpus_downloads_only_the_split_it_needs(server, tmp_path, monkeyp
 
 
 def test_checksum_mismatch_keeps_nothing_and_names_both_hashes(server, tmp_path):
-    base_url, served, _ = server
+    base_url, _served, _ = server
     checksums = fixture_checksums()
     expected = "0" * 64
     checksums["val.en.gz"] = expected
@@ -362,12 +363,11 @@ def test_real_multi30k_running_example_and_checksums():
 # ---------------------------------------------------------------------------------------------
 # The committed course corpus (generated into data/captions)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.skipif(not (data.CAPTIONS_DIR / "train.de").is_file(), reason="data/captions not generated yet")
 def test_committed_captions_corpus_loads_with_valid_alignments():
     for split in ("train", "val", "test"):
         corpus = load_corpus("captions", split)  # the default folder: <repo>/data/captions
         assert len(corpus) > 0 and len(corpus.de) == len(corpus.en) == len(corpus.alignments)
-        for de, en, alignment in zip(corpus.de, corpus.en, corpus.alignments):
+        for de, en, alignment in zip(corpus.de, corpus.en, corpus.alignments, strict=False):
             n_de, n_en = len(de.split()), len(en.split())
             assert alignment, (de, en)
             assert all(0 <= i < n_de and 0 <= j < n_en for i, j in alignment)
@@ -456,3 +456,115 @@ def test_missing_course_corpus_says_how_to_regenerate(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "CAPTIONS_DIR", tmp_path / "captions")
     with pytest.raises(FileNotFoundError, match="make corpus"):
         load_corpus("captions", "train")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12: cached files re-checked, an overall deadline, byte-order marks, stale temporary files
+# ---------------------------------------------------------------------------------------------
+def test_byte_order_mark_does_not_leak_into_the_first_sentence(tmp_path):
+    folder = copy_captions(tmp_path)
+    for language in ("de", "en"):
+        path = folder / f"test.{language}"
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    corpus = load_corpus("captions", "test", data_dir=folder)
+    reference = load_corpus("captions", "test", data_dir=CAPTIONS_FIXTURE)
+    assert corpus.de == reference.de and corpus.en == reference.en
+    assert not corpus.de[0].startswith("\ufeff")
+
+
+def test_a_tampered_file_in_the_download_cache_is_not_loaded(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    shutil.copytree(MULTI30K_FIXTURE, cache / "multi30k")
+    monkeypatch.setattr(data, "MULTI30K_SHA256", fixture_checksums())
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(cache))
+    assert load_corpus("multi30k", "val").de[0] == "Ein Kind schläft."  # untouched: loads
+    tampered = gzip.compress("Ein Hund schläft.\nZwei Hunde spielen im Schnee.\n".encode())
+    (cache / "multi30k" / "val.de.gz").write_bytes(tampered)
+    with pytest.raises(FileNotFoundError, match=r"val\.de\.gz.*changed since they were downloaded"):
+        load_corpus("multi30k", "val")
+
+
+def test_a_tampered_cached_file_is_downloaded_again(server, tmp_path, monkeypatch):
+    base_url, _served, requests = server
+    cache = tmp_path / "cache"
+    shutil.copytree(MULTI30K_FIXTURE, cache / "multi30k")
+    (cache / "multi30k" / "val.de.gz").write_bytes(gzip.compress(b"Ein Hund.\nZwei.\n"))
+    monkeypatch.setattr(data, "MULTI30K_URL", base_url)
+    monkeypatch.setattr(data, "MULTI30K_SHA256", fixture_checksums())
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    monkeypatch.setenv("ATTENTION_COURSE_CACHE", str(cache))
+    assert load_corpus("multi30k", "val", download=True).de[0] == "Ein Kind schläft."
+    assert requests == ["/raw/val.de.gz"]
+
+
+class _TrickleHandler(http.server.BaseHTTPRequestHandler):
+    """Sends a byte every 50 ms: never silent long enough for the per-read timeout to fire."""
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(200):
+                self.wfile.write(b"\0")
+                self.wfile.flush()
+                time.sleep(0.05)
+        except OSError:  # the client gave up: that is the point
+            pass
+
+
+def test_a_trickling_server_hits_the_overall_deadline(tmp_path):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickleHandler)
+    httpd.block_on_close = False  # do not wait for the trickle to finish
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    cache = tmp_path / "cache"
+    started = time.monotonic()
+    try:
+        with pytest.raises(DownloadError, match=r"in 0\.5 s \(the server is too slow\)"):
+            download_multi30k(
+                cache,
+                ("val",),
+                base_url=f"http://127.0.0.1:{httpd.server_address[1]}",
+                checksums=fixture_checksums(),
+                timeout=2.0,
+                deadline=0.5,
+                progress=False,
+            )
+        elapsed = time.monotonic() - started
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+    assert elapsed < 5  # the trickle would last 10 s
+    assert list(cache.iterdir()) == []
+
+
+def test_stale_partial_downloads_are_cleaned_up(server, tmp_path):
+    base_url, _served, _ = server
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale, fresh = cache / ".val.de.gz.abc123.part", cache / ".val.en.gz.def456.part"
+    stale.write_bytes(b"killed half-way")
+    fresh.write_bytes(b"another process is still downloading")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    download_multi30k(cache, ("val",), base_url=base_url, checksums=fixture_checksums(), deadline=60, progress=False)
+    assert not stale.exists()
+    assert fresh.exists()  # younger than the deadline: it may belong to a live download
+    assert (cache / "val.de.gz").is_file() and (cache / "val.en.gz").is_file()
+
+
+def test_downloaded_files_follow_the_umask(server, tmp_path):
+    base_url, _served, _ = server
+    previous = os.umask(0o002)  # a group-shared cache
+    try:
+        download_multi30k(
+            tmp_path / "cache", ("val",), base_url=base_url, checksums=fixture_checksums(), progress=False
+        )
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "cache" / "val.de.gz").stat().st_mode & 0o777 == 0o664

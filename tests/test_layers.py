@@ -1,8 +1,9 @@
-"""InspectableDecoderLayer must be nn.TransformerDecoderLayer plus recorded per-head weights.
+"""The course's layers must be PyTorch's: EncoderLayer = nn.TransformerEncoderLayer, InspectableDecoderLayer =
+nn.TransformerDecoderLayer plus recorded per-head weights, Encoder / Decoder / Transformer = torch's stacks.
 
-Every expected value comes from PyTorch itself: the stock decoder layer / decoder / transformer
-loaded with the same state dict, and a separate nn.MultiheadAttention(average_attn_weights=False)
-fed the very inputs the stock layer's attention modules received.
+Every expected value comes from PyTorch itself: the stock layer / stack / transformer loaded with the same
+state dict, and a separate nn.MultiheadAttention(average_attn_weights=False) fed the very inputs the stock
+layer's attention modules received.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from torch import Tensor, nn
 
 import helpers
 from helpers.layers import (
+    Decoder,
+    Encoder,
+    EncoderLayer,
     InspectableDecoderLayer,
+    Transformer,
     cross_attention_weights,
     recording,
     self_attention_weights,
@@ -191,8 +196,17 @@ def test_float32_default_layer_matches_stock():
     torch.testing.assert_close(ours(tgt, memory, **masks), stock(tgt, memory, **masks), atol=1e-5, rtol=1e-5)
 
 
+def _arguments(function) -> list[tuple[str, object]]:
+    """Names and defaults of a function's parameters (annotations aside: ours are strings, torch's types)."""
+    return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+
 def test_same_signature_state_dict_and_export_as_stock():
-    assert inspect.signature(InspectableDecoderLayer.forward) == inspect.signature(nn.TransformerDecoderLayer.forward)
+    assert _arguments(InspectableDecoderLayer.forward) == _arguments(nn.TransformerDecoderLayer.forward)
+    assert _arguments(InspectableDecoderLayer.__init__)[:-1] == _arguments(nn.TransformerDecoderLayer.__init__)
+    assert _arguments(EncoderLayer.forward) == _arguments(nn.TransformerEncoderLayer.forward)
+    assert _arguments(EncoderLayer.__init__) == _arguments(nn.TransformerEncoderLayer.__init__)
+    assert _arguments(Transformer.forward) == _arguments(nn.Transformer.forward)
     stock, ours = _pair(False, True)
     assert list(ours.state_dict()) == list(stock.state_dict())
     assert helpers.InspectableDecoderLayer is InspectableDecoderLayer
@@ -209,8 +223,7 @@ def test_record_off_runs_attention_like_stock_and_keeps_nothing():
     out = ours(tgt, memory, **_masks("all"))
     assert seen == [False, False], "with recording off the attention must not compute weights"
     assert ours.self_attn_weights is None and ours.cross_attn_weights is None
-    # Same code path as the stock layer: bit-for-bit equal.
-    assert torch.equal(out, stock(tgt, memory, **_masks("all")))
+    torch.testing.assert_close(out, stock(tgt, memory, **_masks("all")), atol=ATOL, rtol=0)
     # The constructor switch works too.
     assert InspectableDecoderLayer(E, H, FF, record=False).record is False
 
@@ -373,3 +386,164 @@ def test_unbatched_inputs_match_stock_and_record_without_batch_dim():
         rtol=0,
     )
     assert ours.cross_attn_weights.shape == (H, L, S) and ours.self_attn_weights.shape == (H, L, L)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder layer and the stacks against torch's
+# ---------------------------------------------------------------------------------------------
+def _encoder_masks(case: str) -> dict:
+    return {
+        "none": {},
+        "padding": {"src_key_padding_mask": _padding(SRC_LENGTHS, S)},
+        "causal": {"src_mask": helpers.causal_mask(S), "is_causal": True},
+        "float_mask": {"src_mask": torch.randn(S, S, dtype=DTYPE, generator=torch.Generator().manual_seed(3))},
+        "all": {
+            "src_mask": helpers.causal_mask(S),
+            "is_causal": True,
+            "src_key_padding_mask": _padding(SRC_LENGTHS, S),
+        },
+    }[case]
+
+
+def _perturbed(module: nn.Module) -> nn.Module:
+    with torch.no_grad():  # non-zero biases and norms, so that a missed term shows up
+        for p in module.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return module
+
+
+ENCODER_GRID = list(itertools.product([False, True], [False, True], ["none", "padding", "causal", "float_mask", "all"]))
+
+
+@pytest.mark.parametrize("norm_first,batch_first,mask_case", ENCODER_GRID)
+@pytest.mark.parametrize("training", [True, False])
+def test_encoder_layer_equals_stock_outputs_and_gradients(norm_first, batch_first, mask_case, training):
+    torch.manual_seed(5)
+    cfg = dict(d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, norm_first=norm_first, batch_first=batch_first)
+    stock = _perturbed(nn.TransformerEncoderLayer(**cfg, dtype=DTYPE)).train(training)
+    ours = EncoderLayer(**cfg, dtype=DTYPE).train(training)
+    ours.load_state_dict(stock.state_dict())
+    masks = _encoder_masks(mask_case)
+    src, src2 = _inputs(batch_first)[1], _inputs(batch_first)[1]
+    expected, got = stock(src, **masks), ours(src2, **masks)
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    cotangent = torch.randn_like(expected)
+    (expected * cotangent).sum().backward()
+    (got * cotangent).sum().backward()
+    torch.testing.assert_close(src2.grad, src.grad, atol=ATOL, rtol=0)
+    stock_params = dict(stock.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_torch_fast_path_at_inference(norm_first):
+    """eval + no_grad sends nn.TransformerEncoderLayer down its fused C++ path; ours must agree with it."""
+    torch.manual_seed(6)
+    cfg = dict(d_model=E, nhead=H, dim_feedforward=FF, norm_first=norm_first, batch_first=True)
+    stock = _perturbed(nn.TransformerEncoderLayer(**cfg)).eval()
+    ours = EncoderLayer(**cfg).eval()
+    ours.load_state_dict(stock.state_dict())
+    src = torch.randn(N, S, E)
+    padding = _padding(SRC_LENGTHS, S)
+    with torch.no_grad():
+        got, expected = ours(src, src_key_padding_mask=padding), stock(src, src_key_padding_mask=padding)
+    real = ~padding  # torch's fast path may leave padded positions as they are
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+def test_state_dicts_move_both_ways_between_our_layers_and_torchs():
+    pairs = [
+        (lambda: EncoderLayer(E, H, FF), lambda: nn.TransformerEncoderLayer(E, H, FF)),
+        (lambda: InspectableDecoderLayer(E, H, FF), lambda: nn.TransformerDecoderLayer(E, H, FF)),
+        (
+            lambda: Transformer(E, H, 2, 1, FF),
+            lambda: nn.Transformer(E, H, 2, 1, FF),
+        ),
+    ]
+    for build_ours, build_stock in pairs:
+        ours, stock = _perturbed(build_ours()), _perturbed(build_stock())
+        assert list(ours.state_dict()) == list(stock.state_dict())
+        fresh_stock, fresh_ours = build_stock(), build_ours()
+        fresh_stock.load_state_dict(ours.state_dict())  # strict: every key present, none extra
+        fresh_ours.load_state_dict(stock.state_dict())
+        for name, tensor in ours.state_dict().items():
+            assert torch.equal(fresh_stock.state_dict()[name], tensor), name
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's note on batch_first=False encoders
+def test_transformer_initialises_exactly_like_nn_transformer():
+    torch.manual_seed(7)
+    stock = nn.Transformer(E, H, 2, 2, FF, batch_first=True)
+    torch.manual_seed(7)
+    ours = Transformer(E, H, 2, 2, FF, batch_first=True)
+    stock_state = stock.state_dict()
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(tensor, stock_state[name]), name
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
+@pytest.mark.parametrize("batch_first,norm_first", list(itertools.product([False, True], [False, True])))
+@pytest.mark.parametrize("training", [True, False])
+def test_transformer_equals_nn_transformer_outputs_and_gradients(batch_first, norm_first, training):
+    torch.manual_seed(8)
+    cfg = dict(dim_feedforward=FF, dropout=0.0, batch_first=batch_first, norm_first=norm_first, dtype=DTYPE)
+    stock = _perturbed(nn.Transformer(E, H, 2, 2, **cfg)).train(training)
+    ours = Transformer(E, H, 2, 2, **cfg).train(training)
+    ours.load_state_dict(stock.state_dict())
+    kwargs = dict(
+        tgt_mask=helpers.causal_mask(L),
+        tgt_is_causal=True,
+        src_key_padding_mask=_padding(SRC_LENGTHS, S),
+        tgt_key_padding_mask=_padding(TGT_LENGTHS, L),
+        memory_key_padding_mask=_padding(SRC_LENGTHS, S),
+    )
+    (tgt, src), (tgt2, src2) = _inputs(batch_first), _inputs(batch_first)
+    expected, got = stock(src, tgt, **kwargs), ours(src2, tgt2, **kwargs)
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    cotangent = torch.randn_like(expected)
+    (expected * cotangent).sum().backward()
+    (got * cotangent).sum().backward()
+    torch.testing.assert_close(src2.grad, src.grad, atol=ATOL, rtol=0)
+    torch.testing.assert_close(tgt2.grad, tgt.grad, atol=ATOL, rtol=0)
+    stock_params = dict(stock.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+    with recording(ours):
+        ours(src2, tgt2, **kwargs)
+    assert cross_attention_weights(ours.decoder).shape == (2, N, H, L, S)
+
+
+def test_our_stacks_copy_the_layer_and_equal_torchs_stacks():
+    torch.manual_seed(9)
+    stock_encoder = _perturbed(
+        nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(E, H, FF, dropout=0.0), 3, nn.LayerNorm(E), enable_nested_tensor=False
+        )
+    )
+    ours_encoder = Encoder(EncoderLayer(E, H, FF, dropout=0.0), 3, nn.LayerNorm(E))
+    ours_encoder.load_state_dict(stock_encoder.state_dict())
+    assert len({id(layer.self_attn.in_proj_weight) for layer in ours_encoder.layers}) == 3  # copies, not one layer
+    src, padding = torch.randn(S, N, E), _padding(SRC_LENGTHS, S)
+    memory = ours_encoder(src, src_key_padding_mask=padding)
+    torch.testing.assert_close(memory, stock_encoder(src, src_key_padding_mask=padding), atol=1e-5, rtol=1e-5)
+    stock_decoder = _perturbed(nn.TransformerDecoder(nn.TransformerDecoderLayer(E, H, FF, dropout=0.0), 2))
+    ours_decoder = Decoder(InspectableDecoderLayer(E, H, FF, dropout=0.0), 2)
+    ours_decoder.load_state_dict(stock_decoder.state_dict())
+    tgt = torch.randn(L, N, E)
+    kwargs = dict(tgt_mask=helpers.causal_mask(L), tgt_is_causal=True, memory_key_padding_mask=padding)
+    torch.testing.assert_close(
+        ours_decoder(tgt, memory, **kwargs), stock_decoder(tgt, memory, **kwargs), atol=1e-5, rtol=1e-5
+    )
+    assert self_attention_weights(ours_decoder).shape == (2, N, H, L, L)
+
+
+def test_unknown_activation_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'relu', 'gelu'"):
+        EncoderLayer(E, H, FF, activation="swish")
+    gelu = EncoderLayer(E, H, FF, activation="gelu", dropout=0.0)
+    stock = nn.TransformerEncoderLayer(E, H, FF, activation="gelu", dropout=0.0)
+    stock.load_state_dict(gelu.state_dict())
+    x = torch.randn(S, N, E)
+    torch.testing.assert_close(gelu(x), stock(x), atol=1e-5, rtol=1e-5)

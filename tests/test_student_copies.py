@@ -106,7 +106,9 @@ def problems_after_running(source: NotebookNode, executed: NotebookNode) -> list
     kept = [cell for cell in source.cells if "solution-only" not in _tags(cell)]
     if len(kept) != len(executed.cells):
         return [f"the student copy has {len(executed.cells)} cells, expected {len(kept)}"]
-    code = [(i, src, run) for i, (src, run) in enumerate(zip(kept, executed.cells)) if src.cell_type == "code"]
+    code = [
+        (i, src, run) for i, (src, run) in enumerate(zip(kept, executed.cells, strict=True)) if src.cell_type == "code"
+    ]
     exercises = {i for i, src, _ in code if any(line.strip() == "# BEGIN SOLUTION" for line in src.source.split("\n"))}
     checks = {i for i, src, _ in code if CHECK_CALL.search(src.source) and i not in exercises}
     for position, (i, _, _) in enumerate(code):

@@ -270,10 +270,6 @@ def test_labels_from_ids_match_labels_from_text(bpe_de, word_de, text):
         assert tokenizer.id_tokens(ids) == tokenizer.tokens(text, add_special=True)
 
 
-CAPTIONS_TRAIN = Path(__file__).resolve().parents[1] / "data" / "captions" / "train.de"
-
-
-@pytest.mark.skipif(not CAPTIONS_TRAIN.is_file(), reason="data/captions not generated yet")
 def test_bpe_on_the_course_corpus_round_trips_its_test_split():
     from helpers.data import load_corpus
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+from helpers.attention import MultiHeadAttention
 from helpers.data import ParallelCorpus
-from helpers.tokenization import train_tokenizer
+from helpers.tokenization import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from helpers.translation import (
     CheckpointError,
     Seq2SeqTransformer,
@@ -25,10 +26,10 @@ from helpers.translation import (
     score_translations,
     teacher_forcing,
     train,
+    translation_loss,
     word_attention,
 )
 from helpers.translation.decoding import length_penalty
-from helpers.translation.model import BOS, EOS, PAD
 from helpers.translation.training import learning_rate_factor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -45,11 +46,11 @@ def tiny_model(seed: int = 0, src_vocab: int = 11, tgt_vocab: int = 13) -> Seq2S
 def random_source(N: int = 3, S: int = 7, vocab: int = 11, seed: int = 1) -> torch.Tensor:
     """(N, S) ids BOS ... EOS with different lengths, padded with 0."""
     g = torch.Generator().manual_seed(seed)
-    src = torch.full((N, S), PAD, dtype=torch.long)
+    src = torch.full((N, S), PAD_ID, dtype=torch.long)
     for n in range(N):
         length = S - n
         src[n, :length] = torch.randint(4, vocab, (length,), generator=g)
-        src[n, 0], src[n, length - 1] = BOS, EOS
+        src[n, 0], src[n, length - 1] = BOS_ID, EOS_ID
     return src
 
 
@@ -69,7 +70,7 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
 
     model = tiny_model()
     src = random_source()
-    tgt_in = torch.tensor([[BOS, 5, 6, 7], [BOS, 8, 9, PAD], [BOS, 4, PAD, PAD]])
+    tgt_in = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, PAD_ID], [BOS_ID, 4, PAD_ID, PAD_ID]])
     E = model.config.d_model
     pe = sinusoidal_positional_encoding(32, E)
     src_x = model.src_embedding.weight[src] * math.sqrt(E) + pe[: src.size(1)]
@@ -79,18 +80,100 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
         src_x,
         tgt_x,
         tgt_mask=nn.Transformer.generate_square_subsequent_mask(4).bool(),
-        src_key_padding_mask=src.eq(PAD),
-        tgt_key_padding_mask=tgt_in.eq(PAD),
-        memory_key_padding_mask=src.eq(PAD),
+        src_key_padding_mask=src.eq(PAD_ID),
+        tgt_key_padding_mask=tgt_in.eq(PAD_ID),
+        memory_key_padding_mask=src.eq(PAD_ID),
     )
     expected = model.generator(hidden)
     with torch.no_grad():
         got = model(src, tgt_in)
         with model.recording():
             recorded = model(src, tgt_in)
-    real = tgt_in.ne(PAD)
+    real = tgt_in.ne(PAD_ID)
     assert torch.allclose(got[real], expected[real], atol=1e-5)
     assert torch.allclose(recorded[real], expected[real], atol=1e-5)  # recording does not change the output
+
+
+def torch_twin(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
+    """The same model with nn.Transformer (torch's layers and nn.MultiheadAttention) as its ``transformer``:
+    the model as it was built before it used the course's own attention, loaded with the same weights."""
+    c = model.config
+    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
+    twin = copy.deepcopy(model)
+    twin.transformer = nn.Transformer(
+        c.d_model,
+        c.heads,
+        custom_encoder=nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
+            c.encoder_layers,
+            norm=nn.LayerNorm(c.d_model),
+            enable_nested_tensor=False,
+        ),
+        custom_decoder=nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
+        ),
+        batch_first=True,
+    )
+    twin.transformer.load_state_dict(model.transformer.state_dict())
+    return twin
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_model_on_our_attention_equals_the_model_on_torchs_layers_in_outputs_and_gradients(norm_first):
+    torch.manual_seed(0)
+    ours = Seq2SeqTransformer(TranslationConfig(**{**TINY, "norm_first": norm_first}), 11, 13)
+    with torch.no_grad():  # non-zero biases and norms, so that a missed term shows up
+        for p in ours.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    theirs = torch_twin(ours)
+    assert list(theirs.state_dict()) == list(ours.state_dict())  # the same keys: checkpoints move both ways
+    src = random_source()
+    tgt_in = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, PAD_ID], [BOS_ID, 4, PAD_ID, PAD_ID]])
+    tgt_out = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID], [4, EOS_ID, PAD_ID, PAD_ID]])
+    real = tgt_in.ne(PAD_ID)
+    for model in (ours, theirs):
+        model.train()
+        model.loss = translation_loss(model(src, tgt_in), tgt_out, label_smoothing=0.1)
+        model.loss.backward()
+        with torch.no_grad():
+            model.logits = model.eval()(src, tgt_in)
+    torch.testing.assert_close(ours.loss, theirs.loss, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours.logits[real], theirs.logits[real], atol=1e-5, rtol=1e-5)
+    their_parameters = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, their_parameters[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+    # Decoding agrees too (greedy on our cache against torch's layers re-run on the whole prefix).
+    assert greedy_decode(ours, src, max_len=8).ids == [naive_greedy(theirs, row, 8) for row in src]
+
+
+def test_a_checkpoint_written_by_the_model_on_torchs_layers_loads_and_translates_the_same(tmp_path):
+    """Checkpoints saved before the model used the course's own attention hold nn.Transformer's state dict: the
+    parameter names are the same, so they load unchanged (format version 1)."""
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    with torch.no_grad():
+        for p in translator.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    old = Translator(torch_twin(translator.model), translator.source_tokenizer, translator.target_tokenizer)
+    path = save_checkpoint(tmp_path / "old.pt", old)
+    assert torch.load(path, weights_only=True)["version"] == 1
+    loaded, _ = load_checkpoint(path)
+    assert isinstance(loaded.model.transformer.decoder.layers[0].multihead_attn, MultiHeadAttention)
+    src = random_source(vocab=loaded.source_tokenizer.vocab_size)
+    tgt_in = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(src, tgt_in), old.model.eval()(src, tgt_in), atol=1e-5, rtol=1e-5)
+    assert loaded.translate(sentences) == translator.translate(sentences)
+
+
+def test_the_lesson_config_is_the_defaults_and_holds_the_measured_settings():
+    from helpers.translation.config import LESSON_CONFIG
+
+    assert TranslationConfig() == LESSON_CONFIG
+    # The settings benchmarks/RESULTS.md measured: change one only together with a new measurement.
+    measured = dict(d_model=64, heads=4, encoder_layers=1, decoder_layers=2, feedforward=128, dropout=0.0)
+    measured |= dict(batch_tokens=600, lr=8e-3, warmup_steps=150, label_smoothing=0.1, eval_every=0, steps=2000)
+    assert {name: getattr(LESSON_CONFIG, name) for name in measured} == measured
 
 
 def test_decoder_layers_are_inspectable_and_record_cross_attention_per_head_only_on_request():
@@ -99,7 +182,7 @@ def test_decoder_layers_are_inspectable_and_record_cross_attention_per_head_only
     model = tiny_model()
     assert all(isinstance(layer, InspectableDecoderLayer) for layer in model.decoder_layers)
     src = random_source()
-    tgt_in = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 4]])
+    tgt_in = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 4]])
     with torch.no_grad():
         model(src, tgt_in)
     assert all(layer.cross_attn_weights is None for layer in model.decoder_layers)  # off while training
@@ -112,10 +195,10 @@ def test_decoder_layers_are_inspectable_and_record_cross_attention_per_head_only
 
 
 def test_teacher_forcing_shifts_the_target_by_one():
-    tgt = torch.tensor([[BOS, 5, 6, EOS], [BOS, 7, EOS, PAD]])
+    tgt = torch.tensor([[BOS_ID, 5, 6, EOS_ID], [BOS_ID, 7, EOS_ID, PAD_ID]])
     tgt_in, tgt_out = teacher_forcing(tgt)
-    assert tgt_in.tolist() == [[BOS, 5, 6], [BOS, 7, EOS]]
-    assert tgt_out.tolist() == [[5, 6, EOS], [7, EOS, PAD]]
+    assert tgt_in.tolist() == [[BOS_ID, 5, 6], [BOS_ID, 7, EOS_ID]]
+    assert tgt_out.tolist() == [[5, 6, EOS_ID], [7, EOS_ID, PAD_ID]]
 
 
 def test_learning_rate_warms_up_then_decays():
@@ -129,14 +212,21 @@ def test_learning_rate_warms_up_then_decays():
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
+def without_specials(logits: torch.Tensor) -> torch.Tensor:
+    """Searches never output <pad> or <bos>: their scores become -inf."""
+    logits = logits.clone()
+    logits[..., [PAD_ID, BOS_ID]] = float("-inf")
+    return logits
+
+
 def naive_greedy(model: Seq2SeqTransformer, src_row: torch.Tensor, max_len: int) -> list[int]:
     """One sentence, full forward pass each step: the definition batched greedy search must match."""
-    src = src_row[src_row.ne(PAD)].unsqueeze(0)
-    out = [BOS]
+    src = src_row[src_row.ne(PAD_ID)].unsqueeze(0)
+    out = [BOS_ID]
     with torch.no_grad():
         for _ in range(max_len):
-            token = int(model(src, torch.tensor([out]))[0, -1].argmax())
-            if token == EOS:
+            token = int(without_specials(model(src, torch.tensor([out]))[0, -1]).argmax())
+            if token == EOS_ID:
                 break
             out.append(token)
     return out[1:]
@@ -153,11 +243,11 @@ def test_greedy_attention_is_what_the_decoder_saw_for_each_produced_token():
     model = tiny_model(seed=3)
     src = random_source(N=3, S=7, seed=2)
     decoded = greedy_decode(model, src, max_len=6, return_attention=True)
-    for n, (ids, attention) in enumerate(zip(decoded.ids, decoded.attention)):
-        S_n = int(src[n].ne(PAD).sum())
+    for n, (ids, attention) in enumerate(zip(decoded.ids, decoded.attention, strict=True)):
+        S_n = int(src[n].ne(PAD_ID).sum())
         assert attention.shape == (2, 2, len(ids) + 1, S_n)  # (layers, h, T, S_n)
         with torch.no_grad(), model.recording():
-            model(src[n : n + 1, :S_n], torch.tensor([[BOS, *ids]]))
+            model(src[n : n + 1, :S_n], torch.tensor([[BOS_ID, *ids]]))
         assert torch.allclose(attention, model.cross_attention()[:, 0], atol=1e-5)
 
 
@@ -168,10 +258,10 @@ def test_beam_of_one_without_length_penalty_is_greedy():
 
 
 def sequence_log_prob(model, src_row, ids) -> float:
-    src = src_row[src_row.ne(PAD)].unsqueeze(0)
-    target = torch.tensor([[BOS, *ids, EOS]])
+    src = src_row[src_row.ne(PAD_ID)].unsqueeze(0)
+    target = torch.tensor([[BOS_ID, *ids, EOS_ID]])
     with torch.no_grad():
-        log_probs = model(src, target[:, :-1]).log_softmax(-1)
+        log_probs = without_specials(model(src, target[:, :-1])).log_softmax(-1)
     return float(log_probs[0].gather(1, target[0, 1:, None]).sum())
 
 
@@ -183,12 +273,14 @@ def test_beam_search_finds_a_hypothesis_at_least_as_good_as_greedy_and_is_batch_
     greedy = greedy_decode(model, src, max_len=10)
     for n in range(3):
 
-        def normalised(ids):
-            return sequence_log_prob(model, src[n], ids) / float(length_penalty(torch.tensor(len(ids) + 1), alpha))
+        def normalised(ids, row=src[n]):
+            return sequence_log_prob(model, row, ids) / float(length_penalty(torch.tensor(len(ids) + 1), alpha))
 
         if len(greedy.ids[n]) < 10:  # greedy finished within the limit, so beam search saw its path too
             assert normalised(beams.ids[n]) >= normalised(greedy.ids[n]) - 1e-4
-        single = beam_search(model, src[n : n + 1, : int(src[n].ne(PAD).sum())], beam_size=4, alpha=alpha, max_len=10)
+        single = beam_search(
+            model, src[n : n + 1, : int(src[n].ne(PAD_ID).sum())], beam_size=4, alpha=alpha, max_len=10
+        )
         assert single.ids[0] == beams.ids[n]
     assert len(beam_search(model, src, beam_size=4, return_attention=True, max_len=5).attention) == 3
 
@@ -197,7 +289,7 @@ def test_decode_step_gives_the_last_row_of_a_full_decode():
     model = tiny_model(seed=2)
     src = random_source(N=3, S=7, seed=4)
     tgt = torch.randint(4, 13, (3, 6), generator=torch.Generator().manual_seed(0))
-    tgt[:, 0] = BOS
+    tgt[:, 0] = BOS_ID
     with torch.no_grad():
         memory, src_padding = model.encode(src)
         full = model.decode(tgt, memory, src_padding)  # (N, L, V)
@@ -213,13 +305,13 @@ def naive_beam_search(
 ) -> list[int]:
     """One sentence, k hypotheses as plain lists, a full forward pass for each: the definition the
     batched, cached search must match. A finished hypothesis keeps its score and competes on."""
-    src = src_row[src_row.ne(PAD)].unsqueeze(0)
+    src = src_row[src_row.ne(PAD_ID)].unsqueeze(0)
 
     def rank(hypothesis):
         _, score, length, _ = hypothesis
         return score / float(length_penalty(torch.tensor(length), alpha))
 
-    beams = [([BOS], 0.0, 0, False)]  # (tokens, log-probability, length with EOS, finished)
+    beams = [([BOS_ID], 0.0, 0, False)]  # (tokens, log-probability, length with EOS, finished)
     for _ in range(max_len):
         candidates = []
         for tokens, score, length, finished in beams:
@@ -227,13 +319,13 @@ def naive_beam_search(
                 candidates.append((tokens, score, length, True))
                 continue
             with torch.no_grad():
-                log_probs = model(src, torch.tensor([tokens]))[0, -1].log_softmax(-1).tolist()
-            candidates += [(tokens + [t], score + lp, length + 1, t == EOS) for t, lp in enumerate(log_probs)]
+                log_probs = without_specials(model(src, torch.tensor([tokens]))[0, -1]).log_softmax(-1).tolist()
+            candidates += [([*tokens, t], score + lp, length + 1, t == EOS_ID) for t, lp in enumerate(log_probs)]
         beams = sorted(candidates, key=rank, reverse=True)[:k]
         if all(finished for *_, finished in beams):
             break
     tokens = max(beams, key=rank)[0][1:]
-    return tokens[: tokens.index(EOS)] if EOS in tokens else tokens
+    return tokens[: tokens.index(EOS_ID)] if EOS_ID in tokens else tokens
 
 
 def test_batched_cached_beam_search_equals_the_plain_definition():
@@ -264,7 +356,7 @@ def test_ablating_a_head_equals_zeroing_its_attention_output_in_multihead_attent
         # By hand: per-head outputs from torch's own attention, head 1 dropped, then the output projection.
         q, k, v = (
             torch.nn.functional.linear(t, w, b)
-            for t, w, b in zip((x, mem, mem), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3))
+            for t, w, b in zip((x, mem, mem), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3), strict=True)
         )
         heads = torch.nn.functional.scaled_dot_product_attention(
             q.view(2, 3, 2, d).transpose(1, 2), k.view(2, 5, 2, d).transpose(1, 2), v.view(2, 5, 2, d).transpose(1, 2)
@@ -280,7 +372,7 @@ def test_ablating_a_head_equals_zeroing_its_attention_output_in_multihead_attent
 
 def test_ablating_every_cross_attention_head_cuts_the_decoder_off_from_the_source():
     model = tiny_model(seed=2)
-    tgt_in = torch.tensor([[BOS, 5, 6]])
+    tgt_in = torch.tensor([[BOS_ID, 5, 6]])
     everything = {(layer, head) for layer in range(2) for head in range(2)}
     with torch.no_grad(), ablated_heads(model, everything):
         a = model(random_source(N=1, seed=1), tgt_in)
@@ -361,7 +453,7 @@ def copy_task(n: int = 48) -> list[tuple[list[int], list[int]]]:
     examples = []
     for _ in range(n):
         body = torch.randint(4, 11, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
-        examples.append(([BOS, *body, EOS], [BOS, *body, EOS]))
+        examples.append(([BOS_ID, *body, EOS_ID], [BOS_ID, *body, EOS_ID]))
     return examples
 
 
@@ -381,7 +473,7 @@ def test_training_is_seeded_lowers_the_loss_and_keeps_the_best_weights():
 
         history = train(model, copy_task(), config, steps=30, validate=validate, progress=False, log_every=1)
         runs.append((model, history, saved))
-    (model, history, saved), (model2, history2, _) = runs
+    (model, history, saved), (_model2, history2, _) = runs
     assert history.losses == history2.losses  # same seed, same run
     assert history.losses[-1] < history.losses[0]
     assert history.best_step == 20 and history.val_steps == [10, 20, 30]
@@ -392,7 +484,7 @@ def test_training_is_seeded_lowers_the_loss_and_keeps_the_best_weights():
 
 def test_checkpoint_round_trip_loads_with_weights_only_and_translates_the_same(tmp_path):
     sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
-    translator = fake_translator(sentences + ["A dog runs.", "A woman sings outdoors."])
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
     path = save_checkpoint(tmp_path / "model.pt", translator, {"bleu": 12.5}, {"corpus": "captions"})
     raw = torch.load(path, weights_only=True)  # plain values only: no code runs on load
     assert raw["metrics"] == {"bleu": 12.5} and isinstance(raw["source_tokenizer"], str)

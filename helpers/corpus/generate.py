@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from helpers.corpus.grammar import SentencePair
 from helpers.corpus.lexicon import ADJECTIVES, NOUNS, VERBS
 from helpers.corpus.sampling import running_example, sample_sentence, subject_nouns
+from helpers.files import write_atomically
 
 SEED = 2024
 N_TRAIN = 24_000
@@ -136,14 +136,7 @@ def write_corpus(corpus: Corpus, out_dir: str | os.PathLike) -> list[Path]:
     contents["test.unseen"] = "".join(f"{i}\n" for i in corpus.unseen)
     written = []
     for name, text in contents.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-            os.replace(tmp, out / name)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomically(out / name, text)
         written.append(out / name)
     return written
 

@@ -8,6 +8,8 @@ random numbers it or the learner's code draws, the notebook's random stream is u
 
 from __future__ import annotations
 
+import json
+import os
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterable
@@ -20,6 +22,9 @@ from torch import Tensor
 
 # What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
 CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
+#: Set by ``python -m helpers.assignments check``: a file (outside the notebook's folder) where every verdict
+#: is also recorded, one JSON object a line, so that what a student prints cannot pass for a verdict.
+VERDICT_LOG_ENV = "ATTENTION_COURSE_VERDICT_LOG"
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,17 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
             verdict = Verdict(exercise, "wrong", f"{CHECK_BUG}: {type(error).__name__}: {error}")
     print(verdict)
     object.__setattr__(verdict, "_printed_in_cell", _cell_number())
+    _record(verdict)
     return verdict
+
+
+def _record(verdict: Verdict) -> None:
+    """Append the verdict to the checker's log when one is set (see ``VERDICT_LOG_ENV``); else do nothing."""
+    log = os.environ.get(VERDICT_LOG_ENV)
+    if log:
+        entry = {"exercise": verdict.exercise, "status": verdict.status, "message": verdict.message}
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
 
 
 # Code that is not the learner's: the course's package, torch, and Python's standard library.

@@ -1,7 +1,7 @@
 """German -> English translation with a small transformer whose decoder heads can be inspected.
 
 config.py       TranslationConfig: model size and training settings
-model.py        Seq2SeqTransformer (nn.Transformer + InspectableDecoderLayer), head ablation
+model.py        Seq2SeqTransformer (helpers.layers.Transformer: the course's own layers and attention), head ablation
 training.py     the training loop (label smoothing, AdamW + warm-up, clipping, best weights kept)
 decoding.py     greedy search and beam search, with per-head cross-attention of the output
 translator.py   Translator: a model and its tokenizers, text in and text out

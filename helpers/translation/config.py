@@ -10,9 +10,10 @@ from typing import Any
 class TranslationConfig:
     """Model size and training settings, saved inside every checkpoint.
 
-    The defaults are the lesson's model: small (about 0.3 M parameters) because on the course's
-    regular corpus the number of training steps a CPU can take in a minute, not the size of the
-    model, is what buys quality.
+    The defaults are lesson 06's model and training (``LESSON_CONFIG``, measured in ``benchmarks/RESULTS.md``):
+    small (about 0.2 M parameters) because on the course's regular corpus the number of training steps a CPU
+    can take in a minute, not the size of the model, is what buys quality. Larger corpora change the fields
+    they need (see the command line's ``multi30k`` preset).
     """
 
     # --- tokenizers (one per language) ---
@@ -21,22 +22,24 @@ class TranslationConfig:
     # --- model ---
     d_model: int = 64  # E
     heads: int = 4  # h, so d = E / h = 16
-    encoder_layers: int = 2
+    encoder_layers: int = 1
     decoder_layers: int = 2
-    feedforward: int = 256
-    dropout: float = 0.1
+    feedforward: int = 128
+    dropout: float = 0.0
     norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
     max_len: int = 128  # longest sequence (in tokens, with BOS/EOS) the positional table holds
     # --- training ---
-    steps: int = 600  # optimiser steps, unless a time budget or an epoch count is given
-    batch_tokens: int = 1500  # token budget per batch (source + target tokens, padding included)
-    lr: float = 3e-3  # peak learning rate after warm-up
-    warmup_steps: int = 60
+    steps: int = 2000  # optimiser steps, unless a time budget or an epoch count is given
+    # Padded positions per batch, as make_batches budgets them: N pairs whose longest source has S tokens and
+    # longest target T tokens take N * max(S, T) <= batch_tokens (not source + target: the two are not added).
+    batch_tokens: int = 600
+    lr: float = 8e-3  # peak learning rate after warm-up
+    warmup_steps: int = 150
     min_lr_ratio: float = 0.05  # the learning rate decays (cosine) to this fraction of the peak
     weight_decay: float = 0.01
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
-    eval_every: int = 200  # validate every this many steps (and at the end); best checkpoint kept
+    eval_every: int = 0  # validate every this many steps (0: only at the end); the best weights are kept
     val_sentences: int = 200  # validate BLEU on at most this many validation sentences
     seed: int = 0
 
@@ -65,25 +68,8 @@ class TranslationConfig:
         return cls(**values)
 
 
-#: Lesson 06's model and training settings, also the command line's ``captions`` preset (with validation every
-#: 500 steps there). Chosen by measuring (``benchmarks/translation.py``, process CPU time on one thread of the
-#: course's 2-core machine): at equal time, small batches and more steps beat larger batches (600-token batches:
-#: BLEU 94 where 3,000-token ones reached 83, measured before the embedding fix in ``TokenEmbedding``); two encoder
-#: layers and a feed-forward of 256 take 1,500 steps in the same time and end about level (test BLEU 99.7 against
-#: 99.6); dropout 0.1 makes each step a third slower for no gain in the same steps (99.1), since the model sees
-#: each pair only about four times. The lesson trains ``LESSON_STEPS`` steps, never for a time budget.
-LESSON_CONFIG = TranslationConfig(
-    d_model=64,
-    heads=4,
-    encoder_layers=1,
-    decoder_layers=2,
-    feedforward=128,
-    dropout=0.0,
-    batch_tokens=600,
-    lr=8e-3,
-    warmup_steps=150,
-    label_smoothing=0.1,
-    eval_every=0,
-    steps=2000,
-)
+#: Lesson 06's model and training settings (the defaults, named), also the command line's ``captions`` preset
+#: (with validation every 500 steps there). How they were chosen, by measuring: benchmarks/RESULTS.md, section
+#: "Translation". The lesson trains ``LESSON_STEPS`` steps, never for a time budget.
+LESSON_CONFIG = TranslationConfig()
 LESSON_STEPS = LESSON_CONFIG.steps

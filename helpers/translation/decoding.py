@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.translation.model import BOS, EOS, PAD, Seq2SeqTransformer
+from helpers.tokenization import BOS_ID, EOS_ID, PAD_ID
+from helpers.translation.model import Seq2SeqTransformer
 
 
 @dataclass
@@ -56,21 +57,30 @@ def greedy_decode(
     N = src.size(0)
     max_len = max_len or max_output_length(model, src.size(1))
     memory, src_padding = model.encode(src)  # (N, S, E), (N, S): computed once, reused every step
-    tokens = torch.full((N, max_len + 1), PAD, dtype=torch.long, device=src.device)
-    tokens[:, 0] = BOS
+    tokens = torch.full((N, max_len + 1), PAD_ID, dtype=torch.long, device=src.device)
+    tokens[:, 0] = BOS_ID
     alive = torch.arange(N, device=src.device)  # sentences still writing
     cache = None  # per decoder layer: (n_alive, t, E), the inputs of the positions already read
     for t in range(max_len):
         logits, cache = model.decode_step(tokens[alive, t : t + 1], memory, src_padding, cache)  # (n_alive, V)
-        next_token = logits.argmax(dim=-1)  # (n_alive,)
+        next_token = never_special(logits).argmax(dim=-1)  # (n_alive,)
         tokens[alive, t + 1] = next_token
-        writing = next_token.ne(EOS)
+        writing = next_token.ne(EOS_ID)
         alive, memory, src_padding = alive[writing], memory[writing], src_padding[writing]
         cache = [layer_cache[writing] for layer_cache in cache]
         if alive.numel() == 0:
             break
     ids = [_until_eos(row[1:].tolist()) for row in tokens]
     return Decoded(ids, _attention_for(model, src, ids) if return_attention else None)
+
+
+def never_special(logits: Tensor) -> Tensor:
+    """The scores (..., V) with <pad> and <bos> ruled out: neither is ever an output token.
+
+    A trained model gives them almost no probability (no target is ever <pad> or <bos>), but an untrained one
+    can prefer them, and a <pad> read back as input would be a token the decoder's padding mask ignores.
+    """
+    return logits.index_fill(-1, torch.tensor([PAD_ID, BOS_ID], device=logits.device), float("-inf"))
 
 
 def length_penalty(lengths: Tensor, alpha: float) -> Tensor:
@@ -106,7 +116,7 @@ def beam_search(
     memory, src_padding = model.encode(src)  # (N, S, E)
     memory = memory.repeat_interleave(k, dim=0)  # (N*k, S, E): each sentence's memory once per beam
     src_padding = src_padding.repeat_interleave(k, dim=0)  # (N*k, S)
-    tokens = torch.full((N * k, 1), BOS, dtype=torch.long, device=device)  # (N*k, t)
+    tokens = torch.full((N * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
     scores = torch.full((N, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first, or the k beams would be copies
     lengths = torch.zeros(N, k, dtype=torch.long, device=device)
@@ -114,12 +124,12 @@ def beam_search(
     cache = None  # per decoder layer: (N*k, t, E), reordered with the beams below
     for _ in range(max_len):
         logits, cache = model.decode_step(tokens[:, -1:], memory, src_padding, cache)  # (N*k, V)
-        log_probs = F.log_softmax(logits, dim=-1)  # (N*k, V)
+        log_probs = F.log_softmax(never_special(logits), dim=-1)  # (N*k, V)
         V = log_probs.size(-1)
         log_probs = log_probs.view(N, k, V)
         # A finished hypothesis may only be continued by PAD, at no cost.
         frozen = torch.full_like(log_probs, float("-inf"))
-        frozen[..., PAD] = 0.0
+        frozen[..., PAD_ID] = 0.0
         log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
         candidates = scores.unsqueeze(-1) + log_probs  # (N, k, V) total log-probability
         new_lengths = (lengths + (~finished).long()).unsqueeze(-1)  # (N, k, 1)
@@ -128,7 +138,7 @@ def beam_search(
         beam, token = best // V, best % V  # (N, k) each
         scores = candidates.view(N, k * V).gather(1, best)
         lengths = new_lengths.squeeze(-1).gather(1, beam)
-        finished = finished.gather(1, beam) | token.eq(EOS)
+        finished = finished.gather(1, beam) | token.eq(EOS_ID)
         rows = (torch.arange(N, device=device).unsqueeze(1) * k + beam).view(-1)  # (N*k,) parent rows
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*k, t+1)
         cache = [layer_cache[rows] for layer_cache in cache]  # each beam continues its parent's cache
@@ -153,18 +163,18 @@ def teacher_forced_attention(model: Seq2SeqTransformer, src: Tensor, ids: Sequen
 def _attention_for(model: Seq2SeqTransformer, src: Tensor, ids: list[list[int]]) -> list[Tensor]:
     model.eval()
     T = max(len(x) for x in ids) + 1
-    tgt_in = torch.full((len(ids), T), PAD, dtype=torch.long, device=src.device)
+    tgt_in = torch.full((len(ids), T), PAD_ID, dtype=torch.long, device=src.device)
     for n, x in enumerate(ids):
-        tgt_in[n, : len(x) + 1] = torch.tensor([BOS, *x], dtype=torch.long)
+        tgt_in[n, : len(x) + 1] = torch.tensor([BOS_ID, *x], dtype=torch.long)
     with model.recording():
         model(src, tgt_in)
         weights = model.cross_attention().cpu()  # (layers, N, h, T, S)
-    source_lengths = src.ne(PAD).sum(dim=1).tolist()
+    source_lengths = src.ne(PAD_ID).sum(dim=1).tolist()
     return [weights[:, n, :, : len(x) + 1, : source_lengths[n]] for n, x in enumerate(ids)]
 
 
 def _until_eos(row: list[int]) -> list[int]:
-    return row[: row.index(EOS)] if EOS in row else [t for t in row if t != PAD]
+    return row[: row.index(EOS_ID)] if EOS_ID in row else [t for t in row if t != PAD_ID]
 
 
 def _check_source(src: Tensor) -> None:

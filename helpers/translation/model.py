@@ -1,13 +1,15 @@
 """The sequence-to-sequence transformer that translates German to English.
 
 Shapes: N batch, S source length, L target length, E embedding size (``d_model``), h heads,
-V vocabulary size. Token ids use the course tokenizers' specials: pad 0, bos 1, eos 2, unk 3.
-Boolean masks follow ``nn.Transformer``: **True = blocked** (a padding position, or the future).
+V vocabulary size. Token ids use the course tokenizers' specials (``helpers.tokenization``): pad 0,
+bos 1, eos 2, unk 3. Boolean masks follow ``nn.Transformer``: **True = blocked** (a padding position,
+or the future).
 
-The model is ``nn.Transformer`` (batch first) with three additions of the course's own:
-token embeddings scaled by sqrt(E), sinusoidal positions, and ``helpers.InspectableDecoderLayer``
-as the decoder layer, so every forward pass can record each decoder layer's per-head
-cross-attention (``model.cross_attention()``).
+The model is the course's own, from the lessons' parts: token embeddings scaled by sqrt(E) and
+sinusoidal positions (lesson 01), ``helpers.layers.Transformer`` (encoder layers and
+``InspectableDecoderLayer``s, lesson 05, every attention a ``helpers.MultiHeadAttention``, lesson 04),
+and a linear layer to next-token scores. Its parameter names are ``nn.Transformer``'s, and every
+forward pass can record each decoder layer's per-head cross-attention (``model.cross_attention()``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ from torch import Tensor, nn
 
 from helpers.attention import causal_mask
 from helpers.embeddings import PositionalEncoding, TokenEmbedding
-from helpers.layers import InspectableDecoderLayer, cross_attention_weights, recording
+from helpers.layers import InspectableDecoderLayer, Transformer, cross_attention_weights, recording
+from helpers.tokenization import PAD_ID
 from helpers.translation.config import TranslationConfig
-
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -37,19 +38,13 @@ class Seq2SeqTransformer(nn.Module):
         super().__init__()
         self.config = config
         E = config.d_model
-        self.src_embedding = TokenEmbedding(src_vocab_size, E, padding_idx=PAD)  # scaled by sqrt(E)
-        self.tgt_embedding = TokenEmbedding(tgt_vocab_size, E, padding_idx=PAD)
+        self.src_embedding = TokenEmbedding(src_vocab_size, E, padding_idx=PAD_ID)  # scaled by sqrt(E)
+        self.tgt_embedding = TokenEmbedding(tgt_vocab_size, E, padding_idx=PAD_ID)
         self.positions = PositionalEncoding(E, max_len=config.max_len, dropout=config.dropout)
-        decoder_layer = InspectableDecoderLayer(
-            E,
-            config.heads,
-            dim_feedforward=config.feedforward,
-            dropout=config.dropout,
-            batch_first=True,
-            norm_first=config.norm_first,
-            record=False,  # weights are recorded only on request (`model.recording()`): training runs the fused kernel
-        )
-        self.transformer = nn.Transformer(
+        # Encoder and decoder stacks of the course's own layers, every attention a helpers.MultiHeadAttention.
+        # The decoder layers record their per-head weights only on request (`model.recording()`), so
+        # training runs the fused attention kernel.
+        self.transformer = Transformer(
             d_model=E,
             nhead=config.heads,
             num_encoder_layers=config.encoder_layers,
@@ -57,30 +52,15 @@ class Seq2SeqTransformer(nn.Module):
             dim_feedforward=config.feedforward,
             dropout=config.dropout,
             batch_first=True,
-            # Built here rather than by nn.Transformer so that the encoder skips the nested-tensor fast path
-            # (a prototype API that warns, and would make eval-mode memory differ at padding positions).
-            custom_encoder=nn.TransformerEncoder(
-                nn.TransformerEncoderLayer(
-                    E,
-                    config.heads,
-                    dim_feedforward=config.feedforward,
-                    dropout=config.dropout,
-                    batch_first=True,
-                    norm_first=config.norm_first,
-                ),
-                config.encoder_layers,
-                norm=nn.LayerNorm(E),
-                enable_nested_tensor=False,
-            ),
-            # nn.TransformerDecoder deep-copies this layer, so each copy records its own weights.
-            custom_decoder=nn.TransformerDecoder(decoder_layer, config.decoder_layers, norm=nn.LayerNorm(E)),
+            norm_first=config.norm_first,
+            record=False,
         )
         self.generator = nn.Linear(E, tgt_vocab_size)  # decoder state -> next-token logits
 
     # -- the two halves, used separately by decoding (the encoder runs once per sentence) --------
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (N, S) -> memory (N, S, E) and its padding mask (N, S), True = padding."""
-        src_padding = src.eq(PAD)
+        src_padding = src.eq(PAD_ID)
         memory = self.transformer.encoder(self.positions(self.src_embedding(src)), src_key_padding_mask=src_padding)
         return memory, src_padding
 
@@ -93,7 +73,7 @@ class Seq2SeqTransformer(nn.Module):
             memory,
             tgt_mask=future,
             tgt_is_causal=True,
-            tgt_key_padding_mask=tgt_in.eq(PAD),
+            tgt_key_padding_mask=tgt_in.eq(PAD_ID),
             memory_key_padding_mask=src_padding,
         )  # (N, L, E)
         return self.generator(hidden)  # (N, L, V)

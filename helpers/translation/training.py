@@ -24,9 +24,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from helpers.batching import make_batches
+from helpers.tokenization import PAD_ID
 from helpers.translation.config import TranslationConfig
 from helpers.translation.distributed import current_ranks
-from helpers.translation.model import PAD, Seq2SeqTransformer
+from helpers.translation.model import Seq2SeqTransformer
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), both with BOS ... EOS
 
@@ -74,7 +75,7 @@ def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
 def translation_loss(logits: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy over real target tokens: logits (N, L, V), tgt_out (N, L); padding ignored."""
     return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD, label_smoothing=label_smoothing
+        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD_ID, label_smoothing=label_smoothing
     )
 
 
@@ -301,7 +302,7 @@ def train(
                         loss = translation_loss(net(src, tgt_in), tgt_out, config.label_smoothing)
                     (loss / len(mine)).backward()
                 loss_sum += float(loss.detach())
-                tokens += int(tgt_out.ne(PAD).sum())
+                tokens += int(tgt_out.ne(PAD_ID).sum())
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
             optimizer.step()
             step, position = step + 1, group + 1

@@ -49,10 +49,11 @@ class Translator:
         """Source ids (BOS ... EOS) of each sentence; refuses one longer than the model's positions."""
         ids = self.source_tokenizer.encode_batch(list(sentences))
         limit = self.model.config.max_len
-        for sentence, row in zip(sentences, ids):
+        for sentence, row in zip(sentences, ids, strict=True):
             if len(row) > limit:
                 raise ValueError(
-                    f"sentence of {len(row)} tokens (with BOS and EOS) exceeds the model's max_len={limit}: {sentence[:60]!r}..."
+                    f"sentence of {len(row)} tokens (with BOS and EOS) exceeds the model's max_len={limit}: "
+                    f"{sentence[:60]!r}..."
                 )
         return ids
 
