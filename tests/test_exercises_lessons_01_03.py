@@ -478,3 +478,129 @@ def test_masked_attention_scale_from_shape_1_is_named():
         return torch.softmax(scores, dim=-1) @ v
 
     assert_hint(check_masked_attention(answer), "q.shape[1]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more learner mistakes, each with the hint that names it
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "wrong_answer, fragments",
+    [
+        (lambda ids, w: F.one_hot(ids, w.shape[1]).to(w.dtype) @ w, ("too few classes", "weight.shape[0]")),
+        (lambda ids, w: w.T @ F.one_hot(ids, w.shape[0]).to(w.dtype), ("one-hot vectors come first",)),
+    ],
+)
+def test_one_hot_lookup_more_mistakes(wrong_answer, fragments):
+    verdict = check_one_hot_lookup(wrong_answer)
+    assert_hint(verdict, *fragments)
+    assert "your code raised" not in verdict.message
+
+
+def _encoding_with(angle_of, first=torch.sin, second=torch.cos):
+    def positional_encoding(num_positions, dim):
+        angles = angle_of(torch.arange(num_positions, dtype=torch.float32)[:, None], torch.arange(0, dim, 2), dim)
+        table = torch.zeros(num_positions, dim)
+        table[:, 0::2], table[:, 1::2] = first(angles), second(angles)
+        return table
+
+    return positional_encoding
+
+
+def _paper_angles(position, pair, dim):
+    return position * 10000.0 ** (-pair / dim)
+
+
+@pytest.mark.parametrize(
+    "answer, fragment",
+    [
+        (_encoding_with(lambda p, k, e: _paper_angles(p + 1, k, e)), "positions start at 1"),
+        (_encoding_with(_paper_angles, second=torch.sin), "odd features hold a sine too"),
+        (_encoding_with(_paper_angles, first=torch.cos), "even features hold a cosine too"),
+        (_encoding_with(lambda p, k, e: p * 10000.0 ** (-(k // e))), "same frequency 1"),
+        (_encoding_with(lambda p, k, e: p * 10000.0 ** (-k // e)), "integer division"),
+    ],
+)
+def test_positional_encoding_more_mistakes(answer, fragment):
+    assert_hint(check_positional_encoding(answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda q, k: torch.softmax(q @ k.mT, -1) / math.sqrt(q.shape[-1]), "scaling comes after the softmax"),
+        (lambda q, k: torch.softmax(q @ k.mT * math.sqrt(q.shape[-1]), -1), "multiplied by √d"),
+        (lambda q, k: torch.softmax(q @ k.mT / math.sqrt(k.shape[-2]), -1), "divided by √S"),
+        (lambda q, k: torch.softmax(k @ q.mT / math.sqrt(q.shape[-1]), -1), "K Qᵀ, one row per KEY"),
+        # softmax without dim=: right for one sentence, dim=0 (the batch) for a batch
+        (lambda q, k: F.softmax(q @ k.mT / math.sqrt(q.shape[-1])), "runs over dim=0, the batch"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Implicit dimension choice:UserWarning")
+def test_attention_weights_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_attention_weights(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda x, w, b: (x + b) @ w.T, "added to x before the product"),
+        (lambda x, w, b: w.T @ x + b, "The tokens come first"),
+    ],
+)
+def test_linear_projection_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_linear_projection(wrong_answer), fragment)
+
+
+def _masked_with(block):
+    def masked_attention(q, k, v, mask):
+        return torch.softmax(block(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), mask), dim=-1) @ v
+
+    return masked_attention
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (_masked_with(lambda scores, mask: scores + mask), "boolean mask is added to the scores"),
+        (_masked_with(lambda scores, mask: scores.masked_fill(~mask, -10.0)), "A finite fill such as -10"),
+    ],
+)
+def test_masked_attention_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_masked_attention(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize("fill", [-1e4, -1e9, torch.finfo(torch.float32).min])
+def test_masked_attention_large_finite_fills_pass(fill):
+    # -1e4 and -1e9 are common in other code bases and block as well as -inf does here
+    assert check_masked_attention(_masked_with(lambda scores, mask: scores.masked_fill(~mask, fill))).passed
+
+
+def test_padding_to_attn_mask_broadcast_message_names_a_typical_length():
+    # (1, N, S) puts the sentences where the queries go; the message shows scores with several queries, not L = 1
+    assert_hint(check_padding_to_attn_mask(lambda m: (~m)[None]), "does not broadcast", "(N, L, S) = (3, 4, 5)")
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        (lambda t, s, q, k, v: (q(s), k(s), v(s)), "q (one query per target token) should have shape"),
+        (lambda t, s, q, k, v: (q(t), k(s)), "got a tuple of 2"),
+        (lambda t, s, q, k, v: (q(t), q(s), q(s)), "k was made with the wrong projection (q_proj)"),
+        (lambda t, s, q, k, v: (q(t), k(s), k(s)), "v was made with the wrong projection (k_proj)"),
+    ],
+)
+def test_cross_attention_inputs_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_cross_attention_inputs(wrong_answer), fragment)
+
+
+@pytest.mark.parametrize(
+    "wrong_answer, fragment",
+    [
+        # a float mask with -inf on the KEPT keys: the polarity, not the dtype, is the mistake
+        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "not inverted"),
+        (lambda m: (m == 1)[:, None, :], "not inverted"),
+        (lambda m: (~m)[:, None, :].numpy(), "return a tensor"),
+    ],
+)
+def test_padding_to_attn_mask_more_mistakes(wrong_answer, fragment):
+    assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)

@@ -375,3 +375,137 @@ def test_decoder_forgotten_index_without_dropout_is_named():
 
     verdict = check_decoder_layer_forward(answer)
     assert "returns a tuple (output, weights)" in verdict.message and "[0]" in verdict.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more learner mistakes in the forward pass, each with the hint that names it
+# ---------------------------------------------------------------------------------------------
+def _mha_written_out(*, k_proj_name="k", v_input="value", softmax=True, softmax_dim=-1, scale="d"):
+    """A learner's forward pass written out, independent of the check's reference, with one mistake."""
+
+    def answer(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
+        projections = {"q": q_proj, "k": k_proj, "v": v_proj}
+        q = split_right(q_proj(query), num_heads)
+        k = split_right(projections[k_proj_name](key), num_heads)
+        v = split_right(v_proj({"value": value, "key": key}[v_input]), num_heads)
+        d = q.size(-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt({"d": d, "h": num_heads}[scale])
+        weights = torch.softmax(scores, dim=softmax_dim) if softmax else scores
+        return out_proj(merge_right(weights @ v))
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "knobs, hint",
+    [
+        (dict(softmax_dim=1), "softmax runs over dim=1, the heads"),
+        (dict(scale="h"), "divided by √h"),
+        (dict(softmax=False), "the softmax is missing"),
+        (dict(k_proj_name="q"), "K is computed with `q_proj`"),
+        (dict(v_input="key"), "V is computed from `key`"),
+    ],
+)
+def test_mha_more_mistakes_are_named(knobs, hint):
+    verdict = check_multi_head_attention(_mha_written_out(**knobs))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def test_mha_written_out_without_mistake_passes():
+    assert check_multi_head_attention(_mha_written_out()).passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of issue #11: more residual-block and decoder-layer mistakes
+# ---------------------------------------------------------------------------------------------
+MORE_BLOCK_MISTAKES = {
+    "sublayer's output is subtracted": lambda x, s, n, first: x - s(n(x)) if first else n(x - s(x)),
+    "has no γ and β": lambda x, s, n, first: (
+        x + s(F.layer_norm(x, x.shape[-1:])) if first else F.layer_norm(x + s(x), x.shape[-1:])
+    ),
+    "made a LayerNorm of its own": lambda x, s, n, first: x + s(nn.LayerNorm(x.size(-1))(x)),
+}
+
+
+@pytest.mark.parametrize("hint,block", list(MORE_BLOCK_MISTAKES.items()))
+def test_residual_check_names_more_mistakes(hint, block):
+    verdict = check_residual_block(block)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def _decoder_rewired(*, cross_mask="", norms=("norm1", "norm2", "norm3"), residual_from_tgt=(), queries="x"):
+    """A decoder answer written out, with masks sent to the wrong place, norms reused or residuals from tgt."""
+
+    def answer(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+        norm = [getattr(layer, name) for name in norms]
+        x = tgt
+        attended = layer.self_attn(x, x, x, attn_mask=tgt_mask, need_weights=False)[0]
+        x = norm[0](x + layer.dropout1(attended))
+        masks = {
+            "": dict(key_padding_mask=memory_key_padding_mask),
+            "padding as attn_mask": dict(attn_mask=memory_key_padding_mask),
+            "causal too": dict(attn_mask=tgt_mask, key_padding_mask=memory_key_padding_mask),
+        }[cross_mask]
+        if queries == "memory":
+            attended = layer.multihead_attn(memory, x, x, need_weights=False)[0]
+        else:
+            attended = layer.multihead_attn(x, memory, memory, need_weights=False, **masks)[0]
+        x = norm[1]((tgt if 2 in residual_from_tgt else x) + layer.dropout2(attended))
+        hidden = layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+        return norm[2]((tgt if 3 in residual_from_tgt else x) + hidden)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "knobs, hint",
+    [
+        (dict(cross_mask="padding as attn_mask"), "a mask went to the wrong attention or argument"),
+        (dict(cross_mask="causal too"), "the cross-attention takes no causal mask"),
+        (dict(queries="memory"), "queries come from the decoder"),
+        (dict(norms=("norm1", "norm1", "norm1")), "every sub-block uses layer.norm1"),
+        (dict(norms=("norm1", "norm1", "norm3")), "cross-attention's block uses layer.norm1"),
+        (dict(norms=("norm1", "norm2", "norm1")), "feed-forward block uses layer.norm1"),
+        (dict(residual_from_tgt=(2,)), "cross-attention's residual adds `tgt`"),
+        (dict(residual_from_tgt=(3,)), "feed-forward's residual adds `tgt`"),
+    ],
+)
+def test_decoder_check_names_more_mistakes(knobs, hint):
+    verdict = check_decoder_layer_forward(_decoder_rewired(**knobs))
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message
+
+
+def test_decoder_rewired_without_mistake_passes():
+    assert check_decoder_layer_forward(_decoder_rewired()).passed
+
+
+@pytest.mark.parametrize(
+    "split, hint",
+    [
+        (lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(0, 2), "got (4, 3, 2, 2)"),
+        (lambda x, h: list(x.chunk(h, -1)), "should be one tensor"),
+        (lambda x, h: x.reshape(x.size(0), h, x.size(1), -1).permute(0, 2, 1, 3), "heads are still dim 2"),
+    ],
+)
+def test_split_check_names_more_mistakes(split, hint):
+    verdict = check_split_heads(split)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(
+    "merge, hint",
+    [
+        (lambda x: x.sum(1), "should have shape (N, T, E) = (2, 3, 8), got (2, 3, 2)"),
+        (lambda x: torch.cat(x.unbind(1), dim=1), "got (2, 12, 2)"),
+        (lambda x: x.transpose(2, 3).reshape(x.size(0), x.size(2), -1), "merge_heads(split_heads(x)) == x"),
+    ],
+)
+def test_merge_check_names_more_mistakes(merge, hint):
+    verdict = check_merge_heads(merge)
+    assert verdict.status == "wrong" and hint in verdict.message, verdict.message
+
+
+def test_split_and_merge_other_right_answers_pass():
+    assert check_split_heads(lambda x, h: torch.stack(x.chunk(h, -1), 1)).passed
+    assert check_merge_heads(lambda x: x.transpose(1, 2).contiguous().view(x.size(0), x.size(2), -1)).passed

@@ -40,7 +40,16 @@ def _block(x: Tensor, sublayer, norm, variant: str) -> Tensor:
         "normed residual": lambda: norm(x) + sublayer(norm(x)),
         "norm twice": lambda: norm(x + sublayer(norm(x))),
         "norm sublayer only": lambda: x + norm(sublayer(x)),
+        "subtracted post": lambda: norm(x - sublayer(x)),
+        "subtracted pre": lambda: x - sublayer(norm(x)),
+        # a new LayerNorm (or F.layer_norm without weights): normalised, but without the given γ and β
+        "bare norm post": lambda: _bare_norm(x + sublayer(x)),
+        "bare norm pre": lambda: x + sublayer(_bare_norm(x)),
     }[variant]()
+
+
+def _bare_norm(t: Tensor) -> Tensor:
+    return torch.nn.functional.layer_norm(t, t.shape[-1:])
 
 
 def _block_inputs() -> tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]:
@@ -65,10 +74,16 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
     def body() -> str:
         x, sublayer, norm = _block_inputs()
         for norm_first, right, other in [(False, "post", "pre"), (True, "pre", "post")]:
-            answer = as_tensor(
-                call_learner(residual_block, x.clone(), sublayer, norm, norm_first),
-                f"residual_block(..., norm_first={norm_first})",
-            )
+            try:
+                result = call_learner(residual_block, x.clone(), sublayer, norm, norm_first)
+            except LearnerError as problem:
+                if "mixed dtype" in str(problem.error):
+                    raise wrong(
+                        f"your code made a LayerNorm of its own ({problem.error}): use the `norm` you are given, "
+                        "whose learned γ and β belong to the block."
+                    ) from None
+                raise
+            answer = as_tensor(result, f"residual_block(..., norm_first={norm_first})")
             expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first})", "(N, L, E)")
             with torch.no_grad():
                 expected = _block(x, sublayer, norm, right)
@@ -92,6 +107,13 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
                     "x + sublayer(norm(x)); the output is not normalised.": _block(x, sublayer, norm, "norm twice"),
                     "only the sublayer's output is normalised: post-norm normalises the SUM, norm(x + "
                     "sublayer(x)).": _block(x, sublayer, norm, "norm sublayer only"),
+                    f"the sublayer's output is subtracted: a residual connection ADDS it, {formula}.": _block(
+                        x, sublayer, norm, "subtracted pre" if norm_first else "subtracted post"
+                    ),
+                    "the normalisation has no γ and β: use the `norm` you are given, not a new LayerNorm or "
+                    f"F.layer_norm without weights; {which} is {formula}.": _block(
+                        x, sublayer, norm, "bare norm pre" if norm_first else "bare norm post"
+                    ),
                 }
             raise diagnose(answer, mistakes, f"the shape is right but the numbers differ from {which}, {formula}.")
         return "post-norm norm(x + sublayer(x)) and pre-norm x + sublayer(norm(x))."
@@ -149,6 +171,11 @@ def _decoder_variant(
     }
     activation = (lambda t: t) if mistake == "no activation" else layer.activation
     residual = {i: mistake != f"no residual {i}" for i in (1, 2, 3)}
+    norms = {1: layer.norm1, 2: layer.norm2, 3: layer.norm3}
+    if mistake == "norm1 everywhere":
+        norms = {1: layer.norm1, 2: layer.norm1, 3: layer.norm1}
+    elif mistake.startswith("norm1 in block "):
+        norms[int(mistake[-1])] = layer.norm1
 
     def self_block(x):
         mask = {"no causal mask": None, "inverted causal mask": ~tgt_mask}.get(mistake, tgt_mask)
@@ -165,13 +192,14 @@ def _decoder_variant(
     def ff_block(x):
         return drop["dropout3"](layer.linear2(drop["dropout"](activation(layer.linear1(x)))))
 
-    blocks = [(self_block, layer.norm1, 1), (cross_block, layer.norm2, 2), (ff_block, layer.norm3, 3)]
+    blocks = [(self_block, norms[1], 1), (cross_block, norms[2], 2), (ff_block, norms[3], 3)]
     if mistake == "cross before self":
         blocks[0], blocks[1] = (cross_block, layer.norm1, 1), (self_block, layer.norm2, 2)
     x = tgt
     for block, norm, i in blocks:
         pre_norm = mistake == "pre-norm"
-        x = x + block(norm(x)) if pre_norm else norm((x if residual[i] else 0) + block(x))
+        carried = tgt if mistake == f"residual from tgt {i}" else x  # the residual adds the block's own input
+        x = x + block(norm(x)) if pre_norm else norm((carried if residual[i] else 0) + block(x))
     return x
 
 
@@ -199,6 +227,18 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
                     "nn.MultiheadAttention returns a tuple (output, weights), and your code used the whole tuple "
                     f"as a tensor ({type(problem.error).__name__}: {message}). Take the output, "
                     "`layer.self_attn(x, x, x, ...)[0]` (and the same for `layer.multihead_attn`)."
+                ) from None
+            if "attn_mask" in message or "key_padding_mask" in message:
+                raise wrong(
+                    f"a mask went to the wrong attention or argument ({message}). `tgt_mask` (L, L) is the "
+                    "self-attention's `attn_mask`; `memory_key_padding_mask` (N, S) is the cross-attention's "
+                    "`key_padding_mask`, and the cross-attention takes no causal mask."
+                ) from None
+            if isinstance(problem.error, RuntimeError) and "must match the size" in message:
+                raise wrong(
+                    f"the shapes do not fit ({message}). The cross-attention's queries come from the decoder, its "
+                    "keys and values from the memory: `layer.multihead_attn(x, memory, memory, ...)` returns one "
+                    "row per target token, (N, L, E), which can be added to x."
                 ) from None
             raise
         finally:
@@ -259,6 +299,18 @@ def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) ->
                 ),
                 "the feed-forward network's inner dropout is missing: "
                 "linear2(dropout(activation(linear1(x)))).": variant("no dropout"),
+                "every sub-block uses layer.norm1: each has its own LayerNorm, norm1, norm2 and norm3 in "
+                "turn.": variant("norm1 everywhere"),
+                "the cross-attention's block uses layer.norm1: its sum goes through layer.norm2.": variant(
+                    "norm1 in block 2"
+                ),
+                "the feed-forward block uses layer.norm1: its sum goes through layer.norm3.": variant(
+                    "norm1 in block 3"
+                ),
+                "the cross-attention's residual adds `tgt`, the layer's input: it must add its own input, the "
+                "x that came out of the self-attention block.": variant("residual from tgt 2"),
+                "the feed-forward's residual adds `tgt`, the layer's input: it must add its own input, the "
+                "x that came out of the cross-attention block.": variant("residual from tgt 3"),
             }
         raise diagnose(
             answer,

@@ -89,6 +89,16 @@ def _lookup_error_hint(message: str, vocab_size: int, dim: int) -> str:
             f"`F.one_hot(ids, num_classes=weight.shape[0])` (here V={vocab_size}), which (..., V) @ (V, E={dim}) "
             "can multiply. Without num_classes, one_hot only counts up to the largest id it sees."
         )
+    if "Class values must be smaller than num_classes" in message:
+        return (
+            f"`F.one_hot` was given too few classes ({message}). The one-hot vectors need one entry per "
+            f"vocabulary word: `num_classes=weight.shape[0]` (V={vocab_size}), not weight.shape[1] (E={dim})."
+        )
+    if "Expected size for first two dimensions of batch2" in message or "batch1" in message:
+        return (
+            f"the shapes do not fit ({message}). The one-hot vectors come first: (N, L, V) @ (V, E) = (N, L, E), "
+            "`one_hot @ weight`, not `weight @ one_hot` or `weight.T @ one_hot`."
+        )
     return f"your code raised RuntimeError: {message}"
 
 
@@ -157,6 +167,28 @@ def _encoding_mistakes(num_positions: int, dim: int) -> dict[str, Tensor]:
             torch.sin(position * 10000.0 ** (-2 * pair / dim)), torch.cos(position * 10000.0 ** (-2 * pair / dim))
         )
     )
+    mistakes[
+        "the positions start at 1: the first row is position 0, whose encoding is 0, 1, 0, 1, ... "
+        "(`torch.arange(P)` counts 0, 1, ..., P - 1)."
+    ] = interleave(
+        torch.sin((position + 1) * 10000.0 ** (-pair / dim)), torch.cos((position + 1) * 10000.0 ** (-pair / dim))
+    )
+    mistakes["the odd features hold a sine too: feature 2k + 1 is the COSINE of the pair's angle."] = interleave(
+        torch.sin(angles), torch.sin(angles)
+    )
+    mistakes["the even features hold a cosine too: feature 2k is the SINE of the pair's angle."] = interleave(
+        torch.cos(angles), torch.cos(angles)
+    )
+    mistakes[
+        "every pair turns at the same frequency 1: the exponent was rounded to a whole number (integer "
+        "division `//`, or integer tensors). Divide as floats: `torch.arange(0, E, 2, dtype=torch.float32) / E`."
+    ] = interleave(torch.sin(position.expand(-1, dim // 2)), torch.cos(position.expand(-1, dim // 2)))
+    # -2k // E floors every exponent but the first to -1: frequencies 1, 1/10000, 1/10000, ...
+    floored = 10000.0 ** torch.where(pair == 0, 0.0, -1.0)
+    mistakes[
+        "the exponent was rounded down to a whole number (integer division `//`): all pairs but the first turn "
+        "at 1/10000. Divide as floats: `-torch.arange(0, E, 2, dtype=torch.float32) / E`."
+    ] = interleave(torch.sin(position * floored), torch.cos(position * floored))
     for base in (1000.0, 100000.0, 10.0):
         freq = base ** (-pair / dim)
         mistakes[

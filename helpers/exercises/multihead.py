@@ -72,6 +72,10 @@ def _reference_mha(
     swap_kv: bool = False,
     kv_from_query: bool = False,
     one_head: bool = False,
+    v_from_key: bool = False,
+    k_with: str = "k",
+    v_with: str = "v",
+    softmax: bool = True,
 ) -> Tensor:
     """Multi-head attention (no masks, no dropout) in float64: (N, L, E), (N, S, E), (N, S, E) -> (N, L, E)."""
     p = {
@@ -79,7 +83,9 @@ def _reference_mha(
         for name, lin in projections.items()
     }
     lin = lambda x, name: torch.nn.functional.linear(x.double(), *p[name])  # noqa: E731
-    q, k, v = lin(query, "q"), lin(key, "k"), lin(value, "v")  # (N, L, E), (N, S, E), (N, S, E)
+    q, k, v = lin(query, "q"), lin(key, k_with), lin(value, v_with)  # (N, L, E), (N, S, E), (N, S, E)
+    if v_from_key:
+        v = lin(key, v_with)
     if swap_kv:
         k, v = lin(value, "k"), lin(key, "v")
     if kv_from_query:
@@ -92,8 +98,10 @@ def _reference_mha(
         "E": math.sqrt(query.size(-1)),
         "none": 1.0,
         "d_per_head": math.sqrt(query.size(-1) // h),
+        "h": math.sqrt(h),
     }[scale_by]
-    weights = torch.softmax(q @ k.transpose(-2, -1) / scale, dim=softmax_dim)  # (N, h, L, S)
+    scores = q @ k.transpose(-2, -1) / scale  # (N, h, L, S)
+    weights = torch.softmax(scores, dim=softmax_dim) if softmax else scores
     out = _merge(weights @ v, merge)  # (N, h, L, d) -> (N, L, E)
     return lin(out, "o") if out_proj else out
 
@@ -310,7 +318,23 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                     *args, one_head=True
                 ),
             }
+            mistakes |= {
+                "the softmax runs over dim=1, the heads: with (N, h, L, S) scores each query's row over the keys "
+                "is the LAST dimension, `softmax(scores, dim=-1)`.": _reference_mha(*args, softmax_dim=1),
+                f"the scores are divided by √h (√{h}, the number of heads) instead of √d, the size of one head "
+                f"(√{E // h}).": _reference_mha(*args, scale_by="h"),
+                "the softmax is missing: turn each head's scaled scores into weights with "
+                "`torch.softmax(scores, dim=-1)` before multiplying by V.": _reference_mha(*args, softmax=False),
+            }
+            for name, other in (("k", "q"), ("k", "v"), ("v", "q"), ("v", "k")):
+                mistakes[
+                    f"{name.upper()} is computed with `{other}_proj`: each of Q, K and V has its own projection, "
+                    f"use `{name}_proj` for {name.upper()}."
+                ] = _reference_mha(*args, **{f"{name}_with": other})
             if index == 1:
+                mistakes["V is computed from `key`: the values come from `value`, V = v_proj(value)."] = _reference_mha(
+                    *args, v_from_key=True
+                )
                 mistakes["keys and values are swapped: K = k_proj(key), V = v_proj(value)."] = _reference_mha(
                     *args, swap_kv=True
                 )

@@ -48,6 +48,11 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
                             f"the shapes do not fit ({message}). nn.Linear stores its weight as (E_out, E_in) = "
                             f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
                         ) from None
+                    if "batch2" in message or "batch1" in message:
+                        raise wrong(
+                            f"the shapes do not fit ({message}). The tokens come first: `x @ weight.T`, "
+                            "(N, L, E_in) @ (E_in, E_out), not `weight @ x` or `weight.T @ x`."
+                        ) from None
                     raise
             answer = as_tensor(result, "the projection")
             expect_shape(answer, expected.shape, "the projection", "(N, L, E_out)")
@@ -69,7 +74,16 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
                     "`x @ weight.T + bias`.": x64 @ w64,
                     "the bias is missing: nn.Linear adds it after the product, `x @ weight.T + bias`.": x64 @ w64.T,
                     "the bias is subtracted: nn.Linear adds it, `x @ weight.T + bias`.": x64 @ w64.T - b64,
-                },
+                }
+                | (
+                    # only where E_in = E_out: the bias (E_out,) cannot be added to x (..., E_in) otherwise
+                    {
+                        "the bias is added to x before the product: nn.Linear adds it to the result, "
+                        "`x @ weight.T + bias`.": (x64 + b64) @ w64.T
+                    }
+                    if e_in == e_out
+                    else {}
+                ),
                 "the shape is right but the numbers differ from nn.Linear's `x @ weight.T + bias`.",
             )
         return "your projection gives the same numbers as nn.Linear (x @ weight.T + bias)."

@@ -58,6 +58,21 @@ def _scaled_scores(q: Tensor, k: Tensor) -> Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
+def _unscaled_then_divided(q: Tensor, k: Tensor) -> Tensor:
+    """softmax(Q Kᵀ) / √d: the scaling applied to the weights instead of the scores."""
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) / math.sqrt(q.size(-1))
+
+
+def _mask_added(q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+    """softmax(Q Kᵀ / √d + mask): a boolean mask added as 0 / 1 instead of blocking."""
+    return torch.softmax(_scaled_scores(q, k) + mask.to(q.dtype), dim=-1)
+
+
+def _keys_times_queries(q: Tensor, k: Tensor) -> Tensor:
+    """softmax(K Qᵀ / √d): the product taken in the wrong order, (S, L) instead of (L, S)."""
+    return torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+
+
 def _times(weights: Callable[[], Tensor], v: Tensor) -> Tensor:
     """The output ``weights() @ v`` of a mistake given by its weights."""
     return weights() @ v
@@ -143,7 +158,21 @@ def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor
                 "the keys are not transposed AND the scores are not scaled.": partial(
                     _weights, q64, k64, scale=1.0, transpose_keys=False
                 ),
+                "the scores are multiplied by √d: divide them, `/ math.sqrt(d)`, so that large head sizes give "
+                "smaller, not larger, scores.": partial(_weights, q64, k64, scale=math.sqrt(d)),
+                "the scaling comes after the softmax: divide the SCORES by √d, then take the softmax (dividing the "
+                "weights leaves rows that sum to 1 / √d).": partial(_unscaled_then_divided, q64, k64),
+                "the scores are divided by √S, the number of keys: the scale is the size of a query or key, "
+                "`d = q.shape[-1]`.": partial(_weights, q64, k64, scale=1.0 / math.sqrt(k.size(-2))),
+                # S, L order: only computable where L = S; elsewhere the shape check has already answered
+                "the scores are K Qᵀ, one row per KEY: compute `q @ k.transpose(-2, -1)` so that row i holds query "
+                "i's scores.": partial(_keys_times_queries, q64, k64),
             }
+            if index == 1:
+                mistakes[
+                    "the softmax runs over dim=0, the batch: `softmax` without `dim=` (or with `dim=0`) picks the "
+                    "first dimension of a batched (N, L, S) tensor. Always give `dim=-1`, the keys."
+                ] = partial(_weights, q64, k64, softmax_dim=0)
             if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
                 fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
             else:
@@ -178,6 +207,13 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                 torch.randn(2, 5, 6, generator=generator),
                 padding_keep,
             ),
+            # a blocked key with a huge score (70): a finite fill such as -10 lets it through, -inf does not
+            (
+                torch.tensor([[10.0, 0.0]]),
+                torch.tensor([[0.0, 1.0], [10.0, 0.0]]),
+                torch.tensor([[1.0], [1000.0]]),
+                torch.tensor([[True, False]]),
+            ),
         ]
         for index, (q, k, v, mask) in enumerate(cases):
             expected, expected_weights = scaled_dot_product_attention(
@@ -211,6 +247,9 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                 "the mask is ignored: block the scores where the mask is False before the softmax.": partial(
                     _weights, q64, k64
                 ),
+                "the boolean mask is added to the scores: True and False become 1 and 0, which blocks nothing. "
+                "Fill the blocked scores instead, `scores.masked_fill(~mask, float('-inf'))` (only a FLOAT mask "
+                "of 0 and -inf is added).": partial(_mask_added, q64, k64, mask),
                 "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": partial(
                     _weights, q64, k64, mask, scale=1.0
                 ),
@@ -224,6 +263,12 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
                     "blocked. Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores "
                     "where the mask is False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the "
                     "keys, `dim=-1`."
+                )
+            elif index == 2:
+                fallback = (
+                    "right for ordinary scores, wrong when a blocked key's score is huge (here about 70): a blocked "
+                    "score must be -inf, `scores.masked_fill(~mask, float('-inf'))`. A finite fill such as -10 "
+                    "still lets that key through."
                 )
             else:
                 fallback = "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
@@ -276,7 +321,7 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
                 "query dimension of size 1 in the middle: (N, 1, S), e.g. `mask[:, None, :]` or `.unsqueeze(1)`."
             )
         expected = ~key_padding[:, None, :]  # (N, 1, S)
-        for L in (1, 4, 7):  # any number of queries
+        for L in (4, 1, 7):  # any number of queries; 4 first, so that a message names a typical (N, L, S)
             try:
                 spread = may_attend.expand(N, L, S)
             except RuntimeError:
