@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import not_attempted
 from torch import Tensor, nn
 
 from helpers.exercises.blocks import (
@@ -24,10 +25,6 @@ from helpers.exercises.multihead import (
     check_split_heads,
     reference_multi_head_attention,
 )
-
-
-def _not_attempted(*args, **kwargs):
-    raise NotImplementedError()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +59,7 @@ def test_split_check_passes_right_answers_and_spots_stubs():
     assert check_split_heads(split_right).passed
     # Any correct formulation passes: unflatten + permute, float64 output.
     assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3).double()).passed
-    assert check_split_heads(_not_attempted).status == "not attempted"
+    assert check_split_heads(not_attempted).status == "not attempted"
 
 
 MERGE_MISTAKES = {
@@ -84,7 +81,7 @@ def test_merge_check_names_each_mistake(hint, merge):
 def test_merge_check_passes_right_answers_and_spots_stubs():
     assert check_merge_heads(merge_right).passed
     assert check_merge_heads(lambda x: torch.cat(x.unbind(1), dim=-1)).passed  # concatenation written out
-    assert check_merge_heads(_not_attempted).status == "not attempted"
+    assert check_merge_heads(not_attempted).status == "not attempted"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +164,7 @@ def test_mha_check_explains_self_attention_only_code():
 def test_mha_check_other_answers():
     assert check_multi_head_attention(mha).passed
     assert check_multi_head_attention(mha_with_torch_sdpa).passed
-    assert check_multi_head_attention(_not_attempted).status == "not attempted"
+    assert check_multi_head_attention(not_attempted).status == "not attempted"
     assert "not a tuple" in check_multi_head_attention(lambda *a: (mha(*a), None)).message
     assert "differ from nn.MultiheadAttention" in check_multi_head_attention(lambda *a: mha(*a) + 0.01).message
 
@@ -227,7 +224,7 @@ def test_residual_check_names_each_mistake(hint, block):
 def test_residual_check_other_answers():
     assert check_residual_block(block_right).passed
     assert check_residual_block(lambda x, s, n, first: (x + s(n(x)) if first else n(x + s(x))).float()).passed
-    assert check_residual_block(_not_attempted).status == "not attempted"
+    assert check_residual_block(not_attempted).status == "not attempted"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +287,7 @@ def test_decoder_check_names_each_mistake(mistake, hint):
 
 def test_decoder_check_other_answers():
     assert check_decoder_layer_forward(decoder_right).passed
-    assert check_decoder_layer_forward(_not_attempted).status == "not attempted"
+    assert check_decoder_layer_forward(not_attempted).status == "not attempted"
     whole = check_decoder_layer_forward(
         lambda layer, t, m, tm, mk: layer(t, m, tgt_mask=tm, memory_key_padding_mask=mk)
     )
