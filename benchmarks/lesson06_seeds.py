@@ -189,6 +189,10 @@ def table(runs: list[dict]) -> str:
             "every last-layer head costs more than every first-layer head",
             held("last_layer_min_cost_above_first_layer_max"),
         ),
+        (
+            "the costliest last-layer head costs more than every first-layer head",
+            held_value(runs, lambda r: max(r["ablation_cost"][-1]) > max(r["ablation_cost"][0])),
+        ),
         ("the best aligner is the costliest head of its layer", held("best_aligner_is_costliest_in_its_layer")),
         (
             "heads of its layer costing more than the best aligner",
