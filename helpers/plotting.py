@@ -400,10 +400,12 @@ def readable_head_grid(
     row_label: str = "layer",
     query_label: str = "queries",
     key_label: str = "keys (attended to)",
+    vmax: float = 1.0,
 ) -> Figure:
     """``head_grid`` for a notebook page: (h, L, S) or (layers, h, L, S), at most 11 inches wide, 10-point labels.
 
     Token labels sit on the outer panels only (the left column and the bottom row), which every panel shares.
+    The colour scale runs from 0 to ``vmax`` (1 unless stated).
     """
     weights = torch.as_tensor(weights).detach().float().cpu()
     if weights.dim() == 3:
@@ -412,7 +414,7 @@ def readable_head_grid(
         raise ValueError(f"expected (h, L, S) or (layers, h, L, S) weights, got shape {tuple(weights.shape)}")
     rows, heads = weights.shape[:2]
     panel = min(2.9, 10.0 / heads)
-    fig = head_grid(weights, query_tokens, key_tokens, row_label=row_label, title=title, panel_size=panel)
+    fig = head_grid(weights, query_tokens, key_tokens, row_label=row_label, title=title, vmax=vmax, panel_size=panel)
     fig.set_size_inches(panel * heads + 1.2, (panel + 0.35) * rows + 1.3)
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"][: rows * heads]
     for index, ax in enumerate(panels):
