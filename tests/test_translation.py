@@ -430,7 +430,7 @@ def test_lesson_notebook_trains_the_benchmarked_configuration():
     source = "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"])
     assert "config = replace(LESSON_CONFIG, seed=0)" in source
     assert "TranslationConfig(" not in source  # no hand copy of the settings
-    assert "fit(translator, train_corpus, val_corpus, steps=config.steps)" in source
+    assert "fit(translator, train_corpus, val_corpus, steps=config.steps" in source
 
 
 def test_an_epoch_count_or_a_time_budget_ends_training():
