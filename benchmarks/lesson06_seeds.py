@@ -8,6 +8,9 @@ seed and thread count, measures each quantity the prose talks about, and prints 
     nice .venv/bin/python benchmarks/lesson06_seeds.py --seeds 0 1 2 3 4 --threads 1 2 \\
         --log benchmarks/lesson06_seeds.jsonl
 
+On a busy machine set ``OMP_WAIT_POLICY=PASSIVE`` for the two-thread runs: waiting threads then sleep instead of
+spinning (the results are the same; a spinning two-thread run can take twenty times longer under load).
+
 Each run appends one JSON line to ``--log`` as it finishes (progress goes to stderr), and runs already in
 the log are skipped, so an interrupted sweep resumes where it stopped. A run counts only if its
 fingerprint matches (the config, the corpus files, the model's source files and torch's version), so after
