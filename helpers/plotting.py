@@ -439,4 +439,151 @@ def layer_head_tables(
         fig.colorbar(image, ax=ax, shrink=0.9)
     for ax in list(axes.flat)[len(tables) :]:
         ax.axis("off")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 06: a trained translator's heads, readable at the width of a notebook page
+# ---------------------------------------------------------------------------------------------
+LABEL_SIZE = 10  # tick labels in points: still readable when a notebook shrinks a wide figure to its page
+
+
+def readable_head_grid(
+    weights: Tensor,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    title: str | None = None,
+    row_label: str = "layer",
+    query_label: str = "queries",
+    key_label: str = "keys (attended to)",
+    vmax: float = 1.0,
+) -> Figure:
+    """``head_grid`` for a notebook page: (h, L, S) or (layers, h, L, S), at most 11 inches wide, 10-point labels.
+
+    Token labels sit on the outer panels only (the left column and the bottom row), which every panel shares.
+    The colour scale runs from 0 to ``vmax`` (1 unless stated).
+    """
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    if weights.dim() == 3:
+        weights = weights.unsqueeze(0)
+    if weights.dim() != 4:
+        raise ValueError(f"expected (h, L, S) or (layers, h, L, S) weights, got shape {tuple(weights.shape)}")
+    rows, heads = weights.shape[:2]
+    panel = min(2.9, 10.0 / heads)
+    fig = head_grid(weights, query_tokens, key_tokens, row_label=row_label, title=title, vmax=vmax, panel_size=panel)
+    fig.set_size_inches(panel * heads + 1.2, (panel + 0.35) * rows + 1.3)
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"][: rows * heads]
+    for index, ax in enumerate(panels):
+        ax.tick_params(labelsize=LABEL_SIZE)
+        ax.title.set_fontsize(LABEL_SIZE + 1)
+        ax.set_ylabel(query_label if index % heads == 0 else "", fontsize=LABEL_SIZE)
+        ax.set_xlabel(key_label if index >= (rows - 1) * heads else "", fontsize=LABEL_SIZE)
+    return fig
+
+
+def attention_kinds_figure(maps, layer: int = -1, encoder_layer: int = -1, title: str | None = None) -> Figure:
+    """The three attentions of a translator side by side, one row each, one column per head.
+
+    ``maps`` is a ``helpers.translation.inspection.AttentionMaps``. Rows: the encoder's self-attention
+    (source over source, (S, S)), the decoder's masked self-attention (each position over the positions read
+    so far, (T, T)), and its cross-attention (each position over the source, (T, S)); one colour scale.
+    """
+    rows = [
+        (maps.encoder[encoder_layer], maps.source_tokens, maps.source_tokens, "encoder self", "encoder self-attention"),
+        (maps.decoder[layer], maps.read_tokens, maps.read_tokens, "decoder self", "decoder masked self-att.\n(read)"),
+        (maps.cross[layer], maps.read_tokens, maps.source_tokens, "cross", "cross-attention\n(decoder read)"),
+    ]
+    heads = maps.cross.shape[1]
+    panel = min(2.9, 10.0 / heads)
+    fig, axes = plt.subplots(
+        3, heads, figsize=(panel * heads + 1.2, 3 * (panel + 0.55) + 1.0), squeeze=False, constrained_layout=True
+    )
+    for r, (weights, queries, keys, name, row_name) in enumerate(rows):
+        for h in range(heads):
+            ax = axes[r][h]
+            image = ax.imshow(weights[h].float().numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(keys)), list(keys), rotation=90, fontsize=LABEL_SIZE - 1)
+            ax.set_yticks(range(len(queries)), list(queries) if h == 0 else [], fontsize=LABEL_SIZE - 1)
+            ax.set_title(f"{name}, head {h}", fontsize=LABEL_SIZE)
+            if h == 0:
+                ax.set_ylabel(row_name, fontsize=LABEL_SIZE)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def layer_head_heatmap(
+    values: Tensor,
+    title: str,
+    colorbar_label: str,
+    fmt: str = "{:.0%}",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """One number per head, (layers, h), as a heatmap with the number written in each cell.
+
+    For tables such as each head's alignment accuracy or the BLEU lost without it. ``fmt`` formats the
+    numbers in the cells; ``vmin``/``vmax`` fix the colour scale (default: the values' own range).
+    """
+    values = torch.as_tensor(values).detach().float().cpu()
+    if values.dim() != 2:
+        raise ValueError(f"expected (layers, h) values, one per head, got shape {tuple(values.shape)}")
+    layers, heads = values.shape
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.3 * heads + 2.2, 0.8 * layers + 1.4), constrained_layout=True)
+    low = float(values.min()) if vmin is None else vmin
+    high = float(values.max()) if vmax is None else vmax
+    image = ax.imshow(values.numpy(), cmap=CMAP, vmin=low, vmax=high, aspect="auto")
+    ax.set_xticks(range(heads), [f"head {h}" for h in range(heads)], fontsize=LABEL_SIZE)
+    ax.set_yticks(range(layers), [f"layer {layer}" for layer in range(layers)], fontsize=LABEL_SIZE)
+    for layer in range(layers):
+        for h in range(heads):
+            value = float(values[layer, h])
+            bright = high > low and (value - low) / (high - low) > 0.6
+            colour = "black" if bright else "white"  # dark text on viridis' light end
+            ax.text(h, layer, fmt.format(value), ha="center", va="center", color=colour, fontsize=LABEL_SIZE)
+    ax.set_title(title, fontsize=LABEL_SIZE + 1)
+    ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+    return ax
+
+
+def word_alignment_grid(
+    word_attention: Tensor,
+    english_words: Sequence[str],
+    german_words: Sequence[str],
+    gold: Sequence[tuple[int, int]],
+    highlight: tuple[int, int] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Word-level attention of each head, (h, J, I), with the gold links framed.
+
+    English words on the y axis, German words on the x axis; a white frame on every gold link (German i,
+    English j), a red one on ``highlight`` (e.g. a crossing link). Shows at a glance which heads put their
+    strongest weight inside the frames.
+    """
+    word_attention = torch.as_tensor(word_attention).detach().float().cpu()
+    if word_attention.dim() != 3:
+        raise ValueError(f"expected (h, J, I) word attention, got shape {tuple(word_attention.shape)}")
+    heads, J, I = word_attention.shape  # noqa: E741 (the notation's word counts)
+    if len(english_words) != J or len(german_words) != I:
+        raise ValueError(
+            f"(h, J, I) = {tuple(word_attention.shape)} needs {J} English and {I} German words, "
+            f"got {len(english_words)} and {len(german_words)}"
+        )
+    panel = min(2.9, 10.0 / heads)
+    fig, axes = plt.subplots(
+        1, heads, figsize=(panel * heads + 1.2, panel + 1.6), squeeze=False, constrained_layout=True
+    )
+    for h, ax in enumerate(axes[0]):
+        image = ax.imshow(word_attention[h].numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto")
+        for i, j in gold:
+            colour, width = ("red", 2.5) if (i, j) == highlight else ("white", 1.0)
+            ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=width))
+        ax.set_xticks(range(I), list(german_words), rotation=90, fontsize=LABEL_SIZE - 1)
+        ax.set_yticks(range(J), list(english_words) if h == 0 else [], fontsize=LABEL_SIZE - 1)
+        ax.set_title(f"head {h}", fontsize=LABEL_SIZE)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (word level)")
+    if title:
+        fig.suptitle(title)
     return fig

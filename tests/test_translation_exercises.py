@@ -39,6 +39,7 @@ def test_teacher_forcing_mistakes_get_specific_hints():
     assert "past instead of the future" in hint_for(lambda t: (t[:, :-1], t[:, 1:], causal_mask(t.size(1) - 1).T))
     assert "(L, L)" in hint_for(lambda t: (t[:, :-1], t[:, 1:], causal_mask(t.size(1))))
     assert "three things" in hint_for(lambda t: (t[:, :-1], t[:, 1:]))
+    assert "forget the `return`" in hint_for(lambda t: None)
 
 
 def test_teacher_forcing_not_attempted():
@@ -111,3 +112,134 @@ def test_alignment_accuracy_not_attempted():
         raise NotImplementedError()
 
     assert check_alignment_accuracy(student).status == "not attempted"
+
+
+def test_alignment_accuracy_counted_per_gold_link_is_told_so():
+    """The natural mistake: looping over the gold links instead of over the English words."""
+
+    def per_link(attention, gold):  # a word with two partners counts twice, and can hit only one of them
+        predicted = attention.argmax(dim=1)
+        return sum(int(predicted[j]) == i for i, j in gold) / len(gold)
+
+    def per_link_any_partner(attention, gold):  # a word with two partners still counts twice
+        predicted, partners = attention.argmax(dim=1), partners_of(gold)
+        return sum(int(predicted[j]) in partners[j] for _, j in gold) / len(gold)
+
+    for mistake in (per_link, per_link_any_partner):
+        hint = hint2(mistake)
+        assert "LINKS, not English words" in hint, hint
+        assert "every English word is counted" not in hint
+
+
+def test_alignment_accuracy_more_mistakes_get_their_own_hints():
+    def per_german_word(attention, gold):
+        predicted = attention.argmax(dim=1)
+        return sum(int(predicted[j]) in ps for j, ps in partners_of(gold).items()) / attention.size(1)
+
+    def hit_count(attention, gold):
+        predicted = attention.argmax(dim=1)
+        return sum(int(predicted[j]) in ps for j, ps in partners_of(gold).items())
+
+    def swapped_unguarded(attention, gold):  # (j, i) read as (i, j): an English index past the last row
+        predicted = attention.argmax(dim=1)
+        return sum(int(predicted[i]) == j for i, j in gold) / len(gold)
+
+    def no_return(attention, gold):
+        partners_of(gold)
+
+    assert "number of German words" in hint2(per_german_word)
+    assert "NUMBER of English words" in hint2(hit_count)
+    assert "wrong way round" in hint2(swapped_unguarded)
+    assert "forget the `return`" in hint2(no_return)
+    assert "NaN" in hint2(lambda a, g: float("nan"))
+    assert "one number, not a tensor" in hint2(lambda a, g: a.argmax(dim=1).float())
+    # a one-element tensor or a numpy float is a number
+    assert check_alignment_accuracy(lambda a, g: torch.tensor(reference_alignment_accuracy(a, g))).passed
+
+
+def test_every_hint_of_the_alignment_case_is_reachable():
+    """Each listed mistake gives its own number on the check's example, distinct from the right answer."""
+    from helpers.exercises.translation import _alignment_case, _mistakes
+
+    attention, gold = _alignment_case()
+    results = list(_mistakes(attention, gold).values())
+    right = reference_alignment_accuracy(attention, gold)
+    values = [round(v, 6) for v in [right, 100 * right, *results]]
+    assert len(set(values)) == len(values), values
+    for values_along in (attention, attention.T):  # no ties for argmax, along either axis
+        assert all(int((line == line.max()).sum()) == 1 for line in values_along)
+
+
+def test_teacher_forcing_float_mask_of_ones_is_told_it_is_added():
+    def ones_mask(tgt):
+        L = tgt.size(1) - 1
+        return tgt[:, :-1], tgt[:, 1:], torch.ones(L, L).triu(1)
+
+    assert "ADDED to the scores" in hint_for(ones_mask)
+    assert check_teacher_forcing(lambda t: (t[:, :-1], t[:, 1:], causal_mask(t.size(1) - 1).tolist())).passed
+
+
+STRANGE_ANSWERS = [
+    None,
+    "tgt",
+    3,
+    2.5,
+    [],
+    (),
+    {"a": 1},
+    (None, None, None),
+    ("a", "b", "c"),
+    (torch.zeros(0), torch.zeros(0), torch.zeros(0)),
+    (torch.zeros(2, 5), torch.zeros(2, 5), torch.zeros(3)),
+    (torch.zeros(2, 5), torch.zeros(2, 5), torch.full((5, 5), float("nan"))),
+    (torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5), torch.zeros(5, 5, dtype=torch.int64)),
+    (torch.zeros(2, 5), torch.zeros(2, 5), "mask"),
+    (torch.zeros(2, 5), torch.zeros(2, 5), [[True] * 5] * 5),
+    (torch.zeros(2, 5), torch.zeros(2, 5), torch.zeros(5, 5, dtype=torch.complex64)),
+    torch.zeros(3, 2, 5),
+    [torch.zeros(2, 5)] * 4,
+    float("nan"),
+    torch.tensor(float("nan")),
+    torch.zeros(3),
+    torch.zeros(()),
+    True,
+    -1,
+    10**400,
+    object(),
+]
+
+
+def test_checks_survive_any_answer_and_never_blame_code_that_did_not_raise():
+    for answer in STRANGE_ANSWERS:
+        for check in (check_teacher_forcing, check_alignment_accuracy):
+            verdict = check(lambda *args, answer=answer: answer)
+            assert verdict.status == "wrong", (answer, verdict)
+            assert not verdict.message.startswith("your code raised"), (answer, verdict.message)
+
+
+def test_learners_exceptions_are_reported_not_raised():
+    def crashes(*args):
+        raise KeyError("oops")
+
+    for check in (check_teacher_forcing, check_alignment_accuracy):
+        verdict = check(crashes)
+        assert verdict.status == "wrong" and "KeyError" in verdict.message
+
+
+def test_checks_leave_the_notebooks_random_stream_alone():
+    def draws(*args):
+        torch.rand(1000)  # a learner's answer that uses the random generator
+        raise NotImplementedError()
+
+    for check in (check_teacher_forcing, check_alignment_accuracy):
+        torch.manual_seed(123)
+        check(draws)
+        after_check = torch.rand(3)
+        torch.manual_seed(123)
+        assert torch.equal(after_check, torch.rand(3))
+
+
+def test_a_check_prints_its_verdict_once(capsys):
+    verdict = check_alignment_accuracy(reference_alignment_accuracy)
+    printed = capsys.readouterr().out
+    assert printed.count(str(verdict)) <= 1  # printed once (or, once a verdict displays itself, not at all)

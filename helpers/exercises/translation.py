@@ -43,9 +43,15 @@ def check_teacher_forcing(teacher_forcing_batch: Callable[[Tensor], tuple[Tensor
     def body() -> str:
         tgt = _target_batch()
         answer = teacher_forcing_batch(tgt.clone())
+        return _reading_answer(lambda: judge(tgt, answer), "return (tgt_in, tgt_out, tgt_mask) as three tensors")
+
+    def judge(tgt: Tensor, answer: object) -> str:
+        if answer is None:
+            raise wrong("your function returned None: did you forget the `return`?")
         if not isinstance(answer, (tuple, list)) or len(answer) != 3:
             raise wrong("return three things: (tgt_in, tgt_out, tgt_mask)")
-        tgt_in, tgt_out, mask = (as_tensor(a, name) for a, name in zip(answer, ("tgt_in", "tgt_out", "tgt_mask")))
+        names = ("tgt_in", "tgt_out", "tgt_mask")
+        tgt_in, tgt_out, mask = (as_tensor(a, name) for a, name in zip(answer, names, strict=True))
         N, T = tgt.shape
         L = T - 1
         if tuple(tgt_in.shape) == (N, T) and close(tgt_in, tgt.double()):
@@ -69,8 +75,9 @@ def check_teacher_forcing(teacher_forcing_batch: Callable[[Tensor], tuple[Tensor
                 f"tgt_mask has shape {(T, T)}: it masks the decoder's input tgt_in, so it is (L, L) = {(L, L)}."
             )
         expect_shape(mask, (L, L), "tgt_mask (L, L)")
-        given = answer[2]
-        blocked = _as_blocked(given if isinstance(given, Tensor) else torch.as_tensor(given))
+        given = answer[2] if isinstance(answer[2], Tensor) else torch.as_tensor(answer[2])
+        given_float = given.is_floating_point()
+        blocked = _as_blocked(given)
         expected = causal_mask(L)
         if torch.equal(blocked, expected):
             return (
@@ -86,6 +93,11 @@ def check_teacher_forcing(teacher_forcing_batch: Callable[[Tensor], tuple[Tensor
                 "the diagonal is blocked too: position t may look at itself (the token it reads); block "
                 "only the positions after it, triu(diagonal=1)."
             )
+        if given_float and torch.equal(torch.as_tensor(given, dtype=torch.float64) != 0, expected):
+            raise wrong(
+                "a float mask is ADDED to the scores, so 1.0 above the diagonal does not block anything: use a "
+                "bool mask (True = blocked), or float('-inf') above the diagonal and 0 elsewhere."
+            )
         if torch.equal(blocked, torch.ones(L, L, dtype=torch.bool).tril(-1)):
             raise wrong(
                 "the mask blocks the past instead of the future: row t is the query, so block the columns "
@@ -93,7 +105,7 @@ def check_teacher_forcing(teacher_forcing_batch: Callable[[Tensor], tuple[Tensor
             )
         raise wrong("tgt_mask should be True (blocked) exactly above the diagonal: torch.ones(L, L).triu(1).bool().")
 
-    return run_check("teacher forcing: inputs, labels and causal mask", body)
+    return _checked("teacher forcing: inputs, labels and causal mask", body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,55 +122,71 @@ def reference_alignment_accuracy(word_attention: Tensor, gold: Sequence[tuple[in
 
 
 def _alignment_case() -> tuple[Tensor, list[tuple[int, int]]]:
-    """A (J, I) = (4, 5) word-level attention map and gold pairs (German i, English j).
+    """A (J, I) = (7, 8) word-level attention map and gold pairs (German i, English j).
 
-    English word 3 ("outdoors") has two gold partners (im, Freien); English word 2 has none; the
-    matrix is not square-symmetric, so reading (i, j) the wrong way round or taking argmax over the
-    wrong axis gives a different number.
+    Built so that every usual mistake gives its own number: English word 3 has two gold partners
+    (German 3 and 4) and looks hardest at the second; English words 2 and 6 have none; J, I, the number
+    of gold links (6) and the number of aligned English words (5) all differ; every row and column has a
+    single largest entry, so argmax has no ties.
     """
     counts = torch.tensor(
         [
-            [15.0, 5, 14, 8, 13],  # English 0 -> German 0 (gold 0)      hit
-            [13, 13, 9, 19, 1],  # English 1 -> German 3 (gold 1)      miss
-            [16, 9, 6, 6, 1],  # English 2 -> no gold partner        not counted
-            [10, 10, 4, 14, 19],  # English 3 -> German 4 (gold 3, 4)  hit
+            [17.0, 14, 8, 16, 7, 6, 8, 7],  # English 0 -> German 0 (gold 0)        hit
+            [17, 11, 10, 16, 20, 19, 17, 8],  # English 1 -> German 4 (gold 1)        miss
+            [7, 10, 4, 19, 1, 2, 20, 11],  # English 2: no gold partner           not counted
+            [3, 17, 6, 15, 18, 3, 14, 5],  # English 3 -> German 4 (gold 3, 4)     hit
+            [18, 2, 5, 11, 12, 15, 7, 13],  # English 4 -> German 0 (gold 2)        miss
+            [15, 3, 13, 12, 1, 10, 7, 19],  # English 5 -> German 7 (gold 6)        miss
+            [12, 12, 1, 4, 15, 13, 10, 6],  # English 6: no gold partner           not counted
         ]
     )
     attention = counts / counts.sum(dim=1, keepdim=True)  # rows sum to 1, like attention
-    gold = [(0, 0), (1, 1), (3, 3), (4, 3)]
+    gold = [(0, 0), (1, 1), (3, 3), (4, 3), (2, 4), (6, 5)]
     return attention, gold
+
+
+def _partners(gold: Sequence[tuple[int, int]]) -> dict[int, set[int]]:
+    partners: dict[int, set[int]] = {}
+    for i, j in gold:
+        partners.setdefault(j, set()).add(i)
+    return partners
 
 
 def _mistakes(attention: Tensor, gold: list[tuple[int, int]]) -> dict[str, float]:
     """The results of the usual wrong answers on the check's case, each with its hint."""
-    partners: dict[int, set[int]] = {}
-    for i, j in gold:
-        partners.setdefault(j, set()).add(i)
-    J = attention.size(0)
+    partners = _partners(gold)
+    swapped = _partners([(j, i) for i, j in gold])
+    J, I = attention.shape  # noqa: E741 (the notation's word counts)
+    predicted = attention.argmax(dim=1)  # (J,) the right axis
     column_argmax = attention.argmax(dim=0)  # (I,) the wrong axis
-    swapped: dict[int, set[int]] = {}
-    for i, j in gold:
-        swapped.setdefault(i, set()).add(j)
-    first_partner = {j: min(ps) for j, ps in partners.items()}
-    predicted = attention.argmax(dim=1)
+    hits = sum(int(predicted[j]) in ps for j, ps in partners.items())
     return {
         "the argmax runs over the wrong axis: for each English word (a ROW of the (J, I) map) take the German "
         "word (column) it attends to most, argmax(dim=1).": sum(
-            int(column_argmax[j]) in ps for j, ps in partners.items() if j < len(column_argmax)
+            int(column_argmax[j]) in ps for j, ps in partners.items() if j < I
         )
         / len(partners),
         "the pairs are read the wrong way round: each gold pair is (German i, English j), as in the corpus's "
         "Pharaoh format 'i-j'.": sum(int(predicted[j]) in ps for j, ps in swapped.items() if j < J) / len(swapped),
         "every English word is counted, but a word without a gold partner cannot be right or wrong: divide by "
-        "the number of English words that HAVE a gold partner.": sum(
-            int(predicted[j]) in ps for j, ps in partners.items()
-        )
-        / J,
+        "the number of English words that HAVE a gold partner.": hits / J,
+        "you divided by the number of German words: the score is per English word (each row asks 'did this "
+        "word look at its partner?'), so divide by the number of English words that have a gold partner.": hits / I,
         "only one gold partner per English word is accepted: a word can have several ('outdoors' <- 'im Freien'); "
         "it is a hit when the most-attended German word is ANY of them.": sum(
-            int(predicted[j]) == first_partner[j] for j in partners
+            int(predicted[j]) == min(ps) for j, ps in partners.items()
         )
         / len(partners),
+        "you counted gold LINKS, not English words: a word with two partners (outdoors <- im, Freien) then "
+        "counts twice and can hit at most one of them. Group the links by English word first (j -> its set of "
+        "German partners) and score each English word once.": sum(int(predicted[j]) == i for i, j in gold) / len(gold),
+        "you counted gold LINKS, not English words: a word with two partners then counts twice. Group the links "
+        "by English word first (j -> its set of German partners) and score each English word once.": sum(
+            int(predicted[j]) in partners[j] for _, j in gold
+        )
+        / len(gold),
+        "that is the NUMBER of English words that look hardest at a partner: return the share, dividing by the "
+        "number of English words that have a gold partner.": float(hits),
     }
 
 
@@ -167,11 +195,18 @@ def check_alignment_accuracy(alignment_accuracy: Callable[[Tensor, list[tuple[in
 
     def body() -> str:
         attention, gold = _alignment_case()
-        answer = alignment_accuracy(attention.clone(), list(gold))
         try:
-            value = float(answer)
-        except (TypeError, ValueError):
-            raise wrong(f"return one number (a float between 0 and 1), got {type(answer).__name__}") from None
+            answer = alignment_accuracy(attention.clone(), list(gold))
+        except IndexError as error:
+            raise wrong(
+                f"your code raised IndexError: {error}. An index past the end usually means the pairs are read "
+                "the wrong way round: each gold pair is (German i, English j), and English word j is ROW j of "
+                "the (J, I) map."
+            ) from None
+        return _reading_answer(lambda: judge(attention, gold, answer), "return one number between 0 and 1")
+
+    def judge(attention: Tensor, gold: list[tuple[int, int]], answer: object) -> str:
+        value = _as_number(answer)
         expected = reference_alignment_accuracy(attention, gold)
         if abs(value - expected) < 1e-6:
             return f"{value:.2f} of the aligned English words look hardest at a gold partner."
@@ -185,4 +220,38 @@ def check_alignment_accuracy(alignment_accuracy: Callable[[Tensor, list[tuple[in
             "test whether argmax over its row is one of them, then divide the hits by the number of such words."
         )
 
-    return run_check("alignment accuracy of a head", body)
+    return _checked("alignment accuracy of a head", body)
+
+
+def _as_number(answer: object) -> float:
+    """The learner's answer as one float, or a hint saying what was returned instead."""
+    if answer is None:
+        raise wrong("your function returned None: did you forget the `return`?")
+    if isinstance(answer, Tensor):
+        if answer.numel() != 1:
+            raise wrong(f"return one number, not a tensor of shape {tuple(answer.shape)}")
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        try:
+            answer = float(answer)  # numpy scalars, Fractions, ...
+        except (TypeError, ValueError, OverflowError):
+            raise wrong(f"return one number (a float between 0 and 1), got {type(answer).__name__}") from None
+    value = float(answer)
+    if value != value:  # NaN
+        raise wrong("your function returned NaN: did it divide 0 by 0?")
+    return value
+
+
+def _reading_answer(judge: Callable[[], str], expected: str) -> str:
+    """Run ``judge`` on an answer the learner's code returned without raising: whatever that answer is, a
+    failure to read it is reported as such, never as "your code raised" (the learner's code did not)."""
+    try:
+        return judge()
+    except (TypeError, ValueError, RuntimeError, IndexError, AttributeError, OverflowError) as error:
+        raise wrong(f"the check could not read your answer ({type(error).__name__}: {error}); {expected}.") from None
+
+
+def _checked(exercise: str, body: Callable[[], str]) -> Verdict:
+    """``run_check`` with the global random state forked: a check never shifts the notebook's random stream."""
+    with torch.random.fork_rng():
+        return run_check(exercise, body)

@@ -76,7 +76,7 @@ def word_attention(attention: Tensor, source_words: Sequence[int], target_words:
     averages the rows of its tokens, so every row still sums to at most 1.
     """
     source_words, target_words = torch.as_tensor(source_words), torch.as_tensor(target_words)
-    I, J = int(source_words.max()) + 1, int(target_words.max()) + 1
+    I, J = int(source_words.max()) + 1, int(target_words.max()) + 1  # noqa: E741 (the notation's word counts)
     to_source = torch.zeros(attention.size(-1), I)  # (S, I) one-hot, zero rows for BOS/EOS
     keep = source_words >= 0
     to_source[keep.nonzero().squeeze(1), source_words[keep]] = 1.0
@@ -111,12 +111,18 @@ class AlignmentReport:
 
 
 def alignment_report(
-    translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None, batch_size: int = 200
+    translator: Translator,
+    corpus: ParallelCorpus,
+    indices: Sequence[int] | None = None,
+    batch_size: int = 200,
+    only_crossing: bool = False,
 ) -> AlignmentReport:
     """Score every cross-attention head against ``corpus.alignments``, reading the *reference* translations.
 
     Teacher forcing on the reference (not the model's own output) means every sentence is scored on the
-    same English words as the gold alignment, whatever the model would have written.
+    same English words as the gold alignment, whatever the model would have written. ``only_crossing``
+    scores only the English words of crossing links (``crossing_words``): the reordered words, where
+    following word order cannot be right.
     """
     if corpus.alignments is None:
         raise ValueError(f"corpus {corpus.name!r} has no gold alignments (only the course's captions corpus does)")
@@ -133,7 +139,7 @@ def alignment_report(
         chunk = indices[start : start + batch_size]
         src = pad(translator.encode_sources([corpus.de[i] for i in chunk])).to(translator.device)  # (n, S)
         targets = [tgt_tok.encode(corpus.en[i], add_special=False) for i in chunk]
-        for attention, i in zip(teacher_forced_attention(translator.model, src, targets), chunk):
+        for attention, i in zip(teacher_forced_attention(translator.model, src, targets), chunk, strict=True):
             # attention: (layers, h, T, S) with T = reference tokens + EOS, S = source tokens + BOS/EOS
             source_words = [-1, *src_tok.word_index(corpus.de[i]), -1]
             target_words = [*tgt_tok.word_index(corpus.en[i]), -1]
@@ -144,7 +150,10 @@ def alignment_report(
             words_attention = word_attention(attention, source_words, target_words)  # (layers, h, J, I)
             predicted = words_attention.argmax(dim=-1)  # (layers, h, J)
             gold = _gold_sets(corpus.alignments[i])
-            I, J = words_attention.size(-1), words_attention.size(-2)
+            if only_crossing:
+                crossing = crossing_words(corpus.alignments[i])
+                gold = {j: partners for j, partners in gold.items() if j in crossing}
+            I, J = words_attention.size(-1), words_attention.size(-2)  # noqa: E741 (the notation's word counts)
             for j, partners in gold.items():
                 if j >= J:
                     continue
@@ -160,6 +169,65 @@ def alignment_report(
         diagonal_baseline=diagonal_hits / words,
         words=words,
     )
+
+
+def crossing_links(alignment: Alignment) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Pairs of gold links that cross: (i, j) and (i2, j2) with i < i2 but j > j2.
+
+    Two words swap their order between the languages there, e.g. a German verb at the end of its
+    clause (a perfect participle, a subordinate clause) whose English partner comes earlier.
+    """
+    links = sorted(set(alignment))
+    return [(a, b) for a in links for b in links if a[0] < b[0] and a[1] > b[1]]
+
+
+def crossing_words(alignment: Alignment) -> set[int]:
+    """The English words j that take part in a crossing link."""
+    return {link[1] for pair in crossing_links(alignment) for link in pair}
+
+
+def crossing_example(corpus: ParallelCorpus, max_words: int = 10) -> tuple[int, tuple[int, int]]:
+    """A sentence pair that shows reordering well, and its link that jumps: ``(k, (i, j))``.
+
+    Chosen from the gold alignments alone, so every model is shown the same sentence: among pairs of at
+    most ``max_words`` German words, the link (German i, English j) that crosses the most other links,
+    where English word j has no other gold partner (so attending to its neighbours in word order cannot
+    pass for following it): typically a participle or separable prefix at the end of a German clause,
+    translated early in English. Ties go to the shorter sentence, then the first.
+    """
+    if corpus.alignments is None:
+        raise ValueError(f"corpus {corpus.name!r} has no gold alignments (only the course's captions corpus does)")
+    best, best_key = None, None
+    for k, alignment in enumerate(corpus.alignments):
+        words = len(corpus.de[k].split())
+        if words > max_words:
+            continue
+        partners = _gold_sets(alignment)
+        crossed: dict[tuple[int, int], int] = {}
+        for pair in crossing_links(alignment):
+            for link in pair:
+                if len(partners[link[1]]) == 1:
+                    crossed[link] = crossed.get(link, 0) + 1
+        for link, count in crossed.items():
+            key = (-count, words, k, link)
+            if best_key is None or key < best_key:
+                best, best_key = (k, link), key
+    if best is None:
+        raise ValueError(f"no sentence of at most {max_words} words has a crossing gold link")
+    return best
+
+
+def reference_word_attention(translator: Translator, source: str, reference: str) -> Tensor:
+    """Word-level cross-attention (layers, h, J, I) while the decoder reads the reference translation.
+
+    Rows are the reference's J English words (as the gold alignments count them), columns the source's
+    I German words; see ``word_attention`` for how tokens are merged into words.
+    """
+    src_tok, tgt_tok = translator.source_tokenizer, translator.target_tokenizer
+    src = pad(translator.encode_sources([source])).to(translator.device)  # (1, S)
+    ids = tgt_tok.encode(reference, add_special=False)
+    attention = teacher_forced_attention(translator.model, src, [ids])[0]  # (layers, h, T, S)
+    return word_attention(attention, [-1, *src_tok.word_index(source), -1], [*tgt_tok.word_index(reference), -1])
 
 
 def _gold_sets(alignment: Alignment) -> dict[int, set[int]]:
