@@ -606,13 +606,13 @@ class GroupedQueryAttention(nn.Module):
         _check_batch_and_length(query, key, value, "(N, T, E)", switchable=False)
         N, L, _ = query.shape
         S = key.size(1)
-        group = self.num_heads // self.num_kv_heads
+        g = self.num_heads // self.num_kv_heads  # query heads per key/value head
         q = self.q_proj(query).view(N, L, self.num_heads, self.head_dim).transpose(1, 2)  # (N, h, L, d)
-        k = self.k_proj(key).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, g, S, d)
-        v = self.v_proj(value).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, g, S, d)
-        # Each kv head serves `group` consecutive query heads: repeat it so the shapes line up.
-        k = k.repeat_interleave(group, dim=1)  # (N, g, S, d) -> (N, h, S, d)
-        v = v.repeat_interleave(group, dim=1)
+        k = self.k_proj(key).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, h_kv, S, d)
+        v = self.v_proj(value).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, h_kv, S, d)
+        # Each key/value head serves g consecutive query heads: repeat it so the shapes line up.
+        k = k.repeat_interleave(g, dim=1)  # (N, h_kv, S, d) -> (N, h, S, d)
+        v = v.repeat_interleave(g, dim=1)
         mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:

@@ -55,7 +55,9 @@ def sharpness_figure(d_k: int = 64, temperature: float = 1.0, scaled: bool = Tru
         SHARPNESS_TOKENS,
         ax=ax,
         annotate=True,
-        title=f"d_k = {d_k}, {scaling}, T = {temperature:g}: mean largest weight per row {weights.max(-1).values.mean():.2f}",
+        # τ, not T: T is a length in the course's notation
+        title=f"d_k = {d_k}, {scaling}, τ = {temperature:g}: mean largest weight per row "
+        f"{weights.max(-1).values.mean():.2f}",
     )
     ax.title.set_fontsize(10)
     return fig

@@ -1,6 +1,6 @@
 """Turning a trained model's next-token scores into translations: greedy search and beam search.
 
-Shapes: N sentences, k beams, S source length, T produced length (tokens incl. EOS), V vocabulary,
+Shapes: N sentences, K beams, S source length, L produced length (tokens incl. EOS), V vocabulary,
 layers x h heads. Both searches cache what decoding can: the encoder runs once per batch and its
 output (the memory, (N, S, E)) serves every step, and each decoder layer keeps the inputs of the
 positions already decoded (``Seq2SeqTransformer.decode_step``), so a step runs the decoder for the
@@ -31,8 +31,8 @@ class Decoded:
     """What a search produced for a batch of N sentences.
 
     ``ids[n]``: the produced token ids without BOS and EOS.
-    ``attention[n]``: (layers, h, T, S_n) cross-attention, one row per produced token plus the final
-    EOS (T = len(ids[n]) + 1), one column per real (non-padding) source token; None unless asked for.
+    ``attention[n]``: (layers, h, L, S_n) cross-attention, one row per produced token plus the final
+    EOS (L = len(ids[n]) + 1), one column per real (non-padding) source token; None unless asked for.
     """
 
     ids: list[list[int]]
@@ -103,7 +103,7 @@ def beam_search(
 ) -> Decoded:
     """Keep the ``beam_size`` best partial translations per sentence, ranked with a length penalty.
 
-    src (N, S). All N x k hypotheses run through the decoder as one batch of N*k rows. A finished
+    src (N, S). All N x K hypotheses run through the decoder as one batch of N*K rows. A finished
     hypothesis (it produced EOS) stays in its beam with a frozen score, extended by padding only, so
     it competes with the live ones until the search ends.
     """
@@ -111,48 +111,48 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     model.eval()
-    N, k, device = src.size(0), beam_size, src.device
+    N, K, device = src.size(0), beam_size, src.device
     max_len = max_len or max_output_length(model, src.size(1))
     memory, src_padding = model.encode(src)  # (N, S, E)
-    memory = memory.repeat_interleave(k, dim=0)  # (N*k, S, E): each sentence's memory once per beam
-    src_padding = src_padding.repeat_interleave(k, dim=0)  # (N*k, S)
-    tokens = torch.full((N * k, 1), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
-    scores = torch.full((N, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # all beams start identical: expand only the first, or the k beams would be copies
-    lengths = torch.zeros(N, k, dtype=torch.long, device=device)
-    finished = torch.zeros(N, k, dtype=torch.bool, device=device)
-    cache = None  # per decoder layer: (N*k, t, E), reordered with the beams below
+    memory = memory.repeat_interleave(K, dim=0)  # (N*K, S, E): each sentence's memory once per beam
+    src_padding = src_padding.repeat_interleave(K, dim=0)  # (N*K, S)
+    tokens = torch.full((N * K, 1), BOS_ID, dtype=torch.long, device=device)  # (N*K, t)
+    scores = torch.full((N, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all beams start identical: expand only the first, or the K beams would be copies
+    lengths = torch.zeros(N, K, dtype=torch.long, device=device)
+    finished = torch.zeros(N, K, dtype=torch.bool, device=device)
+    cache = None  # per decoder layer: (N*K, t, E), reordered with the beams below
     for _ in range(max_len):
-        logits, cache = model.decode_step(tokens[:, -1:], memory, src_padding, cache)  # (N*k, V)
-        log_probs = F.log_softmax(never_special(logits), dim=-1)  # (N*k, V)
+        logits, cache = model.decode_step(tokens[:, -1:], memory, src_padding, cache)  # (N*K, V)
+        log_probs = F.log_softmax(never_special(logits), dim=-1)  # (N*K, V)
         V = log_probs.size(-1)
-        log_probs = log_probs.view(N, k, V)
+        log_probs = log_probs.view(N, K, V)
         # A finished hypothesis may only be continued by PAD, at no cost.
         frozen = torch.full_like(log_probs, float("-inf"))
         frozen[..., PAD_ID] = 0.0
         log_probs = torch.where(finished.unsqueeze(-1), frozen, log_probs)
-        candidates = scores.unsqueeze(-1) + log_probs  # (N, k, V) total log-probability
-        new_lengths = (lengths + (~finished).long()).unsqueeze(-1)  # (N, k, 1)
-        ranked = candidates / length_penalty(new_lengths, alpha)  # (N, k, V)
-        best = ranked.view(N, k * V).topk(k, dim=-1).indices  # (N, k) flat (beam, token) choices
-        beam, token = best // V, best % V  # (N, k) each
-        scores = candidates.view(N, k * V).gather(1, best)
+        candidates = scores.unsqueeze(-1) + log_probs  # (N, K, V) total log-probability
+        new_lengths = (lengths + (~finished).long()).unsqueeze(-1)  # (N, K, 1)
+        ranked = candidates / length_penalty(new_lengths, alpha)  # (N, K, V)
+        best = ranked.view(N, K * V).topk(K, dim=-1).indices  # (N, K) flat (beam, token) choices
+        beam, token = best // V, best % V  # (N, K) each
+        scores = candidates.view(N, K * V).gather(1, best)
         lengths = new_lengths.squeeze(-1).gather(1, beam)
         finished = finished.gather(1, beam) | token.eq(EOS_ID)
-        rows = (torch.arange(N, device=device).unsqueeze(1) * k + beam).view(-1)  # (N*k,) parent rows
-        tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*k, t+1)
+        rows = (torch.arange(N, device=device).unsqueeze(1) * K + beam).view(-1)  # (N*K,) parent rows
+        tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*K, t+1)
         cache = [layer_cache[rows] for layer_cache in cache]  # each beam continues its parent's cache
         if finished.all():
             break
     winner = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)  # (N,)
-    best_rows = torch.arange(N, device=device) * k + winner
+    best_rows = torch.arange(N, device=device) * K + winner
     ids = [_until_eos(row[1:].tolist()) for row in tokens[best_rows]]
     return Decoded(ids, _attention_for(model, src, ids) if return_attention else None)
 
 
 @torch.no_grad()
 def teacher_forced_attention(model: Seq2SeqTransformer, src: Tensor, ids: Sequence[Sequence[int]]) -> list[Tensor]:
-    """Cross-attention while the decoder reads ``[BOS] + ids[n]``: one (layers, h, T, S_n) per sentence.
+    """Cross-attention while the decoder reads ``[BOS] + ids[n]``: one (layers, h, L, S_n) per sentence.
 
     Row t is the step that produced token t of ``ids[n] + [EOS]``; this works for any target, the
     model's own output or a reference translation.
@@ -162,13 +162,13 @@ def teacher_forced_attention(model: Seq2SeqTransformer, src: Tensor, ids: Sequen
 
 def _attention_for(model: Seq2SeqTransformer, src: Tensor, ids: list[list[int]]) -> list[Tensor]:
     model.eval()
-    T = max(len(x) for x in ids) + 1
-    tgt_in = torch.full((len(ids), T), PAD_ID, dtype=torch.long, device=src.device)
+    L = max(len(x) for x in ids) + 1
+    tgt_in = torch.full((len(ids), L), PAD_ID, dtype=torch.long, device=src.device)
     for n, x in enumerate(ids):
         tgt_in[n, : len(x) + 1] = torch.tensor([BOS_ID, *x], dtype=torch.long)
     with model.recording():
         model(src, tgt_in)
-        weights = model.cross_attention().cpu()  # (layers, N, h, T, S)
+        weights = model.cross_attention().cpu()  # (layers, N, h, L, S)
     source_lengths = src.ne(PAD_ID).sum(dim=1).tolist()
     return [weights[:, n, :, : len(x) + 1, : source_lengths[n]] for n, x in enumerate(ids)]
 
