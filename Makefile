@@ -31,7 +31,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The lessons are trusted first: JupyterLab draws a saved notebook's head views only in a trusted notebook.
 lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, IP=127.0.0.1; no browser)
+	$(BIN)/jupyter trust notebooks/*.ipynb
 	$(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
 
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
