@@ -223,7 +223,8 @@ def _run_all_cells(page, timeout_ms: int) -> None:
     page.wait_for_function(
         r"""() => {
             const panel = [...document.querySelectorAll('.jp-NotebookPanel')].find(p => p.offsetParent !== null);
-            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
+            // the input area's own prompt: a folded solution cell shows a placeholder whose prompt stays empty
+            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
             return prompts.length > 0 && prompts.every(p => /\[\d+\]/.test(p));
         }""",
         timeout=timeout_ms,
