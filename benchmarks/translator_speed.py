@@ -12,14 +12,12 @@ ratio of their process CPU times is the number to read (one thread, as the lesso
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -29,29 +27,7 @@ from helpers.data import load_corpus  # noqa: E402
 from helpers.tokenization import train_tokenizers  # noqa: E402
 from helpers.translation import Seq2SeqTransformer, teacher_forcing, translation_loss  # noqa: E402
 from helpers.translation.config import LESSON_CONFIG  # noqa: E402
-
-
-def torch_twin(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The same model and weights with ``nn.Transformer`` (torch's layers) in place of the course's."""
-    c = model.config
-    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
-    twin = copy.deepcopy(model)
-    twin.transformer = nn.Transformer(
-        c.d_model,
-        c.heads,
-        custom_encoder=nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
-            c.encoder_layers,
-            norm=nn.LayerNorm(c.d_model),
-            enable_nested_tensor=False,
-        ),
-        custom_decoder=nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
-        ),
-        batch_first=True,
-    )
-    twin.transformer.load_state_dict(model.transformer.state_dict())
-    return twin
+from helpers.translation.model import on_torch_layers  # noqa: E402
 
 
 def train_block(model, optimizer, batches) -> float:
@@ -94,7 +70,7 @@ def main() -> None:
     )
     torch.manual_seed(0)
     ours = Seq2SeqTransformer(LESSON_CONFIG, de.vocab_size, en.vocab_size)
-    theirs = torch_twin(ours)
+    theirs = on_torch_layers(ours)
     optimizers = {
         name: torch.optim.AdamW(m.parameters(), lr=1e-3, fused=True) for name, m in (("ours", ours), ("torch", theirs))
     }

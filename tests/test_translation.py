@@ -30,6 +30,7 @@ from helpers.translation import (
     word_attention,
 )
 from helpers.translation.decoding import length_penalty
+from helpers.translation.model import on_torch_layers
 from helpers.translation.training import learning_rate_factor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -94,30 +95,6 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
     assert torch.allclose(recorded[real], expected[real], atol=1e-5)  # recording does not change the output
 
 
-def torch_twin(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
-    """The same model with nn.Transformer (torch's layers and nn.MultiheadAttention) as its ``transformer``:
-    the model as it was built before it used the course's own attention, loaded with the same weights."""
-    c = model.config
-    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
-    twin = copy.deepcopy(model)
-    twin.transformer = nn.Transformer(
-        c.d_model,
-        c.heads,
-        custom_encoder=nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
-            c.encoder_layers,
-            norm=nn.LayerNorm(c.d_model),
-            enable_nested_tensor=False,
-        ),
-        custom_decoder=nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
-        ),
-        batch_first=True,
-    )
-    twin.transformer.load_state_dict(model.transformer.state_dict())
-    return twin
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_model_on_our_attention_equals_the_model_on_torchs_layers_in_outputs_and_gradients(norm_first):
     torch.manual_seed(0)
@@ -125,7 +102,7 @@ def test_model_on_our_attention_equals_the_model_on_torchs_layers_in_outputs_and
     with torch.no_grad():  # non-zero biases and norms, so that a missed term shows up
         for p in ours.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    theirs = torch_twin(ours)
+    theirs = on_torch_layers(ours)
     assert list(theirs.state_dict()) == list(ours.state_dict())  # the same keys: checkpoints move both ways
     src = random_source()
     tgt_in = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, PAD_ID], [BOS_ID, 4, PAD_ID, PAD_ID]])
@@ -154,7 +131,7 @@ def test_a_checkpoint_written_by_the_model_on_torchs_layers_loads_and_translates
     with torch.no_grad():
         for p in translator.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    old = Translator(torch_twin(translator.model), translator.source_tokenizer, translator.target_tokenizer)
+    old = Translator(on_torch_layers(translator.model), translator.source_tokenizer, translator.target_tokenizer)
     path = save_checkpoint(tmp_path / "old.pt", old)
     assert torch.load(path, weights_only=True)["version"] == 1
     loaded, _ = load_checkpoint(path)

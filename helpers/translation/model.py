@@ -14,6 +14,7 @@ forward pass can record each decoder layer's per-head cross-attention (``model.c
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -146,3 +147,31 @@ def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]]) -> Ite
         with torch.no_grad():
             for weight, columns, original in saved:
                 weight[:, columns] = original
+
+
+def on_torch_layers(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
+    """A copy of ``model`` whose ``transformer`` is ``nn.Transformer`` (torch's layers and ``nn.MultiheadAttention``),
+    loaded with the same weights: the model as it was built before it used the course's own attention.
+
+    The two compute the same function (the tests check outputs, gradients and decoding), so this twin is the
+    reference for tests and for benchmarks that compare the course's attention with torch's.
+    """
+    c = model.config
+    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
+    twin = copy.deepcopy(model)
+    twin.transformer = nn.Transformer(
+        c.d_model,
+        c.heads,
+        custom_encoder=nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
+            c.encoder_layers,
+            norm=nn.LayerNorm(c.d_model),
+            enable_nested_tensor=False,  # keep padded positions, as the course's encoder does
+        ),
+        custom_decoder=nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
+        ),
+        batch_first=True,
+    )
+    twin.transformer.load_state_dict(model.transformer.state_dict())
+    return twin
