@@ -61,10 +61,10 @@ benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchma
 	$(BIN)/python benchmarks/attention_speed.py
 
 corpus: $(STAMP)  ## regenerate the course's German-English corpus in data/captions (byte for byte)
-	$(BIN)/python -m helpers.corpus --out data/captions
+	$(BIN)/python -m course.corpus --out data/captions
 
 release: $(STAMP)  ## write student copies of every lesson (no solutions) to student/ (OUT=... to change)
-	$(BIN)/python -m helpers.assignments release --out $(or $(OUT),student)
+	$(BIN)/python -m course.assignments release --out $(or $(OUT),student)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

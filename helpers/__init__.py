@@ -6,8 +6,8 @@ size, h heads, d = E / h head size, h_kv key/value heads and g = h / h_kv query 
 grouped-query attention, F feed-forward width, n_layers layers in a stack, V vocabulary, K beam width,
 τ softmax temperature. A hidden state is x, never h.
 
-The course's machinery (``helpers.exercises``, ``helpers.assignments``, ``helpers.corpus``) is not
-re-exported here: it serves teaching, not attention.
+The course's machinery (exercise checks, assignments, the corpus generator) lives in the separate package
+``course``, which imports this one; this package never imports it.
 """
 
 from helpers.attention import (

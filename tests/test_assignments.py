@@ -1,4 +1,4 @@
-"""Student copies (helpers/assignments.py) and the check infrastructure they rely on.
+"""Student copies (course/assignments.py) and the check infrastructure they rely on.
 
 Three parts:
 
@@ -6,7 +6,7 @@ Three parts:
   refusal, the command line, determinism, re-running over an existing folder);
 * the real lessons in notebooks/, parametrized over whatever lessons exist when tests are
   collected: each releases, leaks nothing, and follows the exercise convention;
-* helpers/exercises/feedback.py, which turns a learner's answer into PASS / hint / not attempted.
+* course/exercises/feedback.py, which turns a learner's answer into PASS / hint / not attempted.
 
 Executing the student copies is in test_student_copies.py (slow).
 """
@@ -25,9 +25,9 @@ import pytest
 import torch
 from nbformat import v4
 
-from helpers import assignments
-from helpers.assignments import ReleaseError, find_exercises, release, student_copy
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from course import assignments
+from course.assignments import ReleaseError, find_exercises, release, student_copy
+from course.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -122,9 +122,9 @@ def cli(capsys, *args: str | Path) -> tuple[int, str, str]:
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The real entry point, `python -m helpers.assignments`, in a subprocess."""
+    """The real entry point, `python -m course.assignments`, in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "helpers.assignments", *map(str, args)],
+        [sys.executable, "-m", "course.assignments", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -137,7 +137,7 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The leak rule, written independently of helpers.assignments so a bug there cannot hide a leak
+# The leak rule, written independently of course.assignments so a bug there cannot hide a leak
 # ---------------------------------------------------------------------------------------------
 def _text(source: str | list[str]) -> str:
     return "".join(source) if isinstance(source, list) else source
@@ -534,7 +534,7 @@ def test_lesson_exercises_follow_the_course_convention(released_lesson):
         following = [c for c in following if "solution-only" not in c.metadata.get("tags", [])]
         assert following and re.search(r"\bcheck_\w+\(", following[0].source), (
             f"{path.name} cell index {exercise.cell_index}: the next code cell should call a check "
-            "from helpers.exercises"
+            "from course.exercises"
         )
     for cell in student["cells"]:
         if cell["cell_type"] == "code" and "raise NotImplementedError()" in _text(cell["source"]):
@@ -543,7 +543,7 @@ def test_lesson_exercises_follow_the_course_convention(released_lesson):
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers/exercises/feedback.py: the verdicts a student sees
+# course/exercises/feedback.py: the verdicts a student sees
 # ---------------------------------------------------------------------------------------------
 def _learner_not_attempted():
     raise NotImplementedError()
@@ -717,7 +717,7 @@ def test_every_solution_cell_of_every_lesson_is_collapsed(lesson):
     open_cells = [i for i in solutions if cells[i]["metadata"].get("jupyter", {}).get("source_hidden") is not True]
     assert open_cells == [], (
         f"solution cells {open_cells} of {lesson.name} are not collapsed: run "
-        "`.venv/bin/python -m helpers.assignments collapse`"
+        "`.venv/bin/python -m course.assignments collapse`"
     )
 
 

@@ -1,4 +1,4 @@
-"""``python -m helpers.assignments check`` (issue 12): each handed-in notebook runs isolated, a timeout or a
+"""``python -m course.assignments check`` (issue 12): each handed-in notebook runs isolated, a timeout or a
 dead kernel ends only its own notebook, and verdicts come from the checks, not from what a notebook prints.
 
 Each test starts real kernels (a few seconds each), as the teacher's command does.
@@ -13,12 +13,12 @@ import nbformat
 import pytest
 from nbformat import v4
 
-from helpers.assignments import CHECK_ISOLATION, NOTEBOOKS_DIR, run_submission
-from helpers.assignments import main as assignments_main
+from course.assignments import CHECK_ISOLATION, NOTEBOOKS_DIR, run_submission
+from course.assignments import main as assignments_main
 
 KERNELSPEC = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 CHECK = (
-    "from helpers.exercises.feedback import run_check, wrong\n\n"
+    "from course.exercises.feedback import run_check, wrong\n\n"
     "def check_value(name, value, expected):\n"
     "    def body():\n"
     "        if value != expected:\n"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.corpus import morphology
-from helpers.corpus.generate import RUNNING_EXAMPLE_LINE, build_corpus, words, write_corpus
+from course.corpus import morphology
+from course.corpus.generate import RUNNING_EXAMPLE_LINE, build_corpus, words, write_corpus
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "captions"
 SPLITS = ("train", "val", "test")
@@ -61,7 +61,7 @@ def test_command_line_regenerates_the_same_bytes_under_another_hash_seed(tmp_pat
     # `make corpus` runs this command; a different PYTHONHASHSEED proves no set/dict-order dependence.
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run(
-        [sys.executable, "-m", "helpers.corpus", "--out", str(tmp_path)],
+        [sys.executable, "-m", "course.corpus", "--out", str(tmp_path)],
         check=True,
         env=env,
         cwd=DATA.parents[1],
@@ -242,7 +242,7 @@ def test_article_adjective_noun_agree(all_pairs):
 def test_dative_plural_nouns_end_in_n():
     # After 'mit den/zwei ...' the plural noun takes -n unless it already ends in -n or -s.
     with_plural = {"Hunde": "Hunden", "Kinder": "Kindern", "Pferde": "Pferden", "Äpfel": "Äpfeln"}
-    from helpers.corpus.lexicon import NOUNS
+    from course.corpus.lexicon import NOUNS
 
     for plural, dative in with_plural.items():
         noun = next(n for n in NOUNS.values() if n.de_pl == plural)
@@ -296,7 +296,7 @@ def test_no_coordinated_duplicates(all_pairs):
 
 def test_subordinate_clauses_are_verb_final(all_pairs):
     # "..., weil sein Hund einen Ball fängt." -- the clause ends in a finite verb form we know.
-    from helpers.corpus.lexicon import VERBS
+    from course.corpus.lexicon import VERBS
 
     finite = {form for v in VERBS for form in (v.de3sg, v.de3pl)}
     finite |= {v.particle + f for v in VERBS if v.particle and not v.particle_apart for f in (v.de3sg, v.de3pl)}
@@ -394,7 +394,7 @@ def test_data_card_examples_occur_in_the_corpus(all_pairs):
 
 
 def test_data_card_states_the_current_sizes_and_vocabulary(regenerated):
-    from helpers.corpus.generate import statistics
+    from course.corpus.generate import statistics
 
     card = (DATA.parent / "README.md").read_text(encoding="utf-8")
     stats = statistics(regenerated[0])
@@ -483,7 +483,7 @@ def test_kein_aligns_with_not(all_pairs):
 
 def _lexicon_translations() -> dict[str, set[str]]:
     """German noun and adjective forms -> the English words the lexicon translates them with."""
-    from helpers.corpus.lexicon import ADJECTIVES, NOUNS, PLACE_NOUNS, VERBS
+    from course.corpus.lexicon import ADJECTIVES, NOUNS, PLACE_NOUNS, VERBS
 
     allowed: dict[str, set[str]] = {}
 

@@ -2,7 +2,7 @@
 
 Each scan is a regular expression (or a small function) over one German/English pair; the tests
 require every nonsense and unnatural category to count zero and every construction to reach a share
-of the corpus. The generator fixes these categories at their rules (``helpers/corpus/sampling.py``);
+of the corpus. The generator fixes these categories at their rules (``course/corpus/sampling.py``);
 the scans only check that the rules hold, so they are written independently of the generator's tables.
 
 ``python tests/test_corpus_content.py [FOLDER]`` prints every count (default: data/captions), which is

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course.exercises.scale import check_kv_cache_step, check_online_softmax_update, check_rotate_pairs
 from helpers import apply_rotary, online_softmax_update
-from helpers.exercises.scale import check_kv_cache_step, check_online_softmax_update, check_rotate_pairs
 
 
 def _not_attempted(*args, **kwargs):

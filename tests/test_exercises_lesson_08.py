@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.exercises import check_previous_token_score as exported
-from helpers.exercises.pretrained import (
+from course.exercises import check_previous_token_score as exported
+from course.exercises.pretrained import (
     check_previous_token_score,
     check_similarity_scores,
     check_stack_qkv,

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from conftest import not_attempted
 from torch import Tensor, nn
 
-from helpers.exercises.blocks import (
+from course.exercises.blocks import (
     _decoder_inputs,
     _decoder_variant,
     check_decoder_layer_forward,
     check_residual_block,
 )
-from helpers.exercises.multihead import (
+from course.exercises.multihead import (
     _mha_cases,
     _reference_mha,
     check_merge_heads,

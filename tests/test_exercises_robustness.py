@@ -14,12 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises.blocks import check_decoder_layer_forward, check_residual_block
-from helpers.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
-from helpers.exercises.feedback import CHECK_BUG, Verdict
-from helpers.exercises.multihead import check_merge_heads, check_multi_head_attention, check_split_heads
-from helpers.exercises.qkv import check_cross_attention_inputs, check_linear_projection
-from helpers.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.blocks import check_decoder_layer_forward, check_residual_block
+from course.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
+from course.exercises.feedback import CHECK_BUG, Verdict
+from course.exercises.multihead import check_merge_heads, check_multi_head_attention, check_split_heads
+from course.exercises.qkv import check_cross_attention_inputs, check_linear_projection
+from course.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
 
 
 def _mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
@@ -196,7 +196,7 @@ def test_checks_leave_the_random_stream_alone_when_not_attempted():
 
 
 def test_a_bug_in_a_check_is_not_blamed_on_the_learner():
-    from helpers.exercises.feedback import call_learner, run_check
+    from course.exercises.feedback import call_learner, run_check
 
     # A check body whose own computation fails (no learner code on the way): the check's bug, said so.
     buggy_body = functools.partial(torch.matmul, torch.ones(2, 3), torch.ones(2, 3))
@@ -216,7 +216,7 @@ def test_a_verdict_shows_once_in_a_notebook():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     cells = [
-        "from helpers.exercises.embeddings import check_positional_encoding\n"
+        "from course.exercises.embeddings import check_positional_encoding\n"
         "from helpers.embeddings import sinusoidal_positional_encoding as right",
         "check_positional_encoding(right)",
         "verdict = check_positional_encoding(lambda p, e: right(p, e) + 1)",

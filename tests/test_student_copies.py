@@ -15,7 +15,7 @@ What "the copy works" means, checked by ``problems_after_running``:
 
 * an exercise cell (one that held a solution region) may fail only with ``NotImplementedError``;
 * every check cell (the next code cell after an exercise, and any cell calling a ``check_*``
-  function of helpers/exercises/)
+  function of course/exercises/)
   runs without an error and prints at least one verdict, all of them "[NOT ATTEMPTED YET]";
 * every other cell runs without an error (cells the lesson marks as raising on purpose, with
   ``NBVAL_RAISES_EXCEPTION`` or the ``raises-exception`` tag, excepted): later cells must use the
@@ -36,8 +36,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode, v4
 
-from helpers.assignments import main as assignments_main
-from helpers.assignments import student_copy
+from course.assignments import main as assignments_main
+from course.assignments import student_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -47,13 +47,13 @@ VERDICT = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\]", re.MULTILINE)
 
 
 def _course_check_names() -> set[str]:
-    """Names of the course's exercise checks: every public ``check_*`` in helpers/exercises/."""
-    import helpers.exercises
+    """Names of the course's exercise checks: every public ``check_*`` in course/exercises/."""
+    import course.exercises
 
     names = set()
-    for module in pkgutil.iter_modules(helpers.exercises.__path__):
+    for module in pkgutil.iter_modules(course.exercises.__path__):
         try:
-            imported = importlib.import_module(f"helpers.exercises.{module.name}")
+            imported = importlib.import_module(f"course.exercises.{module.name}")
         except Exception:  # a broken check module shows up when its lesson runs; don't hide this file
             continue
         names.update(name for name in dir(imported) if name.startswith("check_"))
@@ -217,7 +217,7 @@ def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
         cells=[
             v4.new_markdown_cell("# Doubling"),
             v4.new_code_cell(
-                "from helpers.exercises.feedback import run_check, wrong\n\n"
+                "from course.exercises.feedback import run_check, wrong\n\n"
                 "def check_double(double):\n"
                 "    def body():\n"
                 "        if double(3) != 6:\n"
@@ -275,9 +275,9 @@ def test_lesson_student_copy_runs_failing_only_in_exercises(lesson, lesson_runs)
 
 
 def test_checking_a_handed_in_copy_reports_each_verdict(tmp_path, capsys):
-    """``python -m helpers.assignments check``: one exercise right, one wrong, one not attempted."""
+    """``python -m course.assignments check``: one exercise right, one wrong, one not attempted."""
     check_cell = (
-        "from helpers.exercises.feedback import run_check, wrong\n\n"
+        "from course.exercises.feedback import run_check, wrong\n\n"
         "def check_function(name, function, argument, expected):\n"
         "    def body():\n"
         "        if function(argument) != expected:\n"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from helpers.exercises.feedback import Verdict, as_tensor, call_learner, close, expect_shape, run_check, wrong
+from course.exercises.feedback import Verdict, as_tensor, call_learner, close, expect_shape, run_check, wrong
 
 __all__ = [
     "check_previous_token_score",

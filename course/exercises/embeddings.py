@@ -12,8 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from helpers.embeddings import sinusoidal_positional_encoding
-from helpers.exercises.feedback import (
+from course.exercises.feedback import (
     LearnerError,
     Verdict,
     as_tensor,
@@ -24,7 +23,8 @@ from helpers.exercises.feedback import (
     run_check,
     wrong,
 )
-from helpers.exercises.shortcuts import FunctionRecorder
+from course.exercises.shortcuts import FunctionRecorder
+from helpers.embeddings import sinusoidal_positional_encoding
 
 __all__ = ["check_one_hot_lookup", "check_positional_encoding"]
 

@@ -8,11 +8,11 @@ returned verdict does not show a second time, so a check cell is just ``check_x(
 ``torch.random.fork_rng()`` and never move the notebook's random numbers (see ``feedback.py``).
 """
 
-from helpers.exercises.feedback import Verdict
+from course.exercises.feedback import Verdict
 
 __all__ = ["Verdict"]
 
 # Lesson 08's checks, importable from the package as well as from their module.
-from helpers.exercises.pretrained import check_previous_token_score, check_similarity_scores, check_stack_qkv
+from course.exercises.pretrained import check_previous_token_score, check_similarity_scores, check_stack_qkv
 
 __all__ += ["check_previous_token_score", "check_similarity_scores", "check_stack_qkv"]

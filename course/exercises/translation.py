@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from course.exercises.feedback import Verdict, as_tensor, close, expect_shape, run_check, wrong
 from helpers.attention import causal_mask
-from helpers.exercises.feedback import Verdict, as_tensor, close, expect_shape, run_check, wrong
 
 __all__ = ["check_alignment_accuracy", "check_teacher_forcing", "reference_alignment_accuracy"]
 

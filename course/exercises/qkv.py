@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.exercises.feedback import (
+from course.exercises.feedback import (
     LearnerError,
     Verdict,
     as_tensor,
@@ -19,7 +19,7 @@ from helpers.exercises.feedback import (
     run_check,
     wrong,
 )
-from helpers.exercises.shortcuts import FunctionRecorder
+from course.exercises.shortcuts import FunctionRecorder
 
 __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 

@@ -10,8 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from helpers.attention import causal_mask
-from helpers.exercises.feedback import (
+from course.exercises.feedback import (
     LearnerError,
     Verdict,
     as_tensor,
@@ -22,6 +21,7 @@ from helpers.exercises.feedback import (
     run_check,
     wrong,
 )
+from helpers.attention import causal_mask
 
 __all__ = ["StandInDropout", "check_decoder_layer_forward", "check_residual_block"]
 

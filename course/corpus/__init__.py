@@ -1,6 +1,6 @@
 """The course's own German–English corpus: a seeded grammar and lexicon in the picture-caption domain.
 
-``python -m helpers.corpus --out data/captions`` (or ``make corpus``) regenerates the committed files
+``python -m course.corpus --out data/captions`` (or ``make corpus``) regenerates the committed files
 byte for byte. Modules, one concept each:
 
 * ``morphology`` — German articles, possessives and adjective endings by gender, number and case;

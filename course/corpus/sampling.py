@@ -22,8 +22,8 @@ import functools
 import random
 from collections.abc import Sequence
 
-from helpers.corpus import grammar as G
-from helpers.corpus.lexicon import (
+from course.corpus import grammar as G
+from course.corpus.lexicon import (
     ADJECTIVES,
     MODALS,
     NOUNS,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from helpers.exercises.feedback import (
+from course.exercises.feedback import (
     LearnerError,
     Verdict,
     as_tensor,

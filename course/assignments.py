@@ -10,11 +10,11 @@ written between two single-hash markers on lines of their own, indented like the
 
 A release writes one student copy per lesson, with the same file name, into an output folder::
 
-    python -m helpers.assignments release --out DIR      # or: make release  (DIR = student/)
-    python -m helpers.assignments list                   # the exercises each lesson holds
-    python -m helpers.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
-    python -m helpers.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
-    python -m helpers.assignments collapse               # hide solution cells in JupyterLab (metadata only)
+    python -m course.assignments release --out DIR      # or: make release  (DIR = student/)
+    python -m course.assignments list                   # the exercises each lesson holds
+    python -m course.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
+    python -m course.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
+    python -m course.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
 What a student copy is:
 
@@ -524,8 +524,8 @@ class SubmissionReport:
 
 def submission_environment(home: Path, verdict_log: Path) -> dict[str, str]:
     """The kernel's whole environment: only what the lessons need, nothing of the teacher's secrets."""
+    from course.exercises.feedback import VERDICT_LOG_ENV  # imported here: it imports torch, release does not
     from helpers.data import default_cache_dir  # computed in the teacher's environment: the same cache
-    from helpers.exercises.feedback import VERDICT_LOG_ENV  # imported here: it imports torch, release does not
 
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {
@@ -750,7 +750,7 @@ def _positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``release``, ``list``, ``nbgrader`` or ``check``; exit status 1 on errors."""
-    parser = argparse.ArgumentParser(prog="python -m helpers.assignments", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.assignments", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
     release_parser.add_argument(

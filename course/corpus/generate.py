@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.corpus.grammar import SentencePair
-from helpers.corpus.lexicon import ADJECTIVES, NOUNS, VERBS
-from helpers.corpus.sampling import running_example, sample_sentence, subject_nouns
+from course.corpus.grammar import SentencePair
+from course.corpus.lexicon import ADJECTIVES, NOUNS, VERBS
+from course.corpus.sampling import running_example, sample_sentence, subject_nouns
 from helpers.files import write_atomically
 
 SEED = 2024

@@ -13,8 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from helpers.attention import scaled_dot_product_attention
-from helpers.exercises.feedback import (
+from course.exercises.feedback import (
     LearnerError,
     Verdict,
     as_tensor,
@@ -26,6 +25,7 @@ from helpers.exercises.feedback import (
     run_check,
     wrong,
 )
+from helpers.attention import scaled_dot_product_attention
 
 __all__ = ["check_attention_weights", "check_masked_attention", "check_padding_to_attn_mask"]
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from course.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 from helpers.rotary import rotary_angles
 
 __all__ = ["check_kv_cache_step", "check_online_softmax_update", "check_rotate_pairs"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from helpers.corpus.lexicon import Adjective, Modal, Noun, Place, Slot, TimeAdverbial, Verb
-from helpers.corpus.morphology import (
+from course.corpus.lexicon import Adjective, Modal, Noun, Place, Slot, TimeAdverbial, Verb
+from course.corpus.morphology import (
     adjective_form,
     contract,
     definite_article,

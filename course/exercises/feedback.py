@@ -20,9 +20,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+import helpers
+
 # What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
 CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
-#: Set by ``python -m helpers.assignments check``: a file (outside the notebook's folder) where every verdict
+#: Set by ``python -m course.assignments check``: a file (outside the notebook's folder) where every verdict
 #: is also recorded, one JSON object a line, so that what a student prints cannot pass for a verdict.
 VERDICT_LOG_ENV = "ATTENTION_COURSE_VERDICT_LOG"
 
@@ -123,10 +125,15 @@ def _record(verdict: Verdict) -> None:
             handle.write(json.dumps(entry) + "\n")
 
 
-# Code that is not the learner's: the course's package, torch, and Python's standard library.
+# Code that is not the learner's: the course's two packages (course and helpers), torch, and Python's standard library.
 _NOT_LEARNER_CODE = tuple(
     str(Path(root).resolve())
-    for root in (Path(__file__).parents[1], Path(torch.__file__).parent, sysconfig.get_paths()["stdlib"])
+    for root in (
+        Path(__file__).parents[1],  # course/
+        Path(helpers.__file__).parent,  # helpers/
+        Path(torch.__file__).parent,
+        sysconfig.get_paths()["stdlib"],
+    )
 )
 
 

@@ -1,0 +1,12 @@
+"""The course's own machinery, kept apart from ``helpers`` (the code the lessons graduate into).
+
+- ``course.exercises``: the checks behind every lesson's exercises (a pass, a hint that names the learner's
+  mistake, or "not attempted yet");
+- ``course.assignments``: student copies without solutions, checking handed-in copies, nbgrader export,
+  folding solutions away in the lessons (``python -m course.assignments --help``);
+- ``course.corpus``: the generator of the German-English corpus in ``data/captions``
+  (``python -m course.corpus``, or ``make corpus``).
+
+It serves teaching rather than attention: a learner never needs to read it. It imports ``helpers``; ``helpers``
+never imports it.
+"""
