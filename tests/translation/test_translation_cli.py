@@ -19,7 +19,7 @@ from helpers.translation import cli, load_checkpoint, save_checkpoint
 from helpers.translation.checkpoint import CheckpointError
 from helpers.translation.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"
 TINY = [

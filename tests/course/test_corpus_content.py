@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "captions"
+DATA = Path(__file__).resolve().parents[2] / "data" / "captions"
 SPLITS = ("train", "val", "test")
 
 Pair = tuple[str, str]  # (German, English)

@@ -21,7 +21,7 @@ from helpers.translation.config import LESSON_CONFIG
 from helpers.translation.pipeline import build_translator, encode_pairs
 from helpers.translation.training import train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     *("--d-model", "16", "--heads", "2", "--encoder-layers", "1", "--decoder-layers", "1"),
     *("--feedforward", "32", "--val-sentences", "8", "--batch-tokens", "300", "--quiet"),

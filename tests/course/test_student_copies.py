@@ -39,7 +39,7 @@ from nbformat import NotebookNode, v4
 from course.assignments import main as assignments_main
 from course.assignments import student_copy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("*.ipynb"))
 CELL_TIMEOUT_S = 900  # generous: lesson 06 trains a model in one cell on a busy 2-core runner

@@ -495,7 +495,7 @@ def test_lesson_notebook_trains_the_benchmarked_configuration():
     import json
     from pathlib import Path
 
-    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "06_translation.ipynb"
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "06_translation.ipynb"
     source = "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"])
     assert "config = replace(LESSON_CONFIG, seed=0)" in source
     assert "TranslationConfig(" not in source  # no hand copy of the settings

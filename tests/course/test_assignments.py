@@ -29,7 +29,7 @@ from course import assignments
 from course.assignments import ReleaseError, find_exercises, release, student_copy
 from course.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PLACEHOLDER_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()"}
 MARKER_LINES = {"# BEGIN SOLUTION", "# END SOLUTION"}

@@ -20,7 +20,7 @@ import pytest
 from course.corpus import morphology
 from course.corpus.generate import RUNNING_EXAMPLE_LINE, build_corpus, words, write_corpus
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "captions"
+DATA = Path(__file__).resolve().parents[2] / "data" / "captions"
 SPLITS = ("train", "val", "test")
 FILES = [f"{s}.{ext}" for s in SPLITS for ext in ("de", "en", "align")] + ["test.unseen"]
 
