@@ -51,11 +51,14 @@ lint: $(STAMP)  ## ruff: lint everything (lessons too), check the formatting of 
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded,
-# so re-running an unchanged lesson changes only outputs that truly change.
+# Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded and
+# widget ids are renamed by their place, so re-running an unchanged lesson changes only outputs that truly
+# change; solution cells stay folded.
 NB ?= notebooks/*.ipynb
 notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one; NB=... for some)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NB)
+	$(BIN)/python -m course.notebook_ids $(NB)
+	$(BIN)/python -m course.assignments collapse
 
 benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py
