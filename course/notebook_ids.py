@@ -71,7 +71,12 @@ def stabilize(notebook: dict, name: str) -> dict:
     new = {old: uuid.uuid5(NAMESPACE, f"{name}:{index}").hex for index, old in enumerate(order)}
     pattern = re.compile("|".join(map(re.escape, new)))
     text = pattern.sub(lambda match: new[match.group(0)], json.dumps(notebook, ensure_ascii=False))
-    return json.loads(text)
+    stable = json.loads(text)
+    state = _widget_state(stable)
+    ordered = {new[old]: state[new[old]] for old in order}  # saved in the stable order, not the random one
+    state.clear()
+    state.update(ordered)
+    return stable
 
 
 def _serialise(notebook: dict) -> str:
@@ -87,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in args.notebooks:
         notebook = json.loads(path.read_text(encoding="utf-8"))
         stable = stabilize(notebook, path.name)
-        if stable == notebook:
+        if _serialise(stable) == _serialise(notebook):  # key order counts: it is what git sees
             continue
         if args.check:
             unstable.append(path.name)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course.notebook_ids import STATE_KEY, VIEW_KEY, main, stabilize, stable_order
+from course.notebook_ids import NAMESPACE, STATE_KEY, VIEW_KEY, main, stabilize, stable_order
 
 LESSONS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
@@ -61,6 +61,7 @@ def test_references_follow_the_renaming_and_the_order_starts_from_what_is_shown(
     assert child.removeprefix("IPY_MODEL_") in state
     assert not set(ids) & set(state)  # no old id survives
     assert stabilize(stable, "03.ipynb") == stable  # idempotent
+    assert list(state) == [uuid.uuid5(NAMESPACE, f"03.ipynb:{i}").hex for i in range(4)]  # saved in that order
 
 
 def test_check_mode_reports_unstable_ids_and_changes_nothing(tmp_path, capsys):
@@ -81,4 +82,5 @@ def test_a_notebook_without_widgets_is_left_alone():
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_committed_lessons_carry_stable_widget_ids(path):
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    assert stabilize(notebook, path.name) == notebook, f"{path.name}: run `make notebooks NB={path.as_posix()}`"
+    stable = stabilize(notebook, path.name)
+    assert json.dumps(stable) == json.dumps(notebook), f"{path.name}: run `make notebooks NB={path.as_posix()}`"
