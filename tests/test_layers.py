@@ -117,6 +117,21 @@ def _reference_weights(attn: nn.MultiheadAttention, args: tuple, kwargs: dict) -
 GRID = list(itertools.product([False, True], [False, True], MASK_CASES, [True, False]))
 
 
+def _assert_same_gradients(stock, ours, expected, got, input_pairs) -> None:
+    """Backpropagate one random cotangent through both outputs; the inputs' and every parameter's gradients agree.
+
+    ``input_pairs``: (torch's input, our copy of it) for each input that requires a gradient.
+    """
+    cotangent = torch.randn_like(expected)
+    (expected * cotangent).sum().backward()
+    (got * cotangent).sum().backward()
+    for theirs, mine in input_pairs:
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=ATOL, rtol=0)
+    stock_params = dict(stock.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+
+
 @pytest.mark.parametrize("norm_first,batch_first,mask_case,training", GRID)
 def test_equals_stock_layer_outputs_gradients_and_weights(norm_first, batch_first, mask_case, training):
     stock, ours = _pair(norm_first, batch_first)
@@ -135,14 +150,7 @@ def test_equals_stock_layer_outputs_gradients_and_weights(norm_first, batch_firs
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
 
     # ... same gradients for inputs and every parameter ...
-    cotangent = torch.randn_like(expected)
-    (expected * cotangent).sum().backward()
-    (got * cotangent).sum().backward()
-    torch.testing.assert_close(tgt2.grad, tgt.grad, atol=ATOL, rtol=0)
-    torch.testing.assert_close(memory2.grad, memory.grad, atol=ATOL, rtol=0)
-    stock_params = dict(stock.named_parameters())
-    for name, p in ours.named_parameters():
-        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+    _assert_same_gradients(stock, ours, expected, got, [(tgt, tgt2), (memory, memory2)])
 
     # ... and recorded per-head weights equal to nn.MultiheadAttention(average_attn_weights=False)
     # called on the inputs the stock layer's attention modules received.
@@ -427,13 +435,7 @@ def test_encoder_layer_equals_stock_outputs_and_gradients(norm_first, batch_firs
     src, src2 = _inputs(batch_first)[1], _inputs(batch_first)[1]
     expected, got = stock(src, **masks), ours(src2, **masks)
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
-    cotangent = torch.randn_like(expected)
-    (expected * cotangent).sum().backward()
-    (got * cotangent).sum().backward()
-    torch.testing.assert_close(src2.grad, src.grad, atol=ATOL, rtol=0)
-    stock_params = dict(stock.named_parameters())
-    for name, p in ours.named_parameters():
-        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+    _assert_same_gradients(stock, ours, expected, got, [(src, src2)])
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -502,14 +504,7 @@ def test_transformer_equals_nn_transformer_outputs_and_gradients(batch_first, no
     (tgt, src), (tgt2, src2) = _inputs(batch_first), _inputs(batch_first)
     expected, got = stock(src, tgt, **kwargs), ours(src2, tgt2, **kwargs)
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
-    cotangent = torch.randn_like(expected)
-    (expected * cotangent).sum().backward()
-    (got * cotangent).sum().backward()
-    torch.testing.assert_close(src2.grad, src.grad, atol=ATOL, rtol=0)
-    torch.testing.assert_close(tgt2.grad, tgt.grad, atol=ATOL, rtol=0)
-    stock_params = dict(stock.named_parameters())
-    for name, p in ours.named_parameters():
-        torch.testing.assert_close(p.grad, stock_params[name].grad, atol=ATOL, rtol=0, msg=name)
+    _assert_same_gradients(stock, ours, expected, got, [(src, src2), (tgt, tgt2)])
     with recording(ours):
         ours(src2, tgt2, **kwargs)
     assert cross_attention_weights(ours.decoder).shape == (2, N, H, L, S)
