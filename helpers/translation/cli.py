@@ -245,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
             f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}",
         )
+    train.add_argument(
+        "--tie-output-embedding",
+        dest="tie_output_embedding",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one table for the English embedding and the output layer (captions: "
+        f"{PRESETS['captions'].tie_output_embedding}, multi30k: {PRESETS['multi30k'].tie_output_embedding})",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(run=run_train)
 

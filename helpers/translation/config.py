@@ -27,6 +27,9 @@ class TranslationConfig:
     feedforward: int = 128
     dropout: float = 0.0
     norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
+    # One (V, E) table for the target embedding and the output layer, as the original transformer has: the
+    # output layer's rows then start as meaningful word vectors, which counts when training is short.
+    tie_output_embedding: bool = False
     max_len: int = 128  # longest sequence (in tokens, with BOS/EOS) the positional table holds
     # --- training ---
     steps: int = 2000  # optimiser steps, unless a time budget or an epoch count is given

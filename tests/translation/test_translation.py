@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -469,6 +470,25 @@ def test_checkpoint_round_trip_loads_with_weights_only_and_translates_the_same(t
     assert payload["info"]["corpus"] == "captions"
     assert loaded.translate(sentences) == translator.translate(sentences)
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_a_tied_output_layer_is_the_target_embedding_through_training_and_a_checkpoint(tmp_path):
+    config = TranslationConfig(**{**TINY, "max_len": 32}, tie_output_embedding=True, lr=3e-3, warmup_steps=5)
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(config, 11, 11)
+    untied = Seq2SeqTransformer(replace(config, tie_output_embedding=False), 11, 11)
+    assert model.generator.weight is model.tgt_embedding.weight
+    assert untied.num_parameters() - model.num_parameters() == 11 * TINY["d_model"]  # one (V, E) table fewer
+    start = model.generator.weight.detach().clone()
+    train(model, copy_task(), config, steps=5, progress=False)
+    assert not torch.equal(model.generator.weight, start)  # trained, and still one table
+    assert model.generator.weight is model.tgt_embedding.weight
+    translator = Translator(model, *[train_tokenizer([str(i) for i in range(7)], kind="word", min_frequency=1)] * 2)
+    loaded, _ = load_checkpoint(save_checkpoint(tmp_path / "tied.pt", translator))
+    assert loaded.model.generator.weight is loaded.model.tgt_embedding.weight  # tied again after loading
+    assert torch.equal(loaded.model.generator.weight, model.generator.weight)
+    old_checkpoint = TranslationConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "tie_output_embedding"})
+    assert old_checkpoint.tie_output_embedding is False  # checkpoints from before the field load untied
 
 
 def test_truncated_foreign_and_missing_checkpoints_get_clear_errors(tmp_path):
