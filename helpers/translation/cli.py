@@ -360,10 +360,13 @@ def run_train(args: argparse.Namespace) -> int:
     ranks = distributed.ranks_from_environment()  # several under torchrun, else one
     device = distributed.choose_device(args.device, ranks)
     distributed.start(ranks, device)
+    finished = False
     try:
-        return _train(args, ranks, device)
+        status = _train(args, ranks, device)
+        finished = True
+        return status
     finally:
-        distributed.stop()
+        distributed.stop(finished)
 
 
 def resume_path(out: Path) -> Path:

@@ -71,9 +71,17 @@ def start(ranks: Ranks, device: torch.device) -> None:
     dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world_size, timeout=COLLECTIVE_TIMEOUT)
 
 
-def stop() -> None:
-    """Leave the process group (a no-op for a single process)."""
+def stop(finished: bool = True) -> None:
+    """Leave the process group (a no-op for a single process).
+
+    After a run that ``finished``, every rank first waits for the others at a barrier: otherwise a rank that
+    is done early closes its connections while rank 0 is still validating and saving, and gloo can abort a
+    process whose peer closed a connection under it. After an error there is no barrier to wait at:
+    torchrun stops the other ranks.
+    """
     if dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 
