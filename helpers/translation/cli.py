@@ -43,9 +43,9 @@ from helpers.translation.pipeline import build_translator, fit
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
 #: multi30k: real captions need sub-words (BPE) and a wider model. Tuned for 10-60 minutes on one CPU core
-#: (benchmarks/RESULTS.md, "Multi30k"): 4,000 sub-words rather than 6,000 (15 % more steps a minute, and rare
-#: pieces get too few updates in an hour), the output layer tied to the English embedding, and a shorter warm-up
-#: to a higher peak, since a 30-minute run has only about 1,500 steps.
+#: (benchmarks/RESULTS.md, "Multi30k"): 4,000 sub-words rather than 6,000 (13 % more steps in the same time, as
+#: good a score), the output layer tied to the English embedding, and a shorter warm-up to a higher peak, since a
+#: 30-minute run has only about 1,500 steps.
 PRESETS: dict[str, TranslationConfig] = {
     "captions": replace(LESSON_CONFIG, eval_every=500),
     "multi30k": TranslationConfig(

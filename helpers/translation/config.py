@@ -27,8 +27,8 @@ class TranslationConfig:
     feedforward: int = 128
     dropout: float = 0.0
     norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
-    # One (V, E) table for the target embedding and the output layer, as the original transformer has: the
-    # output layer's rows then start as meaningful word vectors, which counts when training is short.
+    # One (V, E) table for the target embedding and the output layer, as the original transformer has: each row
+    # learns from a word's uses as input and as output, and there are V x E fewer weights to fit in a short run.
     tie_output_embedding: bool = False
     max_len: int = 128  # longest sequence (in tokens, with BOS/EOS) the positional table holds
     # --- training ---
