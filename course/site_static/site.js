@@ -1,0 +1,89 @@
+// The course site's behaviour (course/site.py writes the pages): folded solutions, and search over
+// window.COURSE_SEARCH (_static/search-index.js, one entry per lesson section). Nothing is fetched.
+"use strict";
+
+// Solution cells (class celltag_site-solution) show their code only after a click.
+function foldSolutions() {
+  for (const cell of document.querySelectorAll(".celltag_site-solution")) {
+    const input = cell.querySelector(".jp-Cell-inputWrapper");
+    if (!input || cell.querySelector(".site-solution-toggle")) continue;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "site-solution-toggle";
+    button.setAttribute("aria-expanded", "false");
+    button.textContent = "Show the solution";
+    input.hidden = true;
+    button.addEventListener("click", () => {
+      input.hidden = !input.hidden;
+      button.setAttribute("aria-expanded", String(!input.hidden));
+      button.textContent = input.hidden ? "Show the solution" : "Hide the solution";
+    });
+    cell.insertBefore(button, input);
+  }
+}
+
+// Entries holding every word of the query; a word in the heading counts more than one in the text.
+function search(query, entries, limit = 12) {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  if (!words.length) return [];
+  const scored = [];
+  for (const entry of entries) {
+    const heading = entry.heading.toLowerCase();
+    const text = entry.text.toLowerCase();
+    if (!words.every((w) => heading.includes(w) || text.includes(w))) continue;
+    scored.push([words.reduce((s, w) => s + (heading.includes(w) ? 10 : 1), 0), entry]);
+  }
+  scored.sort((a, b) => b[0] - a[0]);
+  return scored.slice(0, limit).map(([, entry]) => entry);
+}
+
+function snippet(text, word) {
+  const at = Math.max(0, text.toLowerCase().indexOf(word));
+  const start = Math.max(0, at - 50);
+  return (start > 0 ? "…" : "") + text.slice(start, start + 140) + (start + 140 < text.length ? "…" : "");
+}
+
+function wireSearch() {
+  const input = document.querySelector(".site-search-input");
+  const list = document.querySelector(".site-search-results");
+  if (!input || !list) return;
+  const show = () => {
+    const found = search(input.value, window.COURSE_SEARCH || []);
+    list.replaceChildren();
+    list.hidden = input.value.trim() === "";
+    if (!list.hidden && !found.length) {
+      const none = document.createElement("li");
+      none.className = "site-search-none";
+      none.textContent = "Nothing found.";
+      list.appendChild(none);
+    }
+    const first = input.value.toLowerCase().split(/\s+/).filter(Boolean)[0] || "";
+    for (const entry of found) {
+      const item = document.createElement("li");
+      const link = document.createElement("a");
+      link.href = entry.href;
+      link.className = "site-search-result";
+      const lesson = document.createElement("span");
+      lesson.className = "site-search-lesson";
+      lesson.textContent = entry.lesson;
+      const heading = document.createElement("strong");
+      heading.textContent = entry.heading;
+      const text = document.createElement("span");
+      text.className = "site-search-snippet";
+      text.textContent = snippet(entry.text, first);
+      link.append(lesson, heading, text);
+      item.appendChild(link);
+      list.appendChild(item);
+    }
+  };
+  input.addEventListener("input", show);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      input.value = "";
+      show();
+    }
+  });
+}
+
+foldSolutions();
+wireSearch();
