@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit lint notebooks setup benchmark corpus release clean
+.PHONY: lab test unit lint notebooks setup benchmark corpus release site clean
 
 # A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
 # editable install points there) while make sees nothing to do. So ask the venv's python where it finds
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(if $(VENV_MOVED),rm -rf $(VENV))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,site]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -47,9 +47,13 @@ test: $(STAMP)  ## unit tests, then every notebook under strict nbval
 unit: $(STAMP)  ## unit tests only (fast)
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
 
-lint: $(STAMP)  ## ruff: lint everything (lessons too), check the formatting of the Python files
+# The GitHub workflow cannot run here, so it is linted: its schema (check-jsonschema's copy of GitHub's, offline)
+# and what zizmor audits (pinned actions, permissions, injection); --offline: zizmor asks GitHub nothing.
+lint: $(STAMP)  ## ruff: lint everything (lessons too), check the formatting; lint the GitHub workflow
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/zizmor --offline --quiet .github/workflows/
 
 # Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded and
 # widget ids are renamed by their place, so re-running an unchanged lesson changes only outputs that truly
@@ -68,6 +72,12 @@ corpus: $(STAMP)  ## regenerate the course's German-English corpus in data/capti
 
 release: $(STAMP)  ## write student copies of every lesson (no solutions) to student/ (OUT=... to change)
 	$(BIN)/python -m course.assignments release --out $(or $(OUT),student)
+
+# The executed lessons as one website that works offline (head views live, solutions folded): open
+# build/site/index.html. Rebuilt from the notebooks as committed; `make notebooks` first after editing one.
+SITE ?= build/site
+site: $(STAMP)  ## build the offline website of the executed lessons into build/site (SITE=... to change)
+	$(BIN)/python -m course.site --out $(SITE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -24,7 +24,9 @@ def _name_and_spec(requirement: str) -> tuple[str, str]:
 
 def _pyproject() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + project["optional-dependencies"]["test"]
+    requirements = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():  # test, site, ...: what `make setup` installs
+        requirements += extra
     return dict(_name_and_spec(r) for r in requirements)
 
 
