@@ -1,0 +1,194 @@
+"""course.site on small lessons made here: what the pages hold, the lesson order, refusals, nothing remote.
+
+The real lessons in a real browser: tests/test_site_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import site
+from helpers.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, head_view_data
+
+
+def _head_view_output(model_id: str) -> dict:
+    return nbformat.v4.new_output(
+        "display_data", data={WIDGET_VIEW: {"model_id": model_id, "version_major": 2}, "text/plain": "HeadView()"}
+    )
+
+
+def _widget_state(model_id: str) -> dict:
+    weights = [[[[0.7, 0.3], [0.4, 0.6]], [[1.0, 0.0], [0.5, 0.5]]]]  # (layers, h, L, S) = (1, 2, 2, 2)
+    state = head_view_data(weights, ["Eine", "Mutter"]) | {"_anywidget_id": HEAD_VIEW_ID, "layer": 0, "head": -1}
+    return {model_id: {"model_name": "AnyModel", "model_module": "anywidget", "state": state}}
+
+
+def _lesson(folder: Path, name: str, title: str, *, head_view: bool = False, executed: bool = True) -> Path:
+    cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\nThis lesson is about {name} and nothing else at all.\n"),
+        nbformat.v4.new_markdown_cell(f"## 1. First part of {name}\n\nWords about zebrafish {name}."),
+        nbformat.v4.new_code_cell("x = 1\nprint(x)", execution_count=1 if executed else None),
+        nbformat.v4.new_code_cell(
+            "def answer():\n    # BEGIN SOLUTION\n    return 42\n    # END SOLUTION", execution_count=2
+        ),
+        nbformat.v4.new_markdown_cell("## 2. Second part\n\nMore words."),
+    ]
+    cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    if head_view:
+        view = nbformat.v4.new_code_cell("head_view(...)", execution_count=3)
+        view.outputs = [_head_view_output("m1")]
+        nb.cells.append(view)
+        nb.metadata["widgets"] = {WIDGET_STATE: {"state": _widget_state("m1"), "version_major": 2}}
+    path = folder / name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def lessons(tmp_path):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _lesson(folder, "02_second.ipynb", "Lesson 02: The second", head_view=True)
+    _lesson(folder, "01_first.ipynb", "Lesson 01: The first")
+    _lesson(folder, "10_tenth.ipynb", "Lesson 10: The tenth")  # any NN_ lesson counts, none is listed anywhere
+    (folder / "scratch.ipynb").write_text((folder / "01_first.ipynb").read_text())  # not a lesson: no NN_
+    return folder
+
+
+def test_lessons_are_every_numbered_notebook_in_file_name_order(lessons):
+    found = site.find_lessons(lessons, readme=None)
+    assert [lesson.path.name for lesson in found] == ["01_first.ipynb", "02_second.ipynb", "10_tenth.ipynb"]
+    assert [lesson.number for lesson in found] == ["01", "02", "10"]
+    assert found[1].title == "Lesson 02: The second" and found[1].short_title == "The second"
+    assert [lesson.head_views for lesson in found] == [0, 1, 0]
+    assert found[0].summary == "This lesson is about 01_first.ipynb and nothing else at all."
+
+
+def test_the_readme_table_gives_the_summary_where_it_has_a_row(lessons, tmp_path):
+    readme = tmp_path / "README.md"
+    row = "| 02 | [x](notebooks/02_second.ipynb) | use `nn.Linear` |"
+    readme.write_text(f"| # | notebook | what |\n|---|---|---|\n{row}\n")
+    found = site.find_lessons(lessons, readme=readme)
+    assert found[1].summary == "use `nn.Linear`"
+    assert found[0].summary.startswith("This lesson is about")  # no row: the lesson's first paragraph
+    site.build(tmp_path / "site", lessons, readme=readme)
+    assert "<td>use <code>nn.Linear</code></td>" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_build_writes_a_landing_page_lesson_pages_a_pager_and_a_sidebar(lessons, tmp_path):
+    out = tmp_path / "site"
+    built = site.build(out, lessons, readme=None)
+    pages = [lesson.page for lesson in built]
+    index = (out / "index.html").read_text()
+    assert re.findall(r'class="site-lesson-link" href="([^"]+)"', index) == pages
+    assert index.count("and nothing else at all.</td>") == 3  # each lesson's summary in the table
+    for n, page in enumerate(pages):
+        text = (out / page).read_text()
+        assert f"<title>{built[n].title} · " in text
+        sidebar = re.search(r'<nav class="site-sidebar".*?</nav>', text, re.DOTALL).group(0)
+        assert re.findall(r'<li><a href="([^"#]+)"', sidebar) == pages
+        assert re.findall(r'aria-current="page"', sidebar) == ['aria-current="page"']
+        assert f'href="{page}" aria-current="page"' in sidebar
+        previous = re.findall(r'rel="prev" class="site-prev" href="([^"]+)"', text)
+        following = re.findall(r'rel="next" class="site-next" href="([^"]+)"', text)
+        assert previous == [pages[n - 1] if n else "index.html"] * 2  # top and bottom
+        assert following == ([pages[n + 1]] * 2 if n + 1 < len(pages) else [])
+        # the lesson's ## sections in the sidebar, linked to the headings' anchors in the page
+        anchors = re.findall(r'<ul class="site-sections">.*?</ul>', sidebar, re.DOTALL)[0]
+        for anchor in re.findall(r'href="#([^"]+)"', anchors):
+            assert f'id="{anchor}"' in text
+        assert "First part" in anchors and "Second part" in anchors
+        # the solution cell is marked for folding; the other code cells are not
+        assert text.count("celltag_site-solution") == 1
+        assert text.count(f'src="{site.STATIC}/site.js"') == 1
+    assert "hv-standalone" in (out / "02_second.html").read_text()  # the head view, drawn from saved state
+    assert (out / site.STATIC / "site.js").exists() and (out / site.STATIC / "site.css").exists()
+
+
+def test_the_search_index_has_each_section_with_its_anchor(lessons, tmp_path):
+    out = tmp_path / "site"
+    site.build(out, lessons, readme=None)
+    text = (out / site.STATIC / "search-index.js").read_text()
+    entries = json.loads(text.removeprefix("window.COURSE_SEARCH = ").rstrip().removesuffix(";"))
+    zebra = [e for e in entries if "zebrafish 02_second" in e["text"]]
+    assert len(zebra) == 1 and zebra[0]["heading"] == "1. First part of 02_second.ipynb"
+    page, _, anchor = zebra[0]["href"].partition("#")
+    assert page == "02_second.html" and f'id="{anchor}"' in (out / page).read_text()
+    assert not any("return 42" in e["text"] for e in entries), "solutions must not be searchable"
+
+
+def test_a_lesson_that_is_not_executed_is_refused_and_the_old_site_stays(lessons, tmp_path):
+    out = tmp_path / "site"
+    site.build(out, lessons, readme=None)
+    before = sorted(p.name for p in out.iterdir())
+    _lesson(lessons, "03_raw.ipynb", "Lesson 03: Raw", executed=False)
+    with pytest.raises(site.SiteError, match=r"03_raw.ipynb is not executed .*make notebooks NB="):
+        site.build(out, lessons, readme=None)
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []  # nothing half-written left
+
+
+def test_no_lessons_no_title_and_a_folder_not_ours_are_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(site.SiteError, match="no lessons in"):
+        site.build(tmp_path / "site", empty, readme=None)
+    untitled = tmp_path / "untitled"
+    untitled.mkdir()
+    path = _lesson(untitled, "01_x.ipynb", "x")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[0].source = "No heading here."
+    nbformat.write(nb, path)
+    with pytest.raises(site.SiteError, match=r"01_x\.ipynb has no title"):
+        site.build(tmp_path / "site", untitled, readme=None)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("precious")
+    _lesson(untitled, "01_x.ipynb", "Lesson 01: X")
+    with pytest.raises(site.SiteError, match=r"is not a site built by course\.site"):
+        site.build(mine, untitled, readme=None)
+    assert (mine / "thesis.txt").read_text() == "precious"
+    with pytest.raises(site.SiteError, match="would hold the lessons"):
+        site.build(tmp_path, untitled, readme=None)
+
+
+def test_a_second_build_replaces_the_first(lessons, tmp_path):
+    out = tmp_path / "site"
+    site.build(out, lessons, readme=None)
+    (lessons / "10_tenth.ipynb").unlink()
+    site.build(out, lessons, readme=None)
+    assert not (out / "10_tenth.html").exists() and (out / "02_second.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "remote"),
+    [
+        ('<script src="https://cdn.example/require.js"></script>', True),
+        ("<link rel='stylesheet' href='//fonts.example/css'>", True),
+        ('<img src="http://example.org/a.png">', True),
+        ("@font-face { src: url(https://fonts.example/x.woff2) }", True),
+        ('@import "https://example.org/a.css";', True),
+        ('<a href="https://example.org/paper">a link to read</a>', False),
+        ('<script src="_static/site.js"></script><img src="data:image/png;base64,AAAA">', False),
+        ("/* https://meyerweb.com/eric/tools/color-blend/ */", False),
+    ],
+)
+def test_remote_fetches_finds_what_a_browser_would_load(text, remote):
+    assert bool(site.remote_fetches(text)) is remote
+
+
+def test_a_site_that_would_load_from_a_network_is_refused(tmp_path):
+    (tmp_path / "page.html").write_text('<html><script src="https://cdn.example/x.js"></script></html>')
+    with pytest.raises(site.SiteError, match=r"page.html: <script src=\"https://cdn.example/x.js"):
+        site.check_offline(tmp_path)
+
+
+def test_the_command_line_reports_an_error_without_a_traceback(tmp_path, capsys):
+    assert site.main(["--out", str(tmp_path / "site"), "--notebooks", str(tmp_path)]) == 1
+    assert "course.site: no lessons in" in capsys.readouterr().err
