@@ -12,11 +12,12 @@ function foldSolutions() {
     button.className = "site-solution-toggle";
     button.setAttribute("aria-expanded", "false");
     button.textContent = "Show the solution";
-    input.hidden = true;
+    // a class, not the hidden attribute: JupyterLab's style sheet sets the wrapper's display itself
+    input.classList.add("site-folded");
     button.addEventListener("click", () => {
-      input.hidden = !input.hidden;
-      button.setAttribute("aria-expanded", String(!input.hidden));
-      button.textContent = input.hidden ? "Show the solution" : "Hide the solution";
+      const folded = input.classList.toggle("site-folded");
+      button.setAttribute("aria-expanded", String(!folded));
+      button.textContent = folded ? "Show the solution" : "Hide the solution";
     });
     cell.insertBefore(button, input);
   }
