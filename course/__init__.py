@@ -4,6 +4,7 @@
   mistake, or "not attempted yet");
 - ``course.assignments``: student copies without solutions, checking handed-in copies, nbgrader export,
   folding solutions away in the lessons (``python -m course.assignments --help``);
+- ``course.site``: the executed lessons as one offline website (``python -m course.site``, or ``make site``);
 - ``course.corpus``: the generator of the German-English corpus in ``data/captions``
   (``python -m course.corpus``, or ``make corpus``).
 
