@@ -139,9 +139,9 @@ def find_lessons(notebooks_dir: Path = NOTEBOOKS_DIR, readme: Path | None = READ
 # The search index: each markdown section of each exported page, with its heading's anchor
 # ---------------------------------------------------------------------------------------------
 class _Sections(HTMLParser):
-    """Collects (heading id, heading text, text) from the rendered markdown cells of an exported page.
-
-    nbconvert closes every <div>, so counting divs finds where a markdown cell ends."""
+    """Collects (heading id, heading text, text) from the rendered markdown cells of an exported page,
+    leaving out solution cells (class celltag_site-solution). nbconvert closes every <div>, so counting divs
+    finds where a cell ends."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -150,12 +150,16 @@ class _Sections(HTMLParser):
         self.markdown_depth: int | None = None
         self.heading: str | None = None
         self.skip = 0
+        self.solution_depth: int | None = None
 
     def handle_starttag(self, tag, attrs):
         attributes = dict(attrs)
         if tag == "div":
             self.depth += 1
-            if self.markdown_depth is None and "jp-RenderedMarkdown" in (attributes.get("class") or "").split():
+            classes = (attributes.get("class") or "").split()
+            if self.solution_depth is None and f"celltag_{SOLUTION_TAG}" in classes:
+                self.solution_depth = self.depth
+            if self.markdown_depth is None and self.solution_depth is None and "jp-RenderedMarkdown" in classes:
                 self.markdown_depth = self.depth
         elif tag in ("script", "style"):
             self.skip += 1
@@ -167,6 +171,8 @@ class _Sections(HTMLParser):
         if tag == "div":
             if self.markdown_depth == self.depth:
                 self.markdown_depth = None
+            if self.solution_depth == self.depth:
+                self.solution_depth = None
             self.depth -= 1
         elif tag in ("script", "style"):
             self.skip = max(0, self.skip - 1)

@@ -37,6 +37,7 @@ def _lesson(folder: Path, name: str, title: str, *, head_view: bool = False, exe
             "def answer():\n    # BEGIN SOLUTION\n    return 42\n    # END SOLUTION", execution_count=2
         ),
         nbformat.v4.new_markdown_cell("## 2. Second part\n\nMore words."),
+        nbformat.v4.new_markdown_cell("A model answer: quokka.", metadata={"tags": ["solution-only"]}),
     ]
     cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -105,7 +106,7 @@ def test_build_writes_a_landing_page_lesson_pages_a_pager_and_a_sidebar(lessons,
             assert f'id="{anchor}"' in text
         assert "First part" in anchors and "Second part" in anchors
         # the solution cell is marked for folding; the other code cells are not
-        assert text.count("celltag_site-solution") == 1
+        assert text.count("celltag_site-solution") == 2  # the code solution and the model answer
         assert text.count(f'src="{site.STATIC}/site.js"') == 1
     assert "hv-standalone" in (out / "02_second.html").read_text()  # the head view, drawn from saved state
     assert (out / site.STATIC / "site.js").exists() and (out / site.STATIC / "site.css").exists()
@@ -120,7 +121,8 @@ def test_the_search_index_has_each_section_with_its_anchor(lessons, tmp_path):
     assert len(zebra) == 1 and zebra[0]["heading"] == "1. First part of 02_second.ipynb"
     page, _, anchor = zebra[0]["href"].partition("#")
     assert page == "02_second.html" and f'id="{anchor}"' in (out / page).read_text()
-    assert not any("return 42" in e["text"] for e in entries), "solutions must not be searchable"
+    assert not any("return 42" in e["text"] or "quokka" in e["text"] for e in entries), "solutions are not searched"
+    assert any("More words." in e["text"] for e in entries)
 
 
 def test_a_lesson_that_is_not_executed_is_refused_and_the_old_site_stays(lessons, tmp_path):
