@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.models.pretrained import PretrainedEncoder, encode, mean_pool, sentence_embeddings
+from helpers.models.pretrained import PretrainedEncoder, encode, mean_pool, run_layer, sentence_embeddings
 
 __all__ = [
     "PARAPHRASE_PAIRS",
@@ -152,7 +152,7 @@ def contributions(model: PretrainedEncoder, input_ids: Tensor, attention_mask: T
         values = F.linear(x, attn.in_proj_weight[2 * E :], attn.in_proj_bias[2 * E :]).view(N, T, h, d)
         out_columns = attn.out_proj.weight.view(E, h, d)  # head k owns columns k*d .. (k+1)*d - 1
         sizes = torch.einsum("nthd,ehd->nhte", values, out_columns).norm(dim=-1)  # (N, h, T): ||W_o^k v_j||
-        x, weights = layer(x, key_padding_mask=padding)
+        x, weights = run_layer(layer, x, padding)
         added = weights * sizes[:, :, None, :]  # (N, h, T, T)
         shares.append(added / added.sum(-1, keepdim=True).clamp_min(1e-12))
     return shares
@@ -309,7 +309,7 @@ class SimilarityTask:
         inputs = []
         for layer in model.layers:
             inputs.append(x)
-            x, _ = layer(x, key_padding_mask=self.attention_mask == 0, need_weights=False)
+            x, _ = run_layer(layer, x, self.attention_mask == 0, need_weights=False)
         return inputs
 
     def margin(self, model: PretrainedEncoder) -> Tensor:

@@ -22,14 +22,15 @@ import io
 import json
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.attention import MultiHeadAttention
 from helpers.embeddings import TokenEmbedding
+from helpers.layers import EncoderLayer
 
 __all__ = [
     "AttentionView",
@@ -129,51 +130,52 @@ class BertEmbeddings(nn.Module):
         return self.norm(self.token(input_ids) + positions + segment)  # (N, T, E)
 
 
-class EncoderLayer(nn.Module):
-    """A post-norm encoder layer with GELU whose attention is ``helpers.MultiHeadAttention``.
+def encoder_layer(config: EncoderConfig) -> EncoderLayer:
+    """BERT's layer as the course's ``helpers.layers.EncoderLayer``: post-norm, exact (erf) GELU, no dropout.
 
-    Parameter names are ``nn.TransformerEncoderLayer``'s (``self_attn``, ``linear1``, ``linear2``, ``norm1``,
-    ``norm2``), so the two load each other's state dicts; unlike it, this layer returns every head's
-    attention weights. ``head_gate`` (h,), None by default, multiplies each head's output before the output
+    Its parameter names are ``nn.TransformerEncoderLayer``'s (``self_attn``, ``linear1``, ``linear2``, ``norm1``,
+    ``norm2``). ``layer.head_gate`` (h,), None by default, multiplies each head's output before the output
     projection: 0 silences a head, and a gate that requires grad measures how much the output depends on it.
-
-    x (N, T, E), key_padding_mask (N, T) True = padding -> x (N, T, E), weights (N, h, T, T) or None.
     """
+    layer = EncoderLayer(
+        config.embed_dim,
+        config.heads,
+        dim_feedforward=config.feedforward,
+        dropout=0.0,
+        activation="gelu",
+        layer_norm_eps=config.layer_norm_eps,
+        batch_first=True,
+    )
+    layer.head_gate = None
+    # The heads' outputs are separate only just before the output projection mixes them: gate them there.
+    layer.self_attn.out_proj.register_forward_pre_hook(partial(_gate_heads, layer))
+    return layer
 
-    def __init__(self, config: EncoderConfig) -> None:
-        super().__init__()
-        E = config.embed_dim
-        self.self_attn = MultiHeadAttention(E, config.heads, batch_first=True)
-        self.linear1 = nn.Linear(E, config.feedforward)
-        self.linear2 = nn.Linear(config.feedforward, E)
-        self.norm1 = nn.LayerNorm(E, eps=config.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(E, eps=config.layer_norm_eps)
-        self.head_gate: Tensor | None = None
-        # The heads' outputs are separate only just before the output projection mixes them: gate them there.
-        self.self_attn.out_proj.register_forward_pre_hook(self._gate_heads)
 
-    def _gate_heads(self, _module: nn.Module, args: tuple[Tensor]) -> tuple[Tensor] | None:
-        if self.head_gate is None:
-            return None
-        merged = args[0]  # (N, T, E): the h heads' outputs side by side
-        N, T, E = merged.shape
-        h = self.self_attn.num_heads
-        gated = merged.view(N, T, h, E // h) * self.head_gate.view(1, 1, h, 1)  # (N, T, h, d)
-        return (gated.reshape(N, T, E),)
+def run_layer(
+    layer: EncoderLayer, x: Tensor, key_padding_mask: Tensor | None = None, need_weights: bool = True
+) -> tuple[Tensor, Tensor | None]:
+    """One layer on x (N, T, E), key_padding_mask (N, T) True = padding -> (x (N, T, E), weights (N, h, T, T) or None).
 
-    def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, need_weights: bool = True
-    ) -> tuple[Tensor, Tensor | None]:
-        attended, weights = self.self_attn(
-            x, x, x, key_padding_mask=key_padding_mask, need_weights=need_weights, average_attn_weights=False
-        )
-        x = self.norm1(x + attended)  # post-norm: add, then normalise
-        x = self.norm2(x + self.linear2(F.gelu(self.linear1(x))))  # exact (erf) GELU, as BERT's "gelu"
-        return x, weights
+    With ``need_weights`` the layer records its per-head weights; without, torch's fused attention runs.
+    """
+    layer.record = need_weights
+    x = layer(x, src_key_padding_mask=key_padding_mask)
+    return x, layer.self_attn_weights if need_weights else None
+
+
+def _gate_heads(layer: EncoderLayer, _module: nn.Module, args: tuple[Tensor]) -> tuple[Tensor] | None:
+    if layer.head_gate is None:
+        return None
+    merged = args[0]  # (N, T, E): the h heads' outputs side by side
+    N, T, E = merged.shape
+    h = layer.self_attn.num_heads
+    gated = merged.view(N, T, h, E // h) * layer.head_gate.view(1, 1, h, 1)  # (N, T, h, d)
+    return (gated.reshape(N, T, E),)
 
 
 class PretrainedEncoder(nn.Module):
-    """Embeddings and a stack of ``EncoderLayer``: BERT's encoder, built from the course's modules.
+    """Embeddings and a stack of ``helpers.layers.EncoderLayer``: BERT's encoder, built from the course's modules.
 
     ``model(input_ids, attention_mask)``: input_ids (N, T) int64, attention_mask (N, T) 1 = real token,
     0 = padding (as the tokenizer returns it; None = no padding). Returns the last layer's states (N, T, E)
@@ -185,7 +187,7 @@ class PretrainedEncoder(nn.Module):
         super().__init__()
         self.config = config or EncoderConfig()
         self.embeddings = BertEmbeddings(self.config)
-        self.layers = nn.ModuleList(EncoderLayer(self.config) for _ in range(self.config.layers))
+        self.layers = nn.ModuleList(encoder_layer(self.config) for _ in range(self.config.layers))
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, need_weights: bool = True
@@ -210,7 +212,7 @@ class PretrainedEncoder(nn.Module):
         padding = None if attention_mask is None else attention_mask == 0  # (N, T) key_padding_mask, True = padding
         weights = []
         for layer in self.layers[start:]:
-            x, layer_weights = layer(x, key_padding_mask=padding, need_weights=need_weights)
+            x, layer_weights = run_layer(layer, x, padding, need_weights)
             weights.append(layer_weights)
         return x, (weights if need_weights else None)
 

@@ -14,15 +14,16 @@ from torch import nn
 from helpers import MultiHeadAttention
 from helpers.models.pretrained import (
     EncoderConfig,
-    EncoderLayer,
     PretrainedEncoder,
     bert_to_course_state_dict,
     encode,
+    encoder_layer,
     load_pretrained_encoder,
     load_reference_bert,
     load_reference_sentence_transformer,
     mean_pool,
     model_path,
+    run_layer,
     sentence_embeddings,
 )
 
@@ -109,7 +110,7 @@ def test_run_layers_from_a_later_layer_continues_the_same_pass(ours, batch):
         states, _ = model(ids, mask, need_weights=False)
         x = model.embeddings(ids)
         for layer in model.layers[:3]:
-            x, _ = layer(x, key_padding_mask=mask == 0, need_weights=False)
+            x, _ = run_layer(layer, x, mask == 0, need_weights=False)
         resumed, _ = model.run_layers(x, mask, start=3, need_weights=False)
     torch.testing.assert_close(resumed, states, atol=1e-5, rtol=0)
 
@@ -117,7 +118,7 @@ def test_run_layers_from_a_later_layer_continues_the_same_pass(ours, batch):
 def test_encoder_layer_equals_torch_encoder_layer_with_gelu_and_bert_eps():
     torch.manual_seed(0)
     config = EncoderConfig(vocab_size=50, max_positions=16, embed_dim=32, heads=4, layers=1, feedforward=64)
-    ours = EncoderLayer(config).eval()
+    ours = encoder_layer(config).eval()
     stock = nn.TransformerEncoderLayer(
         32, 4, 64, dropout=0.0, activation="gelu", layer_norm_eps=1e-12, batch_first=True, norm_first=False
     ).eval()
@@ -127,7 +128,7 @@ def test_encoder_layer_equals_torch_encoder_layer_with_gelu_and_bert_eps():
     ours.load_state_dict(stock.state_dict())  # same parameter names
     x = torch.randn(2, 6, 32)
     padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
-    out, weights = ours(x, key_padding_mask=padding)
+    out, weights = run_layer(ours, x, padding)
     expected = stock(x, src_key_padding_mask=padding)
     real = ~padding
     torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)

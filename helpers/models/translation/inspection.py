@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from helpers.data.batching import pad
-from helpers.data.tokenization import BOS_ID, PAD_ID
-from helpers.layers import self_attention_weights
+from helpers.data.tokenization import BOS_ID
+from helpers.layers import recording, self_attention_weights
 from helpers.models.translation.translator import Translator
 
 
@@ -47,9 +47,9 @@ def attention_maps(translator: Translator, source: str, target: str | None = Non
     src = pad(translator.encode_sources([source])).to(translator.device)  # (1, S)
     ids = translator.decode_ids([source]).ids[0] if target is None else tgt_tok.encode(target, add_special=False)
     tgt_in = torch.tensor([[BOS_ID, *ids]], device=translator.device)  # (1, T)
-    encoder = _encoder_self_attention(model, src)
-    with model.recording():
+    with model.recording(), recording(model.transformer.encoder):
         model(src, tgt_in)
+        encoder = self_attention_weights(model.transformer.encoder)[:, 0].cpu()  # (layers, h, S, S)
         decoder = self_attention_weights(model.transformer.decoder)[:, 0].cpu()  # (layers, h, T, T)
         cross = model.cross_attention()[:, 0].cpu()  # (layers, h, T, S)
     return AttentionMaps(
@@ -60,23 +60,3 @@ def attention_maps(translator: Translator, source: str, target: str | None = Non
         decoder=decoder,
         cross=cross,
     )
-
-
-def _encoder_self_attention(model, src: Tensor) -> Tensor:
-    """(encoder layers, h, S, S) for one sentence ``src`` (1, S).
-
-    The encoder layers do not keep their weights, so each layer's self-attention is asked again for them,
-    on exactly the input that layer receives (its LayerNorm first in a pre-norm layer), while the layers
-    themselves run as usual to give the next layer its input.
-    """
-    padding = src.eq(PAD_ID)  # (1, S), True = padding
-    x = model.positions(model.src_embedding(src))  # (1, S, E)
-    weights = []
-    for layer in model.transformer.encoder.layers:
-        queries = layer.norm1(x) if layer.norm_first else x
-        _, w = layer.self_attn(
-            queries, queries, queries, key_padding_mask=padding, need_weights=True, average_attn_weights=False
-        )  # (1, h, S, S)
-        weights.append(w[0])
-        x = layer(x, src_key_padding_mask=padding)
-    return torch.stack(weights).cpu()

@@ -39,21 +39,13 @@ def test_every_attention_has_its_shape_its_labels_and_rows_that_sum_to_one(norm_
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_the_encoder_is_asked_on_the_inputs_it_really_gets(norm_first):
-    """Running the layers one by one, as the helper does, gives exactly the model's memory."""
-    from helpers.models.translation.inspection import _encoder_self_attention
-
+def test_the_encoder_records_the_weights_of_the_inputs_it_really_gets(norm_first):
+    """The encoder layers record their own weights in the pass that makes the memory: torch's attention agrees."""
     translator = tiny_translator(norm_first)
     model = translator.model
-    src = pad(translator.encode_sources(["Ein Hund läuft im Freien."]))
-    weights = _encoder_self_attention(model, src)
-    x = model.positions(model.src_embedding(src))
-    for layer in model.transformer.encoder.layers:
-        x = layer(x, src_key_padding_mask=src.eq(0))
-    if model.transformer.encoder.norm is not None:
-        x = model.transformer.encoder.norm(x)
-    assert torch.allclose(x, model.encode(src)[0], atol=1e-5)
-    # and each layer's weights are those of torch's own attention given that layer's weights and input
+    sentence = "Ein Hund läuft im Freien."
+    weights = attention_maps(translator, sentence, "A dog runs outdoors.").encoder  # (layers, h, S, S)
+    src = pad(translator.encode_sources([sentence]))
     x = model.positions(model.src_embedding(src))
     for index, layer in enumerate(model.transformer.encoder.layers):
         reference = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
@@ -62,6 +54,7 @@ def test_the_encoder_is_asked_on_the_inputs_it_really_gets(norm_first):
         _, expected = reference(queries, queries, queries, need_weights=True, average_attn_weights=False)
         assert torch.allclose(weights[index], expected[0], atol=1e-5)
         x = layer(x, src_key_padding_mask=src.eq(0))
+    assert all(layer.record is False for layer in model.transformer.encoder.layers)  # switched back off
 
 
 def test_cross_attention_matches_what_translation_returns():
