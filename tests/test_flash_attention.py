@@ -177,7 +177,7 @@ def test_a_second_derivative_is_refused_rather_than_wrong():
     q, k, v = (torch.randn(1, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = flash_attention(q, k, v, block_size=2, query_block_size=2)
     (grad_q,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|double backward"):
+    with pytest.raises(RuntimeError, match="differentiate twice"):
         grad_q.sum().backward()
 
 
