@@ -265,7 +265,7 @@ def test_a_tokenizer_that_reads_every_word_as_unknown_is_refused(model_copy):
 def test_a_file_where_the_folder_is_expected_is_refused(tmp_path):
     file = tmp_path / "model.safetensors"
     file.write_bytes(b"")
-    with pytest.raises(NotADirectoryError, match="expected a folder with config.json"):
+    with pytest.raises(NotADirectoryError, match=r"expected a folder with config\.json"):
         load_pretrained_encoder(file)
 
 
