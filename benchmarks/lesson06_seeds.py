@@ -33,8 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.data import CAPTIONS_DIR, load_corpus  # noqa: E402  (after the path set-up above)
-from helpers.translation import (  # noqa: E402
+from helpers.data.corpus import CAPTIONS_DIR, load_corpus  # noqa: E402  (after the path set-up above)
+from helpers.models.translation import (  # noqa: E402
     alignment_report,
     build_translator,
     evaluate,
@@ -42,8 +42,8 @@ from helpers.translation import (  # noqa: E402
     head_ablation,
     score_translations,
 )
-from helpers.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
-from helpers.translation.evaluation import crossing_example, reference_word_attention  # noqa: E402
+from helpers.models.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
+from helpers.models.translation.evaluation import crossing_example, reference_word_attention  # noqa: E402
 
 RUNNING_EXAMPLE = "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien."
 ABLATION_SENTENCES = 200  # the lesson silences each head on the first 200 test sentences

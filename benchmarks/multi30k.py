@@ -6,7 +6,7 @@
 
 Targets (issue 17): test 2016 sacreBLEU >= 36.5 after 30 minutes and >= 40 after 60 minutes of training on one
 core (``--threads 1``) of the course's 2-core machine. Each budget is its own run (the learning rate warms up and
-decays over the time given), trained by ``python -m helpers.translation train`` and scored by ``evaluate --json``
+decays over the time given), trained by ``python -m helpers.models.translation train`` and scored by ``evaluate --json``
 exactly as the README shows, so this measures what a learner gets. Prints one Markdown row per run for
 benchmarks/RESULTS.md. Minutes are wall-clock: run it on a quiet machine, or say what else was running.
 """
@@ -27,9 +27,9 @@ SUMMARY = re.compile(r"best validation BLEU ([\d.]+) at step (\d+) of (\d+)")
 
 
 def command(core: int | None, *args: str) -> list[str]:
-    """``python -m helpers.translation --threads 1 ARGS``, pinned to one core when asked (Linux's taskset)."""
+    """``python -m helpers.models.translation --threads 1 ARGS``, pinned to one core when asked (Linux's taskset)."""
     pin = ["taskset", "-c", str(core)] if core is not None else []
-    return [*pin, sys.executable, "-m", "helpers.translation", "--threads", "1", *args]
+    return [*pin, sys.executable, "-m", "helpers.models.translation", "--threads", "1", *args]
 
 
 def train(minutes: float, data_dir: str, out: Path, seed: int | None, core: int | None) -> dict:

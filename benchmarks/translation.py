@@ -27,9 +27,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.data import CAPTIONS_DIR, load_corpus  # noqa: E402
-from helpers.translation import alignment_report, build_translator, evaluate, fit, score_translations  # noqa: E402
-from helpers.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
+from helpers.data.corpus import CAPTIONS_DIR, load_corpus  # noqa: E402
+from helpers.models.translation import alignment_report, build_translator, evaluate, fit, score_translations  # noqa: E402
+from helpers.models.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
 
 RUNNING_EXAMPLE = "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien."
 

@@ -20,12 +20,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.batching import make_batches  # noqa: E402
-from helpers.data import load_corpus  # noqa: E402
-from helpers.translation import build_translator  # noqa: E402
-from helpers.translation.cli import PRESETS  # noqa: E402
-from helpers.translation.pipeline import encode_pairs  # noqa: E402
-from helpers.translation.training import teacher_forcing, translation_loss  # noqa: E402
+from helpers.data.batching import make_batches  # noqa: E402
+from helpers.data.corpus import load_corpus  # noqa: E402
+from helpers.models.translation import build_translator  # noqa: E402
+from helpers.models.translation.cli import PRESETS  # noqa: E402
+from helpers.models.translation.pipeline import encode_pairs  # noqa: E402
+from helpers.models.translation.training import teacher_forcing, translation_loss  # noqa: E402
 
 
 def time_steps(data_dir: str, compiled: bool) -> tuple[float, float]:

@@ -22,12 +22,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.batching import make_batches  # noqa: E402 (the repository root goes on the path first)
-from helpers.data import load_corpus  # noqa: E402
-from helpers.tokenization import train_tokenizers  # noqa: E402
-from helpers.translation import Seq2SeqTransformer, teacher_forcing, translation_loss  # noqa: E402
-from helpers.translation.config import LESSON_CONFIG  # noqa: E402
-from helpers.translation.model import on_torch_layers  # noqa: E402
+from helpers.data.batching import make_batches  # noqa: E402 (the repository root goes on the path first)
+from helpers.data.corpus import load_corpus  # noqa: E402
+from helpers.data.tokenization import train_tokenizers  # noqa: E402
+from helpers.models.translation import Seq2SeqTransformer, teacher_forcing, translation_loss  # noqa: E402
+from helpers.models.translation.config import LESSON_CONFIG  # noqa: E402
+from helpers.models.translation.model import on_torch_layers  # noqa: E402
 
 
 def train_block(model, optimizer, batches) -> float:

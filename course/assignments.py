@@ -70,7 +70,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
 
-from helpers.files import write_atomically
+from helpers.tools.files import write_atomically
 
 __all__ = [
     "BEGIN_MARKER",
@@ -525,7 +525,7 @@ class SubmissionReport:
 def submission_environment(home: Path, verdict_log: Path) -> dict[str, str]:
     """The kernel's whole environment: only what the lessons need, nothing of the teacher's secrets."""
     from course.exercises.feedback import VERDICT_LOG_ENV  # imported here: it imports torch, release does not
-    from helpers.data import default_cache_dir  # computed in the teacher's environment: the same cache
+    from helpers.data.corpus import default_cache_dir  # computed in the teacher's environment: the same cache
 
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from helpers.files import write_atomically
+from helpers.tools.files import write_atomically
 
 STATE_KEY = "application/vnd.jupyter.widget-state+json"
 VIEW_KEY = "application/vnd.jupyter.widget-view+json"

@@ -1,7 +1,7 @@
 """The course as one static website that works offline: ``make site`` (or ``python -m course.site``).
 
 Every executed lesson in ``notebooks/`` (whatever ``NN_*.ipynb`` files are there, in order) becomes one page,
-exported by ``helpers.head_view.export_html``: head views stay interactive, drawn by the package's own
+exported by ``helpers.viewing.head_view.export_html``: head views stay interactive, drawn by the package's own
 JavaScript from the widget state saved in the notebook, and the page fetches nothing from a network. This
 module only wraps those pages: a landing page with the lesson table, a sidebar (the lessons, the sections of
 the lesson open, a search box), previous/next links, and solution cells folded behind a "Show the solution"
@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 
 from course.assignments import is_solution_cell
-from helpers.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, export_html
+from helpers.viewing.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, export_html
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"

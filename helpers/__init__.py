@@ -8,90 +8,98 @@ grouped-query attention, F feed-forward width, n_layers layers in a stack, V voc
 
 The course's machinery (exercise checks, assignments, the corpus generator) lives in the separate package
 ``course``, which imports this one; this package never imports it.
+
+Layout: the ideas a lesson graduates into sit at the top level (``attention``, ``layers``, ``flash``, ``gpt``,
+``rotary``, ``embeddings``); the subpackages are the layers built on them: ``data`` (corpora, tokenization,
+batching), ``models`` (the translator and the pretrained models), ``analysis`` (measuring what heads do),
+``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer imports only the ones below it.
+
+The names below are exported lazily (PEP 562): ``import helpers.attention`` loads torch and that module alone,
+and a name such as ``helpers.viewing.head_view`` imports its module (here matplotlib with it) only when first used.
 """
 
-from helpers.attention import (
-    GroupedQueryAttention,
-    MaskConventionWarning,
-    MultiHeadAttention,
-    causal_mask,
-    merge_masks,
-    padding_mask,
-    scaled_dot_product_attention,
-    sdpa_mask_from_padding,
-    sliding_window_mask,
-)
-from helpers.batching import Batch, make_batches, pad
-from helpers.cost import median_time, peak_memory
-from helpers.data import ParallelCorpus, download_multi30k, load_corpus
-from helpers.embeddings import (
-    PositionalEncoding,
-    TokenEmbedding,
-    cosine_similarity_matrix,
-    one_hot_embedding,
-    sinusoidal_positional_encoding,
-)
-from helpers.flash import flash_attention, online_softmax, online_softmax_update
-from helpers.gpt import GPT, GPTConfig, KVCache, generate, kv_cache_bytes
-from helpers.head_roles import HeadRoles, SimilarityTask, measure_head_roles
-from helpers.head_view import HeadView, export_html, head_view
-from helpers.layers import EncoderLayer, InspectableDecoderLayer, Transformer
-from helpers.pretrained import PretrainedEncoder, load_pretrained_encoder, sentence_embeddings
-from helpers.rotary import apply_rotary, rotary_angles
-from helpers.tokenization import Tokenizer, train_tokenizer, train_tokenizers
-from helpers.translation import Seq2SeqTransformer, TranslationConfig, Translator, load_checkpoint, save_checkpoint
+import importlib
 
-__all__ = [
-    "GPT",
-    "Batch",
-    "EncoderLayer",
-    "GPTConfig",
-    "GroupedQueryAttention",
-    "HeadRoles",
-    "HeadView",
-    "InspectableDecoderLayer",
-    "KVCache",
-    "MaskConventionWarning",
-    "MultiHeadAttention",
-    "ParallelCorpus",
-    "PositionalEncoding",
-    "PretrainedEncoder",
-    "Seq2SeqTransformer",
-    "SimilarityTask",
-    "TokenEmbedding",
-    "Tokenizer",
-    "Transformer",
-    "TranslationConfig",
-    "Translator",
-    "apply_rotary",
-    "causal_mask",
-    "cosine_similarity_matrix",
-    "download_multi30k",
-    "export_html",
-    "flash_attention",
-    "generate",
-    "head_view",
-    "kv_cache_bytes",
-    "load_checkpoint",
-    "load_corpus",
-    "load_pretrained_encoder",
-    "make_batches",
-    "measure_head_roles",
-    "median_time",
-    "merge_masks",
-    "one_hot_embedding",
-    "online_softmax",
-    "online_softmax_update",
-    "pad",
-    "padding_mask",
-    "peak_memory",
-    "rotary_angles",
-    "save_checkpoint",
-    "scaled_dot_product_attention",
-    "sdpa_mask_from_padding",
-    "sentence_embeddings",
-    "sinusoidal_positional_encoding",
-    "sliding_window_mask",
-    "train_tokenizer",
-    "train_tokenizers",
-]
+# name -> the module that defines it, imported on first use (PEP 562).
+_EXPORTS = {
+    # helpers.attention
+    "GroupedQueryAttention": "helpers.attention",
+    "MaskConventionWarning": "helpers.attention",
+    "MultiHeadAttention": "helpers.attention",
+    "causal_mask": "helpers.attention",
+    "merge_masks": "helpers.attention",
+    "padding_mask": "helpers.attention",
+    "scaled_dot_product_attention": "helpers.attention",
+    "sdpa_mask_from_padding": "helpers.attention",
+    "sliding_window_mask": "helpers.attention",
+    # helpers.data.batching
+    "Batch": "helpers.data.batching",
+    "make_batches": "helpers.data.batching",
+    "pad": "helpers.data.batching",
+    # helpers.tools.cost
+    "median_time": "helpers.tools.cost",
+    "peak_memory": "helpers.tools.cost",
+    # helpers.data.corpus
+    "ParallelCorpus": "helpers.data.corpus",
+    "download_multi30k": "helpers.data.corpus",
+    "load_corpus": "helpers.data.corpus",
+    # helpers.embeddings
+    "PositionalEncoding": "helpers.embeddings",
+    "TokenEmbedding": "helpers.embeddings",
+    "cosine_similarity_matrix": "helpers.embeddings",
+    "one_hot_embedding": "helpers.embeddings",
+    "sinusoidal_positional_encoding": "helpers.embeddings",
+    # helpers.flash
+    "flash_attention": "helpers.flash",
+    "online_softmax": "helpers.flash",
+    "online_softmax_update": "helpers.flash",
+    # helpers.gpt
+    "GPT": "helpers.gpt",
+    "GPTConfig": "helpers.gpt",
+    "KVCache": "helpers.gpt",
+    "generate": "helpers.gpt",
+    "kv_cache_bytes": "helpers.gpt",
+    # helpers.analysis.head_roles
+    "HeadRoles": "helpers.analysis.head_roles",
+    "SimilarityTask": "helpers.analysis.head_roles",
+    "measure_head_roles": "helpers.analysis.head_roles",
+    # helpers.viewing.head_view
+    "HeadView": "helpers.viewing.head_view",
+    "export_html": "helpers.viewing.head_view",
+    "head_view": "helpers.viewing.head_view",
+    # helpers.layers
+    "EncoderLayer": "helpers.layers",
+    "InspectableDecoderLayer": "helpers.layers",
+    "Transformer": "helpers.layers",
+    # helpers.models.pretrained
+    "PretrainedEncoder": "helpers.models.pretrained",
+    "load_pretrained_encoder": "helpers.models.pretrained",
+    "sentence_embeddings": "helpers.models.pretrained",
+    # helpers.rotary
+    "apply_rotary": "helpers.rotary",
+    "rotary_angles": "helpers.rotary",
+    # helpers.data.tokenization
+    "Tokenizer": "helpers.data.tokenization",
+    "train_tokenizer": "helpers.data.tokenization",
+    "train_tokenizers": "helpers.data.tokenization",
+    # helpers.models.translation
+    "Seq2SeqTransformer": "helpers.models.translation",
+    "TranslationConfig": "helpers.models.translation",
+    "Translator": "helpers.models.translation",
+    "load_checkpoint": "helpers.models.translation",
+    "save_checkpoint": "helpers.models.translation",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -144,7 +144,8 @@ def scaled_dot_product_attention(
     cause is a mask written as True = blocked, such as ``causal_mask(L)``. Padding queries of a
     batch, blocked while other queries of their sentence attend, do not warn; nor do float masks.
     """
-    _check_qkv(query, key, value)
+    check_query_key_value(query, key, value)
+    check_scale(scale)
     L, S = query.size(-2), key.size(-2)
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
 
@@ -182,7 +183,26 @@ def scaled_dot_product_attention(
     return weights @ value, weights
 
 
-def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+def check_query_key_value(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """Refuse query (..., L, d), key (..., S, d), value (..., S, dv) that no attention could combine.
+
+    The one check behind ``scaled_dot_product_attention`` and ``helpers.flash_attention``: real floating tensors of
+    one dtype, at least 2 dims, leading (batch, head) dims that broadcast, one head size d > 0 for query and key,
+    one length S for key and value. Each error names the argument and the shape it expected.
+    """
+    tensors = {"query": query, "key": key, "value": value}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            raise TypeError(
+                f"{name} must be a real floating-point tensor (float32, float64, bfloat16…), got {tensor.dtype}"
+            )
+    if len({t.dtype for t in tensors.values()}) > 1:
+        raise TypeError(
+            f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype} "
+            "(convert them with .to(dtype) first)"
+        )
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
             "query, key and value need at least 2 dims (..., length, features); got shapes "
@@ -201,11 +221,21 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
             f"query and key must have the same feature size d: query (..., L, {query.size(-1)}) "
             f"vs key (..., S, {key.size(-1)})"
         )
+    if query.size(-1) == 0:
+        raise ValueError(f"the head size d must be at least 1, got query {tuple(query.shape)} (..., L, 0)")
     if key.size(-2) != value.size(-2):
         raise ValueError(
             f"key and value must have the same length S: key (..., {key.size(-2)}, d) "
             f"vs value (..., {value.size(-2)}, dv)"
         )
+
+
+def check_scale(scale: float | None) -> None:
+    """None (1/√d) or a finite real number: a NaN or infinite scale would silently give NaN weights."""
+    if scale is None:
+        return
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number (or None for 1/sqrt(d)), got {scale!r}")
 
 
 def _additive_mask(attn_mask: Tensor, scores: Tensor) -> Tensor:

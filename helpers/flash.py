@@ -17,9 +17,13 @@ query may attend**; a float mask is added to the scores.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from helpers.attention import check_query_key_value, check_scale
 
 __all__ = ["flash_attention", "online_softmax", "online_softmax_update"]
 
@@ -55,8 +59,10 @@ def online_softmax(scores: Tensor, block_size: int = 4) -> Tensor:
     length); the result then needs only ``exp(score - max) / sum``. Equal to ``torch.softmax(scores, -1)``.
     scores: (..., S) -> (..., S).
     """
-    if block_size < 1:
-        raise ValueError(f"block_size must be a positive number of scores, got {block_size}")
+    _check_block_size("block_size (scores per block)", block_size)
+    if not isinstance(scores, Tensor) or not scores.is_floating_point() or scores.dim() < 1:
+        kind = f"{scores.dtype} {tuple(scores.shape)}" if isinstance(scores, Tensor) else type(scores).__name__
+        raise TypeError(f"scores must be a real floating-point tensor (..., S), got {kind}")
     running_max = torch.full(scores.shape[:-1], float("-inf"), dtype=scores.dtype, device=scores.device)
     running_sum = torch.zeros_like(running_max)
     for block in scores.split(block_size, dim=-1):
@@ -102,7 +108,7 @@ def flash_attention(
     Returns:
         (..., L, dv). A query whose every key is blocked gets a zero output, as in torch.
     """
-    _check_arguments(query, key, value, attn_mask, is_causal, block_size, window, query_block_size)
+    _check_arguments(query, key, value, attn_mask, is_causal, block_size, window, query_block_size, scale)
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
     L, S = query.size(-2), key.size(-2)
     if attn_mask is not None:  # size-1 query or key dims become full views (no copy), so tiles can be sliced
@@ -188,6 +194,7 @@ class _FlashAttention(torch.autograd.Function):
         return output
 
     @staticmethod
+    @once_differentiable  # the backward is itself not differentiable: a second derivative is refused, not wrong
     def backward(ctx, grad_output):
         query, key, value, output, logsumexp = ctx.saved_tensors
         tiling, scale = ctx.tiling, ctx.scale
@@ -233,25 +240,31 @@ def _blocked(q_start, q_end, k_start, k_end, is_causal, window, device) -> Tenso
     return blocked
 
 
-def _check_arguments(query, key, value, attn_mask, is_causal, block_size, window, query_block_size) -> None:
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise ValueError(
-            "query, key and value need at least 2 dims (..., length, features); got shapes "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(f"query (..., L, {query.size(-1)}) and key (..., S, {key.size(-1)}) need the same size d")
-    if key.size(-2) != value.size(-2):
-        raise ValueError(f"key (..., {key.size(-2)}, d) and value (..., {value.size(-2)}, dv) need the same length S")
+def _check_block_size(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+
+
+def _check_arguments(query, key, value, attn_mask, is_causal, block_size, window, query_block_size, scale) -> None:
+    check_query_key_value(query, key, value)  # the same check as scaled_dot_product_attention's
+    check_scale(scale)
     if is_causal and attn_mask is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both (as in F.scaled_dot_product_attention)")
-    if window is not None and (not is_causal or window < 1):
-        raise ValueError(f"window needs is_causal=True and a positive number of keys, got window={window}")
-    if block_size < 1 or query_block_size < 1:
-        raise ValueError(f"block sizes must be positive, got {block_size} and {query_block_size}")
+    if window is not None:
+        if not is_causal:
+            raise ValueError(f"window needs is_causal=True, got window={window!r} with is_causal=False")
+        _check_block_size("window (a number of keys)", window)
+    _check_block_size("block_size", block_size)
+    _check_block_size("query_block_size", query_block_size)
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise TypeError(f"attn_mask must be bool (True = may attend) or float (added), got {attn_mask.dtype}")
+        if not isinstance(attn_mask, Tensor) or (attn_mask.dtype != torch.bool and not attn_mask.is_floating_point()):
+            kind = attn_mask.dtype if isinstance(attn_mask, Tensor) else type(attn_mask).__name__
+            raise TypeError(f"attn_mask must be bool (True = may attend) or float (added), got {kind}")
+        if attn_mask.requires_grad:  # the backward pass computes no gradient for the mask: refuse to drop it silently
+            raise ValueError(
+                "flash_attention gives no gradient for a float attn_mask that requires grad; detach it, or use "
+                "helpers.scaled_dot_product_attention, whose mask does get one"
+            )
         scores_shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.size(-2), key.size(-2))
         try:
             fits = torch.broadcast_shapes(attn_mask.shape, scores_shape) == scores_shape

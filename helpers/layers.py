@@ -68,6 +68,10 @@ class EncoderLayer(nn.Module):
 
     forward: src (N, S, E) with ``batch_first``, else (S, N, E); src_mask (S, S) or (N*h, S, S);
     src_key_padding_mask (N, S), True = padding. Returns a tensor of src's shape.
+
+    ``record`` (default False, as torch's layer keeps nothing): after a pass with it on, ``self_attn_weights``
+    holds the per-head weights (N, h, S, S), detached. With it off the attention asks for no weights and runs
+    torch's fused kernel. ``recording(module)`` switches it for every layer of a stack.
     """
 
     def __init__(
@@ -83,12 +87,15 @@ class EncoderLayer(nn.Module):
         bias: bool = True,
         device=None,
         dtype=None,
+        record: bool = False,
     ) -> None:
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         # Created in torch's order, so that the same seed gives the same initial weights as the stock layer.
         attention = dict(dropout=dropout, bias=bias, batch_first=batch_first, **factory)
         self.self_attn = MultiHeadAttention(d_model, nhead, **attention)
+        self.record = record
+        self.self_attn_weights: Tensor | None = None
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
@@ -98,6 +105,10 @@ class EncoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.activation = _activation(activation)
+
+    def clear_records(self) -> None:
+        """Forget the weights recorded by the last pass."""
+        self.self_attn_weights = None
 
     def forward(
         self,
@@ -116,9 +127,17 @@ class EncoderLayer(nn.Module):
     def _sa_block(
         self, x: Tensor, attn_mask: Tensor | None, key_padding_mask: Tensor | None, is_causal: bool
     ) -> Tensor:
-        out, _ = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
+        out, weights = self.self_attn(
+            x,
+            x,
+            x,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            need_weights=self.record,
+            average_attn_weights=False,  # keep the heads apart: (N, h, S, S)
         )
+        self.self_attn_weights = None if weights is None else weights.detach()  # no graph kept between passes
         return self.dropout1(out)
 
     def _ff_block(self, x: Tensor) -> Tensor:
@@ -455,19 +474,25 @@ class Transformer(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # Switching recording on and reading the records of a whole stack
 # ---------------------------------------------------------------------------------------------
-def _inspectable_layers(module: nn.Module) -> list[InspectableDecoderLayer]:
-    layers = [m for m in module.modules() if isinstance(m, InspectableDecoderLayer)]
+RecordingLayer = EncoderLayer | InspectableDecoderLayer
+
+
+def _inspectable_layers(
+    module: nn.Module, kinds: tuple[type[nn.Module], ...] = (EncoderLayer, InspectableDecoderLayer)
+) -> list[RecordingLayer]:
+    layers = [m for m in module.modules() if isinstance(m, kinds)]
     if not layers:
+        names = " or ".join(kind.__name__ for kind in kinds)
         raise ValueError(
-            f"{type(module).__name__} contains no InspectableDecoderLayer; build the decoder with "
-            "Decoder(InspectableDecoderLayer(...), num_layers)"
+            f"{type(module).__name__} contains no {names}; build the stacks with "
+            "Encoder(EncoderLayer(...), num_layers) and Decoder(InspectableDecoderLayer(...), num_layers)"
         )
     return layers
 
 
 @contextmanager
 def recording(module: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Switch recording on (or off) for every ``InspectableDecoderLayer`` inside ``module``.
+    """Switch recording on (or off) for every ``EncoderLayer`` and ``InspectableDecoderLayer`` inside ``module``.
 
     The previous setting of each layer comes back on exit, e.g. train with recording off and
     record only while translating the sentences you want to plot::
@@ -486,8 +511,8 @@ def recording(module: nn.Module, enabled: bool = True) -> Iterator[None]:
             layer.record = setting
 
 
-def _stack_records(module: nn.Module, attribute: str) -> Tensor:
-    layers = _inspectable_layers(module)
+def _stack_records(module: nn.Module, attribute: str, kinds: tuple[type[nn.Module], ...]) -> Tensor:
+    layers = _inspectable_layers(module, kinds)
     records = [getattr(layer, attribute) for layer in layers]
     missing = [i for i, r in enumerate(records) if r is None]
     if missing:
@@ -500,9 +525,12 @@ def _stack_records(module: nn.Module, attribute: str) -> Tensor:
 
 def cross_attention_weights(module: nn.Module) -> Tensor:
     """Every layer's recorded cross-attention, stacked: (layers, N, h, L, S), in module order."""
-    return _stack_records(module, "cross_attn_weights")
+    return _stack_records(module, "cross_attn_weights", (InspectableDecoderLayer,))
 
 
 def self_attention_weights(module: nn.Module) -> Tensor:
-    """Every decoder layer's recorded masked self-attention, stacked: (layers, N, h, L, L)."""
-    return _stack_records(module, "self_attn_weights")
+    """Every layer's recorded self-attention inside ``module``, stacked, in module order.
+
+    Pass one stack: an encoder gives (layers, N, h, S, S), a decoder its masked self-attention (layers, N, h, L, L).
+    """
+    return _stack_records(module, "self_attn_weights", (EncoderLayer, InspectableDecoderLayer))

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.head_view import export_html
+from helpers.viewing.head_view import export_html
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"

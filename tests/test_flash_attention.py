@@ -11,7 +11,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import flash_attention, online_softmax, online_softmax_update, sliding_window_mask
+from helpers import (
+    flash_attention,
+    online_softmax,
+    online_softmax_update,
+    scaled_dot_product_attention,
+    sliding_window_mask,
+)
 
 ATOL = 1e-5
 
@@ -127,7 +133,13 @@ def test_a_query_with_no_key_gets_zero_gradients():
         ({"attn_mask": torch.ones(5, 6, dtype=torch.bool)}, "does not broadcast"),
         ({"attn_mask": torch.ones(4, 6, dtype=torch.int64)}, "bool"),
         ({"block_size": 0}, "positive"),
+        ({"block_size": 2.5}, "block_size must be a positive whole number, got 2.5"),
+        ({"block_size": "4"}, "block_size must be a positive whole number, got '4'"),
+        ({"query_block_size": True}, "query_block_size must be a positive whole number"),
         ({"window": 3}, "is_causal"),
+        ({"window": 2.5, "is_causal": True}, r"window \(a number of keys\) must be a positive whole number, got 2.5"),
+        ({"scale": float("nan")}, "scale must be a finite number"),
+        ({"scale": "0.5"}, "scale must be a finite number"),
     ],
 )
 def test_bad_arguments_say_what_was_expected(kwargs, error):
@@ -136,8 +148,52 @@ def test_bad_arguments_say_what_was_expected(kwargs, error):
         flash_attention(q, k, v, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "q,k,v,error",
+    [
+        (torch.randn(2, 4, 8), torch.randn(3, 6, 8), torch.randn(3, 6, 8), "leading .batch, head. dims"),
+        (torch.ones(4, 8, dtype=torch.int64), torch.randn(6, 8), torch.randn(6, 8), "query must be a real floating"),
+        (torch.randn(4, 8), torch.randn(6, 8, dtype=torch.complex64), torch.randn(6, 8), "key must be a real floating"),
+        (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6, 8, dtype=torch.float64), "one dtype"),
+        (torch.randn(4, 0), torch.randn(6, 0), torch.randn(6, 8), "head size d must be at least 1"),
+    ],
+)
+def test_inputs_no_attention_could_combine_are_refused_by_name(q, k, v, error):
+    with pytest.raises((ValueError, TypeError), match=error):
+        flash_attention(q, k, v)
+    with pytest.raises((ValueError, TypeError), match=error):  # the same check as the course's sdpa
+        scaled_dot_product_attention(q, k, v)
+
+
+def test_a_float_mask_that_requires_grad_is_refused_not_silently_ungraded():
+    q, k, v = (torch.randn(4, 8, requires_grad=True) for _ in range(3))
+    mask = torch.zeros(4, 4, requires_grad=True)
+    with pytest.raises(ValueError, match="no gradient for a float attn_mask"):
+        flash_attention(q, k, v, attn_mask=mask)
+    flash_attention(q, k, v, attn_mask=mask.detach()).sum().backward()  # detached: fine
+
+
+def test_a_second_derivative_is_refused_rather_than_wrong():
+    q, k, v = (torch.randn(1, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = flash_attention(q, k, v, block_size=2, query_block_size=2)
+    (grad_q,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grad_q.sum().backward()
+
+
+@pytest.mark.parametrize("block,error", [(0, "positive whole number"), (2.5, "got 2.5"), ("4", "got '4'")])
+def test_online_softmax_refuses_block_sizes_that_are_not_counts(block, error):
+    with pytest.raises(ValueError, match=error):
+        online_softmax(torch.randn(2, 6), block)
+
+
+def test_online_softmax_refuses_integer_scores():
+    with pytest.raises(TypeError, match="real floating-point tensor"):
+        online_softmax(torch.arange(6), 2)
+
+
 def test_mismatched_shapes_are_refused():
-    with pytest.raises(ValueError, match="same size d"):
+    with pytest.raises(ValueError, match="same feature size d"):
         flash_attention(torch.randn(4, 8), torch.randn(6, 7), torch.randn(6, 8))
     with pytest.raises(ValueError, match="same length S"):
         flash_attention(torch.randn(4, 8), torch.randn(6, 8), torch.randn(5, 8))

@@ -213,7 +213,8 @@ def test_same_signature_state_dict_and_export_as_stock():
     assert _arguments(InspectableDecoderLayer.forward) == _arguments(nn.TransformerDecoderLayer.forward)
     assert _arguments(InspectableDecoderLayer.__init__)[:-1] == _arguments(nn.TransformerDecoderLayer.__init__)
     assert _arguments(EncoderLayer.forward) == _arguments(nn.TransformerEncoderLayer.forward)
-    assert _arguments(EncoderLayer.__init__) == _arguments(nn.TransformerEncoderLayer.__init__)
+    assert _arguments(EncoderLayer.__init__)[:-1] == _arguments(nn.TransformerEncoderLayer.__init__)
+    assert _arguments(EncoderLayer.__init__)[-1] == ("record", False)
     assert _arguments(Transformer.forward) == _arguments(nn.Transformer.forward)
     stock, ours = _pair(False, True)
     assert list(ours.state_dict()) == list(stock.state_dict())
@@ -266,7 +267,7 @@ def test_recording_context_manager_restores_settings():
     decoder(tgt, memory)  # recording off again: records cleared
     with pytest.raises(ValueError, match="recording on"):
         cross_attention_weights(decoder)
-    with pytest.raises(ValueError, match="no InspectableDecoderLayer"), recording(nn.Linear(2, 2)):
+    with pytest.raises(ValueError, match="no EncoderLayer or InspectableDecoderLayer"), recording(nn.Linear(2, 2)):
         pass
 
 
@@ -436,6 +437,39 @@ def test_encoder_layer_equals_stock_outputs_and_gradients(norm_first, batch_firs
     expected, got = stock(src, **masks), ours(src2, **masks)
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
     _assert_same_gradients(stock, ours, expected, got, [(src, src2)])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_recording_encoder_layer_keeps_torchs_weights_and_output(norm_first):
+    """With record on, the layer's output is unchanged and it keeps the per-head weights torch's attention gives."""
+    torch.manual_seed(7)
+    cfg = dict(d_model=E, nhead=H, dim_feedforward=FF, dropout=0.0, norm_first=norm_first, batch_first=True)
+    stock = _perturbed(nn.TransformerEncoderLayer(**cfg)).eval()
+    ours = EncoderLayer(**cfg).eval()
+    ours.load_state_dict(stock.state_dict())
+    src, padding = torch.randn(N, S, E), _padding(SRC_LENGTHS, S)
+    assert ours.self_attn_weights is None
+    ours(src, src_key_padding_mask=padding)
+    assert ours.self_attn_weights is None  # record is off by default: nothing kept
+    with recording(ours):
+        got = ours(src, src_key_padding_mask=padding)
+    assert ours.record is False
+    reference = nn.MultiheadAttention(E, H, batch_first=True).eval()
+    reference.load_state_dict(ours.self_attn.state_dict())
+    queries = ours.norm1(src) if norm_first else src
+    _, expected_weights = reference(
+        queries, queries, queries, key_padding_mask=padding, need_weights=True, average_attn_weights=False
+    )
+    torch.testing.assert_close(ours.self_attn_weights, expected_weights, atol=1e-6, rtol=0)
+    real = ~padding
+    torch.testing.assert_close(got[real], stock(src, src_key_padding_mask=padding)[real], atol=1e-5, rtol=1e-5)
+    assert not ours.self_attn_weights.requires_grad
+    stack = Encoder(EncoderLayer(**cfg), 2)
+    with recording(stack):
+        stack(src, src_key_padding_mask=padding)
+    assert self_attention_weights(stack).shape == (2, N, H, S, S)
+    ours.clear_records()
+    assert ours.self_attn_weights is None
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

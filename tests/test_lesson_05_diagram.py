@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgba
 
-from helpers.plotting import transformer_diagram
+from helpers.viewing.plotting import transformer_diagram
 
 
 def test_layers_repeat_n_layers_times_not_n():

@@ -23,7 +23,7 @@ from pathlib import Path
 from course.corpus.grammar import SentencePair
 from course.corpus.lexicon import ADJECTIVES, NOUNS, VERBS
 from course.corpus.sampling import running_example, sample_sentence, subject_nouns
-from helpers.files import write_atomically
+from helpers.tools.files import write_atomically
 
 SEED = 2024
 N_TRAIN = 24_000

@@ -13,6 +13,6 @@ from course.exercises.feedback import Verdict
 __all__ = ["Verdict"]
 
 # Lesson 08's checks, importable from the package as well as from their module.
-from course.exercises.pretrained import check_previous_token_score, check_similarity_scores, check_stack_qkv
+from course.exercises.lesson08 import check_previous_token_score, check_similarity_scores, check_stack_qkv
 
 __all__ += ["check_previous_token_score", "check_similarity_scores", "check_stack_qkv"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course.exercises.scale import check_kv_cache_step, check_online_softmax_update, check_rotate_pairs
+from course.exercises.lesson07 import check_kv_cache_step, check_online_softmax_update, check_rotate_pairs
 from helpers import apply_rotary, online_softmax_update
 
 

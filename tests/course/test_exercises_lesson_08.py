@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 
 from course.exercises import check_previous_token_score as exported
-from course.exercises.pretrained import (
+from course.exercises.lesson08 import (
     check_previous_token_score,
     check_similarity_scores,
     check_stack_qkv,
     reference_previous_token_score,
     reference_similarity_scores,
 )
-from helpers.head_roles import role_sums, token_kinds
+from helpers.analysis.head_roles import role_sums, token_kinds
 
 
 def hint(check, fn) -> str:
@@ -62,7 +62,7 @@ def test_stack_qkv_not_attempted():
 
 # --- exercise 2: previous-token score -----------------------------------------------------------
 def test_previous_token_score_reference_agrees_with_head_roles():
-    # The exercise's reference and helpers.head_roles compute the same score.
+    # The exercise's reference and helpers.analysis.head_roles compute the same score.
     generator = torch.Generator().manual_seed(1)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     weights = torch.softmax(torch.randn(2, 3, 4, 4, generator=generator), dim=-1)

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_hint, not_attempted
 
-from course.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
-from course.exercises.qkv import check_cross_attention_inputs, check_linear_projection
-from course.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
+from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
+from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
 
 
 # ---------------------------------------------------------------------------------------------

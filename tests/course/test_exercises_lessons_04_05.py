@@ -11,19 +11,19 @@ import torch.nn.functional as F
 from conftest import not_attempted
 from torch import Tensor, nn
 
-from course.exercises.blocks import (
-    _decoder_inputs,
-    _decoder_variant,
-    check_decoder_layer_forward,
-    check_residual_block,
-)
-from course.exercises.multihead import (
+from course.exercises.lesson04 import (
     _mha_cases,
     _reference_mha,
     check_merge_heads,
     check_multi_head_attention,
     check_split_heads,
     reference_multi_head_attention,
+)
+from course.exercises.lesson05 import (
+    _decoder_inputs,
+    _decoder_variant,
+    check_decoder_layer_forward,
+    check_residual_block,
 )
 
 

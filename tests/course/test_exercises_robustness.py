@@ -14,12 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course.exercises.blocks import check_decoder_layer_forward, check_residual_block
-from course.exercises.embeddings import check_one_hot_lookup, check_positional_encoding
 from course.exercises.feedback import CHECK_BUG, Verdict
-from course.exercises.multihead import check_merge_heads, check_multi_head_attention, check_split_heads
-from course.exercises.qkv import check_cross_attention_inputs, check_linear_projection
-from course.exercises.scores import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
+from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
+from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.lesson04 import check_merge_heads, check_multi_head_attention, check_split_heads
+from course.exercises.lesson05 import check_decoder_layer_forward, check_residual_block
 
 
 def _mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
@@ -216,7 +216,7 @@ def test_a_verdict_shows_once_in_a_notebook():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     cells = [
-        "from course.exercises.embeddings import check_positional_encoding\n"
+        "from course.exercises.lesson01 import check_positional_encoding\n"
         "from helpers.embeddings import sinusoidal_positional_encoding as right",
         "check_positional_encoding(right)",
         "verdict = check_positional_encoding(lambda p, e: right(p, e) + 1)",

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from course import site
-from helpers.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, head_view_data
+from helpers.viewing.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, head_view_data
 
 
 def _head_view_output(model_id: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from course.exercises.translation import check_alignment_accuracy, check_teacher_forcing, reference_alignment_accuracy
+from course.exercises.lesson06 import check_alignment_accuracy, check_teacher_forcing, reference_alignment_accuracy
 from helpers.attention import causal_mask
 
 
@@ -159,7 +159,7 @@ def test_alignment_accuracy_more_mistakes_get_their_own_hints():
 
 def test_every_hint_of_the_alignment_case_is_reachable():
     """Each listed mistake gives its own number on the check's example, distinct from the right answer."""
-    from course.exercises.translation import _alignment_case, _mistakes
+    from course.exercises.lesson06 import _alignment_case, _mistakes
 
     attention, gold = _alignment_case()
     results = list(_mistakes(attention, gold).values())

@@ -1,0 +1,5 @@
+"""Models built from the course's ideas (``helpers.attention``, ``helpers.layers``, ``helpers.gpt``, …).
+
+- ``translation``: lesson 06's German→English encoder–decoder, its training, decoding, evaluation and command line
+- ``pretrained``: lesson 08's real pretrained encoder (all-MiniLM-L6-v2), rebuilt from the course's modules
+"""

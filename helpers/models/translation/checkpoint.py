@@ -1,0 +1,162 @@
+"""Saving and loading a trained translator: weights, config, both tokenizers and metrics in one file.
+
+The file is a ``torch.save`` of plain values only (tensors, str, numbers, lists, dicts), so it loads
+with ``torch.load(..., weights_only=True)``: opening a checkpoint never runs code from the file. Nor can a
+crafted config make loading allocate more than the file holds: its sizes are bounded (``CONFIG_LIMITS``)
+and the model it describes is first built without memory (on PyTorch's ``meta`` device) and compared,
+tensor by tensor, with the weights actually stored, before the real model is built.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from helpers.data.tokenization import Tokenizer
+from helpers.models.translation.config import TranslationConfig
+from helpers.models.translation.model import Seq2SeqTransformer
+from helpers.models.translation.translator import Translator
+from helpers.tools.files import atomic_target
+
+FORMAT = "attention-course translation checkpoint"
+VERSION = 1
+
+
+#: Largest model sizes a checkpoint may describe (far above anything a CPU course trains). Checked before the
+#: model is built, so a crafted config cannot ask for gigabytes (the positional table, max_len x d_model, is
+#: computed rather than stored, so it is bounded here alone).
+CONFIG_LIMITS = {
+    "d_model": 4096,
+    "heads": 128,
+    "encoder_layers": 48,
+    "decoder_layers": 48,
+    "feedforward": 32768,
+    "max_len": 8192,
+    "vocab_size": 1_000_000,
+}
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable translation checkpoint (truncated, foreign, or inconsistent)."""
+
+
+def save_checkpoint(
+    path: str | Path,
+    translator: Translator,
+    metrics: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``translator`` (and ``metrics``, ``info``: plain values) to ``path``, atomically.
+
+    ``training``: the state of an unfinished run (optimiser, step, data position, history; see
+    :func:`helpers.models.translation.training.train`), which makes the file a resume checkpoint.
+
+    The file is written under a temporary name in the same folder and renamed into place only when
+    complete, so an interrupted save never leaves a half-written checkpoint under the real name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": translator.model.config.to_dict(),
+        "weights": {name: tensor.detach().cpu() for name, tensor in translator.model.state_dict().items()},
+        "source_tokenizer": translator.source_tokenizer.to_json(),
+        "target_tokenizer": translator.target_tokenizer.to_json(),
+        "metrics": dict(metrics or {}),
+        "info": dict(info or {}),
+    }
+    if training is not None:
+        payload["training"] = training
+    with atomic_target(path) as temporary:  # readable by everyone the umask allows: a class shares it
+        torch.save(payload, temporary)
+    return path
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's contents as plain values, checked to be ours; raises :class:`CheckpointError`."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder; expected a checkpoint file written by `train --out`")
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        data = path.read_bytes()  # read first, so that a permission problem is reported as one, not as corruption
+    except OSError as error:
+        raise CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}") from error
+    try:
+        payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        # torch's own message advises retrying with weights_only=False, i.e. running code from the file: not ours.
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        raise CheckpointError(
+            f"{path} is refused: it holds Python objects{f' ({found.group(1)})' if found else ''}, not only plain "
+            "values (tensors, numbers, strings, lists, dicts), so it was not written by save_checkpoint and "
+            "loading it could run code from the file"
+        ) from None
+    except Exception as error:  # torch.load fails in many ways on a cut-off or foreign file: name them all one way
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (truncated, corrupt, or not written by torch.save "
+            f"with plain values): {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = sorted(map(str, payload))[:8] if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(
+            f"{path} is not a translation checkpoint: expected a dict with format {FORMAT!r} "
+            f"(written by helpers.models.translation.save_checkpoint), found {found}"
+        )
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')} is not supported (expected {VERSION})"
+        )
+    missing = [key for key in ("config", "weights", "source_tokenizer", "target_tokenizer") if key not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {missing}")
+    return payload
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str | None = None) -> tuple[Translator, dict[str, Any]]:
+    """Rebuild the translator saved at ``path``; returns it (in eval mode) and the checkpoint's contents."""
+    payload = read_checkpoint(path)
+    try:
+        config = TranslationConfig.from_dict(payload["config"])
+        source = Tokenizer.from_json(payload["source_tokenizer"])
+        target = Tokenizer.from_json(payload["target_tokenizer"])
+        _check_sizes(config, source.vocab_size, target.vocab_size, payload["weights"])
+        model = Seq2SeqTransformer(config, source.vocab_size, target.vocab_size)
+        model.load_state_dict(payload["weights"])
+    except (ValueError, TypeError, KeyError, RuntimeError) as error:
+        raise CheckpointError(f"{path}: inconsistent checkpoint: {error}") from error
+    model.to(device or "cpu").eval()
+    return Translator(model, source, target), payload
+
+
+def _check_sizes(config: TranslationConfig, source_vocab: int, target_vocab: int, weights: Any) -> None:
+    """Refuse a config larger than ``CONFIG_LIMITS`` or one whose model does not match the stored weights.
+
+    The model is built on the ``meta`` device (shapes only, no memory) and each of its tensors is compared
+    with the stored one, so the real model is built only when the file holds every number it needs.
+    """
+    sizes = {name: getattr(config, name) for name in CONFIG_LIMITS if name != "vocab_size"}
+    sizes |= {"source vocabulary": source_vocab, "target vocabulary": target_vocab}
+    for name, value in sizes.items():
+        limit = CONFIG_LIMITS.get(name, CONFIG_LIMITS["vocab_size"])
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+            raise ValueError(f"{name} {value!r} is outside 1..{limit:,}; refusing to build such a model")
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise ValueError("the weights must be a dict of tensors")
+    with torch.device("meta"):
+        expected = Seq2SeqTransformer(config, source_vocab, target_vocab).state_dict()
+    for name, tensor in expected.items():
+        stored = weights.get(name)
+        if stored is None or stored.shape != tensor.shape:
+            found = "missing" if stored is None else f"of shape {tuple(stored.shape)}"
+            raise ValueError(
+                f"the config describes {name} of shape {tuple(tensor.shape)}, but the stored weight is {found}"
+            )

@@ -1,0 +1,536 @@
+"""The command line: ``.venv/bin/python -m helpers.models.translation train | evaluate | translate``.
+
+Run it with the course's own interpreter (``.venv/bin/python``, made by ``make setup``), from the
+repository's folder::
+
+    .venv/bin/python -m helpers.models.translation train --corpus captions --epochs 3 --out runs/captions.pt
+    .venv/bin/python -m helpers.models.translation train --corpus multi30k --download --minutes 60 --out runs/m30k.pt
+    .venv/bin/python -m helpers.models.translation train --corpus multi30k --data-dir /data/multi30k --out runs/m30k.pt
+    .venv/bin/python -m helpers.models.translation evaluate --checkpoint runs/m30k.pt --split test --json
+    .venv/bin/python -m helpers.models.translation translate --checkpoint runs/m30k.pt "Ein Hund läuft im Schnee."
+    .venv/bin/python -m helpers.models.translation translate --checkpoint runs/m30k.pt --input in.de > out.en
+    .venv/bin/python -m helpers.models.translation train --resume runs/m30k.resume.pt --out runs/m30k.pt  # continue
+    .venv/bin/torchrun --standalone --nproc_per_node 2 -m helpers.models.translation train --corpus multi30k \
+        --out runs/m30k.pt
+
+Multi30k is read from ``--data-dir``, else from the folder in the environment variable
+``MULTI30K_DIR``, else from the download cache; ``--download`` fetches missing files there
+(checksummed). Every option is checked before anything is loaded or trained, and ``--out`` is
+checked to be writable before training starts, so a mistake costs seconds, not an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from helpers.data.corpus import ParallelCorpus, load_corpus, missing_multi30k_files
+from helpers.models.translation import distributed
+from helpers.models.translation.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from helpers.models.translation.config import LESSON_CONFIG, TranslationConfig
+from helpers.models.translation.evaluation import evaluate
+from helpers.models.translation.pipeline import build_translator, fit
+
+#: Model and training settings per corpus (each can be overridden by a flag).
+#: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
+#: multi30k: real captions need sub-words (BPE) and a wider model. Tuned for 10-60 minutes on one CPU core
+#: (benchmarks/RESULTS.md, "Multi30k"): 4,000 sub-words rather than 6,000 (13 % more steps in the same time, as
+#: good a score), the output layer tied to the English embedding, and a shorter warm-up to a higher peak, since a
+#: 30-minute run has only about 1,500 steps.
+PRESETS: dict[str, TranslationConfig] = {
+    "captions": replace(LESSON_CONFIG, eval_every=500),
+    "multi30k": TranslationConfig(
+        tokenizer="bpe",
+        vocab_size=4000,
+        d_model=256,
+        heads=8,
+        encoder_layers=3,
+        decoder_layers=3,
+        feedforward=512,
+        dropout=0.1,
+        tie_output_embedding=True,
+        steps=4000,
+        batch_tokens=3000,
+        lr=2e-3,
+        warmup_steps=200,
+        eval_every=250,
+        val_sentences=300,
+    ),
+}
+CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi30k"}
+#: The smallest vocabulary that holds a word besides the four special tokens (<pad>, <bos>, <eos>, <unk>).
+MIN_VOCAB_SIZE = 5
+
+
+class CommandLineError(Exception):
+    """A problem with what the user asked for; printed as ``error: message``, exit status 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Option types: each checks one value while the command line is parsed, before anything loads,
+# and says what was expected. Reuse them for new options.
+# ---------------------------------------------------------------------------------------------
+def _number(text: str, kind: type) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= low``."""
+
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {low}, got {text}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"  # what argparse names in its own messages
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number greater than 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a probability in [0, 1) (dropout: 1 would drop everything)."""
+    value = _number(text, float)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        try:  # combinations of options (d_model divisible by heads) are checked before anything loads, too
+            args.config = _train_config(args)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return args.run(args)
+    except PermissionError as error:
+        print(f"error: permission denied: {error.filename or error}", file=sys.stderr)
+    except FileNotFoundError as error:  # before OSError: ours carry a message that says what to do
+        print(f"error: {error}", file=sys.stderr)
+    except OSError as error:  # a full disk, a vanished folder: the file and the reason, not a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+    except (CommandLineError, CheckpointError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.models.translation",
+        description="Train, evaluate and use a German->English transformer (the course's lesson 06 model).",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads for PyTorch (default: PyTorch's choice; 1 is often fastest for the small "
+        "captions model on a busy machine)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where to run: 'auto' (default) takes a CUDA GPU when PyTorch sees one, else the CPU; "
+        "on a GPU, training runs in bfloat16 autocast",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,translate}")
+
+    train = commands.add_parser(
+        "train",
+        help="train a model and save the best checkpoint",
+        description="Train on a corpus's training split, validate BLEU on its validation split, "
+        "and keep the best weights in --out (rewritten whenever validation improves).",
+    )
+    train.add_argument(
+        "--corpus",
+        choices=sorted(CORPUS_NAMES),
+        default="captions",
+        help="'captions' (alias 'course'): the course's own corpus; 'multi30k': real captions",
+    )
+    train.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder with the corpus files (default: data/captions; for multi30k $MULTI30K_DIR if set, "
+        "else the download cache)",
+    )
+    _add_download(train)
+    length = train.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=positive_float, help="train for this many minutes of wall-clock time")
+    length.add_argument("--epochs", type=positive_int, help="train for this many passes over the training split")
+    length.add_argument(
+        "--steps", type=positive_int, help="train for this many optimiser steps (default: the preset's)"
+    )
+    train.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="checkpoint file to write (the best weights; checked before training); the run's state for --resume "
+        "goes beside it, in OUT's name with .resume before the suffix",
+    )
+    train.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="continue the run whose state this file holds (written every --save-minutes, at each validation "
+        "and at the end): same model, optimiser, schedule, step and data position, same end",
+    )
+    train.add_argument(
+        "--save-minutes",
+        type=positive_float,
+        default=5.0,
+        help="write the resume state at least this often (default 5), so that a killed run loses little",
+    )
+    train.add_argument(
+        "--accumulate",
+        type=positive_int,
+        default=1,
+        help="batches whose gradients each optimiser step averages (default 1); under torchrun each process "
+        "takes this many, so P processes with --accumulate 1 equal one process with --accumulate P",
+    )
+    train.add_argument(
+        "--limit", type=positive_int, default=None, help="use only the first N training pairs (quick trials)"
+    )
+    for flag, field, kind, note in [
+        ("--tokenizer", "tokenizer", str, ""),
+        ("--vocab-size", "vocab_size", int_at_least(MIN_VOCAB_SIZE), ""),
+        ("--d-model", "d_model", positive_int, ""),
+        ("--heads", "heads", positive_int, "; must divide --d-model"),
+        ("--encoder-layers", "encoder_layers", positive_int, ""),
+        ("--decoder-layers", "decoder_layers", positive_int, ""),
+        ("--feedforward", "feedforward", positive_int, ""),
+        ("--dropout", "dropout", fraction, "; in [0, 1)"),
+        ("--batch-tokens", "batch_tokens", positive_int, ""),
+        ("--lr", "lr", positive_float, ""),
+        ("--warmup-steps", "warmup_steps", non_negative_int, ""),
+        ("--eval-every", "eval_every", non_negative_int, "; 0 = only at the end"),
+        ("--val-sentences", "val_sentences", positive_int, ""),
+        ("--seed", "seed", non_negative_int, ""),
+    ]:
+        train.add_argument(
+            flag,
+            dest=field,
+            type=kind,
+            default=None,
+            choices=["word", "bpe"] if field == "tokenizer" else None,
+            help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
+            f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}",
+        )
+    train.add_argument(
+        "--tie-output-embedding",
+        dest="tie_output_embedding",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one table for the English embedding and the output layer (captions: "
+        f"{PRESETS['captions'].tie_output_embedding}, multi30k: {PRESETS['multi30k'].tie_output_embedding})",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(run=run_train)
+
+    evaluate_ = commands.add_parser(
+        "evaluate",
+        help="score a checkpoint with sacreBLEU (BLEU, chrF)",
+        description="Translate a split of the checkpoint's corpus and score it with "
+        "sacreBLEU; prints BLEU, chrF and sacreBLEU's signature.",
+    )
+    evaluate_.add_argument("--checkpoint", required=True, type=Path)
+    evaluate_.add_argument("--split", choices=["train", "val", "test"], default="test")
+    evaluate_.add_argument(
+        "--corpus", choices=sorted(CORPUS_NAMES), default=None, help="default: the corpus the checkpoint was trained on"
+    )
+    evaluate_.add_argument(
+        "--data-dir", default=None, help="default: the folder used for training (multi30k: else $MULTI30K_DIR)"
+    )
+    _add_download(evaluate_)
+    evaluate_.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy; 4 = beam search)")
+    evaluate_.add_argument("--limit", type=positive_int, default=None, help="score only the first N sentences")
+    evaluate_.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (bleu, chrf, signature, chrf_signature, sentences, ...)",
+    )
+    evaluate_.set_defaults(run=run_evaluate)
+
+    translate = commands.add_parser(
+        "translate",
+        help="translate German sentences to English",
+        description="Translate sentences given as arguments, or one per line from "
+        "--input FILE ('-' for standard input); writes one translation a line.",
+    )
+    translate.add_argument("sentences", nargs="*", help="German sentences (quote each)")
+    translate.add_argument("--checkpoint", required=True, type=Path)
+    translate.add_argument(
+        "--input", default=None, help="UTF-8 text file with one German sentence a line, '-' for standard input"
+    )
+    translate.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy; 4 = beam search)")
+    translate.add_argument("--batch-size", type=positive_int, default=250, help="sentences decoded together")
+    translate.set_defaults(run=run_translate)
+    return parser
+
+
+def _add_download(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--download",
+        action="store_true",
+        help="multi30k: fetch missing files (about 5 MB, SHA-256 checked) into --data-dir, $MULTI30K_DIR or the "
+        "download cache",
+    )
+
+
+def _train_config(args: argparse.Namespace) -> TranslationConfig:
+    """The preset with the options given; raises ValueError for a combination that cannot work."""
+    overrides = {
+        field: value
+        for field, value in vars(args).items()
+        if field in TranslationConfig.__dataclass_fields__ and value is not None
+    }
+    return replace(PRESETS[CORPUS_NAMES[args.corpus]], **overrides)
+
+
+def check_writable(path: Path) -> None:
+    """Make sure a checkpoint can be written at ``path`` (creating its folder): probe it before training.
+
+    Raises :class:`CommandLineError` ``cannot write checkpoint PATH: reason``. The probe writes and removes
+    a temporary file in the folder, which is what saving does (then renames it over ``path``).
+    """
+    if path.is_dir():
+        raise CommandLineError(
+            f"cannot write checkpoint {path}: it is a folder; give a file name such as {path}/model.pt"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if isinstance(error, (FileExistsError, NotADirectoryError)):
+            reason = f"{reason} (a part of the folder path is a file, not a folder)"
+        raise CommandLineError(f"cannot write checkpoint {path}: {reason}") from None
+
+
+def _load(corpus_name: str, split: str, data_dir: str | None, download: bool) -> ParallelCorpus:
+    """Load one split; missing Multi30k files get advice in command-line terms."""
+    if corpus_name == "multi30k" and not download:
+        folder, missing = missing_multi30k_files(split, data_dir)
+        if missing:
+            raise CommandLineError(
+                f"Multi30k files {', '.join(missing)} not found in {folder}"
+                f"{' (or changed since they were downloaded)' if data_dir is None else ''}. Add --download to "
+                "fetch them (checksummed), or point --data-dir (or the environment variable MULTI30K_DIR) at a "
+                "folder holding the six task-1 raw files (train, val, test_2016_flickr x de, en, .gz)."
+            )
+    return load_corpus(corpus_name, split, data_dir, download=download)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    ranks = distributed.ranks_from_environment()  # several under torchrun, else one
+    device = distributed.choose_device(args.device, ranks)
+    distributed.start(ranks, device)
+    finished = False
+    try:
+        status = _train(args, ranks, device)
+        finished = True
+        return status
+    finally:
+        distributed.stop(finished)
+
+
+def resume_path(out: Path) -> Path:
+    """Where a run writing ``out`` keeps its resume state: ``runs/m30k.pt`` -> ``runs/m30k.resume.pt``."""
+    return out.with_name(f"{out.stem}.resume{out.suffix or '.pt'}")
+
+
+def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.device) -> int:
+    overrides = {
+        field: value
+        for field, value in vars(args).items()
+        if field in TranslationConfig.__dataclass_fields__ and value is not None
+    }
+    check_writable(args.out)  # before minutes of loading and an hour of training
+    resume = None
+    if args.resume is not None:
+        given = sorted(overrides) + [flag for flag in ("steps", "epochs", "minutes", "limit") if getattr(args, flag)]
+        if given:
+            raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
+        translator, payload = load_checkpoint(args.resume, device=device)
+        if "training" not in payload:
+            raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
+        resume, info = payload["training"], payload["info"]
+        corpus_name, data_dir, limit = info["corpus"], info["data_dir"], info.get("limit")
+    else:
+        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus], args.data_dir, args.limit
+    train_corpus = _limited(_load(corpus_name, "train", data_dir, args.download), limit)
+    val_corpus = _load(corpus_name, "val", data_dir, args.download)
+    if resume is None:
+        config = args.config if "config" in args else _train_config(args)
+        translator = build_translator(train_corpus, config, device)
+        info = {
+            "corpus": corpus_name,
+            "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
+            "train_pairs": len(train_corpus),
+            "limit": limit,
+            "parameters": translator.model.num_parameters(),
+        }
+    say = ranks.is_main  # one voice and one writer: rank 0
+    if say:
+        print(
+            f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
+            f"on {device} x {ranks.world_size} process(es); vocabularies {translator.source_tokenizer.vocab_size} "
+            f"(de) / {translator.target_tokenizer.vocab_size} (en)"
+            + (f"; resuming at step {resume['step']}" if resume else ""),
+            file=sys.stderr,
+        )
+
+    def keep_best(_model, history) -> None:  # the best weights so far are on disk even if training is cut short
+        save_checkpoint(
+            args.out, translator, {"best_val_bleu": history.best_score, "best_step": history.best_step}, info
+        )
+
+    def keep_state(state: dict) -> None:  # the current weights and everything else a resumed run needs
+        save_checkpoint(resume_path(args.out), translator, {"step": state["step"]}, info, training=state)
+
+    history = fit(
+        translator,
+        train_corpus,
+        val_corpus,
+        steps=args.steps,
+        epochs=args.epochs,
+        minutes=args.minutes,
+        progress=not args.quiet,
+        on_best=keep_best,
+        accumulate=args.accumulate,
+        resume=resume,
+        on_state=keep_state,
+        state_every_minutes=args.save_minutes,
+    )
+    if say:
+        metrics = {**history.to_dict(), "val_bleu": history.best_score}
+        save_checkpoint(args.out, translator, metrics, info)
+        print(
+            f"best validation BLEU {history.best_score:.2f} at step {history.best_step} of {history.steps_done}"
+            f" ({history.seconds:.0f} s); saved {args.out}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    translator, payload = load_checkpoint(args.checkpoint, device=distributed.choose_device(args.device))
+    info = payload.get("info", {})
+    corpus_name = CORPUS_NAMES[args.corpus] if args.corpus else info.get("corpus", "captions")
+    data_dir = (
+        args.data_dir
+        if args.data_dir is not None
+        else (info.get("data_dir") if corpus_name == info.get("corpus") else None)
+    )
+    corpus = _limited(_load(corpus_name, args.split, data_dir, args.download), args.limit)
+    start = time.perf_counter()
+    scores, _ = evaluate(translator, corpus, beam_size=args.beam)
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    **scores.to_dict(),
+                    "corpus": corpus_name,
+                    "split": args.split,
+                    "beam": args.beam,
+                    "seconds": round(seconds, 2),
+                }
+            )
+        )
+    else:
+        print(f"{corpus_name} {args.split}: {scores} [{seconds:.1f} s, beam {args.beam}]")
+    return 0
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    if args.input is not None and args.sentences:
+        raise ValueError("give sentences as arguments or --input FILE, not both")
+    if args.input is None and not args.sentences:
+        raise ValueError("nothing to translate: give sentences as arguments or --input FILE ('-' for standard input)")
+    sentences = _read_sentences(args.input) if args.input is not None else list(args.sentences)
+    translator, _ = load_checkpoint(args.checkpoint, device=distributed.choose_device(args.device))
+    # Empty lines stay empty lines, so output line i always translates input line i.
+    keep = [i for i, s in enumerate(sentences) if s]
+    outputs = [""] * len(sentences)
+    if keep:
+        translations = translator.translate(
+            [sentences[i] for i in keep], beam_size=args.beam, batch_size=args.batch_size
+        )
+        for i, text in zip(keep, translations, strict=True):
+            outputs[i] = text
+    sys.stdout.write("".join(f"{line}\n" for line in outputs))
+    return 0
+
+
+def _read_sentences(source: str) -> list[str]:
+    """Lines of a UTF-8 file, or of standard input for ``-``; errors name the file, the line and the encoding."""
+    name = "standard input" if source == "-" else source
+    try:
+        if source == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+        else:
+            raw = Path(source).read_bytes()
+    except IsADirectoryError:
+        raise CommandLineError(
+            f"--input {source} is a folder; expected a UTF-8 text file, one sentence a line"
+        ) from None
+    except FileNotFoundError:
+        raise CommandLineError(f"--input {source}: no such file") from None
+    except OSError as error:
+        raise CommandLineError(f"cannot read --input {source}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise CommandLineError(
+            f"{name}: line {line} is not valid UTF-8 (byte {raw[error.start]:#04x}); the input must be UTF-8 text "
+            "(a file saved as Latin-1 or Windows-1252 can be converted with `iconv -f latin1 -t utf-8`)"
+        ) from None
+    return [line.strip() for line in text.splitlines()]
+
+
+def _limited(corpus: ParallelCorpus, limit: int | None) -> ParallelCorpus:
+    if limit is None:
+        return corpus
+    if limit < 1:  # the parser checks --limit; a resumed run reads it from its checkpoint
+        raise ValueError(f"--limit must be positive, got {limit}")
+    gold = corpus.alignments[:limit] if corpus.alignments is not None else None
+    return ParallelCorpus(corpus.name, corpus.split, corpus.de[:limit], corpus.en[:limit], gold)

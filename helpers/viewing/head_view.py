@@ -1,0 +1,437 @@
+"""The head view: every layer's and head's attention weights, interactive in the browser, offline.
+
+``head_view(weights, query_tokens, key_tokens, kind=...)`` returns a widget that shows token rows with
+a line per (head, query, key) whose opacity is the weight, or a heatmap, with a layer selector, one
+colour per head, hover-a-token-to-see-only-its-weights, click-a-head-to-isolate-it and a grid of
+layer × head thumbnails (click one to open it). The drawing is JavaScript that ships in this package
+(``helpers/viewing/static/head_view.js`` and ``.css``); nothing is fetched from the network.
+
+Where it works, and how:
+
+* **JupyterLab** (live, and when a saved notebook is reopened): an anywidget. Its JavaScript and data
+  travel in the widget state, which nbclient saves in the notebook (``metadata.widgets``), so a committed
+  lesson shows the view before any cell runs, and hovering needs no kernel (it all happens in the browser).
+  JupyterLab draws a saved notebook's widgets only once the notebook is trusted (a learner's own run, or
+  ``jupyter trust``); until then it shows the PNG below.
+* **Exported HTML, offline**: ``jupyter nbconvert --to html`` on its own loads the widget manager from a
+  CDN (unpkg) and require.js and MathJax from cdnjs, so widgets are blank offline. ``export_html(lesson)``
+  instead replaces each head view by a self-contained ``<div>`` + ``<script>`` built from this package's
+  JavaScript and the saved state, turns the other widgets into static snapshots of what they showed, and
+  loads no remote script: the page works from a USB stick. ``OfflineWidgets`` is the nbconvert
+  preprocessor that does it, usable from the command line too.
+* **PDF, GitHub, nbval**: the output also carries a PNG (the layer × head grid of ``helpers.viewing.plotting``)
+  and a text/plain line with shapes only (no address, no random id), which nbval compares.
+
+Shapes: weights are (h, L, S) for one layer, (layers, h, L, S), or a list over layers of (h, L, S);
+L query tokens (rows), S key tokens (columns); every weight in [0, 1].
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import io
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import anywidget
+import matplotlib.pyplot as plt
+import torch
+import traitlets
+from torch import Tensor
+
+from helpers.viewing.plotting import head_grid
+
+STATIC = Path(__file__).resolve().parent / "static"  # shipped as package data (pyproject.toml)
+KINDS = ("self", "causal", "cross")
+VIEWS = ("lines", "heatmap", "grid")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+# The anywidget id of HeadView in saved widget state (anywidget writes module.ClassName there).
+HEAD_VIEW_ID = "helpers.viewing.head_view.HeadView"
+_EXPORT_LINE = "export default { render };"
+_DECIMALS = 3  # weights travel rounded: enough for opacity and colour, and keeps notebooks small
+
+
+# ---------------------------------------------------------------------------------------------
+# The data: validated weights and tokens as the front end receives them
+# ---------------------------------------------------------------------------------------------
+def _stack_layers(weights) -> Tensor:
+    """(h, L, S), (layers, h, L, S) or a list over layers of (h, L, S) -> (layers, h, L, S) float64 CPU."""
+    if isinstance(weights, (list, tuple)):
+        if not weights:
+            raise ValueError("weights is an empty list: expected one (h, L, S) tensor per layer")
+        layers = [torch.as_tensor(w).detach() for w in weights]
+        for i, w in enumerate(layers):
+            if w.dim() != 3:
+                raise ValueError(
+                    f"layer {i} of the weights has shape {tuple(w.shape)}; each layer must be (h, L, S) "
+                    "(for recorded (N, h, L, S) weights pick one sentence, e.g. w[0])"
+                )
+            if w.shape != layers[0].shape:
+                raise ValueError(
+                    f"every layer must have the same (h, L, S) shape: layer 0 is {tuple(layers[0].shape)}, "
+                    f"layer {i} is {tuple(w.shape)}"
+                )
+        stacked = torch.stack(layers)
+    else:
+        stacked = torch.as_tensor(weights).detach()
+        if stacked.dim() == 3:
+            stacked = stacked.unsqueeze(0)
+        if stacked.dim() != 4:
+            raise ValueError(
+                f"expected weights of shape (h, L, S), (layers, h, L, S) or a list of (h, L, S), got shape "
+                f"{tuple(stacked.shape)} (for recorded (N, h, L, S) weights pick one sentence, e.g. w[0])"
+            )
+    return stacked.double().cpu()
+
+
+def head_view_data(
+    weights,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
+    *,
+    kind: str = "self",
+    layer_names: Sequence[str] | None = None,
+    title: str = "",
+) -> dict:
+    """Check the inputs and return the state the browser draws from.
+
+    ``weights``: (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S), each entry in [0, 1].
+    ``kind``: "self" (L = S, the keys are the queries' own tokens), "causal" (masked self-attention: also
+    zero above the diagonal) or "cross" (queries from the target, keys from the source; ``key_tokens``
+    needed). Returns a dict of plain lists: weights as [layer][head][query][key] rounded to 3 decimals.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    stacked = _stack_layers(weights)
+    layers, heads, L, S = stacked.shape
+    query_tokens = [str(t) for t in query_tokens]
+    if key_tokens is None:
+        if kind == "cross":
+            raise ValueError("cross-attention needs key_tokens: the source tokens the queries look at")
+        key_tokens = query_tokens
+    key_tokens = [str(t) for t in key_tokens]
+    if len(query_tokens) != L or len(key_tokens) != S:
+        raise ValueError(
+            f"weights of shape (layers, h, L, S) = {(layers, heads, L, S)} need L = {L} query tokens and "
+            f"S = {S} key tokens, got {len(query_tokens)} and {len(key_tokens)}"
+        )
+    if kind != "cross" and L != S:
+        raise ValueError(f"{kind} attention has as many keys as queries (L = S), got L = {L}, S = {S}")
+    if heads == 0 or L == 0 or S == 0:
+        raise ValueError(f"nothing to show: weights have shape (layers, h, L, S) = {(layers, heads, L, S)}")
+    if not torch.isfinite(stacked).all():
+        raise ValueError("weights contain NaN or infinity (a query whose keys are all masked gives NaN rows)")
+    if stacked.min() < -1e-6 or stacked.max() > 1 + 1e-6:
+        raise ValueError(
+            f"attention weights lie in [0, 1], got values from {float(stacked.min()):.3g} to "
+            f"{float(stacked.max()):.3g} (pass softmax outputs, not scores)"
+        )
+    if kind == "causal":
+        future = stacked.triu(diagonal=1)  # (layers, h, L, S): weight on keys after the query
+        if future.abs().max() > 1e-6:
+            raise ValueError(
+                "causal weights must be zero above the diagonal (query i may not see key j > i); "
+                "use kind='self' for unmasked self-attention"
+            )
+    if layer_names is None:
+        layer_names = [f"layer {i}" for i in range(layers)]
+    layer_names = [str(name) for name in layer_names]
+    if len(layer_names) != layers:
+        raise ValueError(f"got {len(layer_names)} layer names for {layers} layers")
+    rounded = (stacked.clamp(0, 1) * 10**_DECIMALS).round() / 10**_DECIMALS
+    return {
+        "kind": kind,
+        "title": str(title),
+        "query_tokens": query_tokens,
+        "key_tokens": key_tokens,
+        "layer_names": layer_names,
+        "weights": rounded.tolist(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The widget
+# ---------------------------------------------------------------------------------------------
+class HeadView(anywidget.AnyWidget):
+    """The head view widget (build it with ``head_view``). Synced state as in ``head_view_data``, plus
+    ``layer``, ``head`` (-1: all heads) and ``view`` ("lines", "heatmap" or "grid"), which clicks change."""
+
+    _esm = STATIC / "head_view.js"
+    _css = STATIC / "head_view.css"
+    kind = traitlets.Unicode("self").tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    query_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    key_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    layer_names = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    weights = traitlets.List().tag(sync=True)  # [layer][head][query][key]
+    layer = traitlets.Int(0).tag(sync=True)
+    head = traitlets.Int(-1).tag(sync=True)
+    view = traitlets.Unicode("lines").tag(sync=True)
+
+    @traitlets.validate("layer")
+    def _valid_layer(self, proposal):
+        if not 0 <= proposal["value"] < max(1, len(self.weights)):
+            raise traitlets.TraitError(f"layer must be in 0..{len(self.weights) - 1}, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("head")
+    def _valid_head(self, proposal):
+        heads = len(self.weights[0]) if self.weights else 0
+        if not -1 <= proposal["value"] < max(1, heads):
+            raise traitlets.TraitError(f"head must be -1 (all heads) or in 0..{heads - 1}, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("view")
+    def _valid_view(self, proposal):
+        if proposal["value"] not in VIEWS:
+            raise traitlets.TraitError(f"view must be one of {VIEWS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    def shape(self) -> tuple[int, int, int, int]:
+        """(layers, h, L, S) of the weights shown."""
+        return len(self.weights), len(self.weights[0]), len(self.query_tokens), len(self.key_tokens)
+
+    def __repr__(self) -> str:
+        # Shapes only: stable across runs and machines, so nbval can compare it.
+        layers, heads, L, S = self.shape()
+        return f"HeadView(kind={self.kind!r}, layers={layers}, heads={heads}, queries={L}, keys={S})"
+
+    def figure(self):
+        """The static fallback: every layer × head as heatmaps on one colour scale (helpers.viewing.plotting)."""
+        return fallback_figure(self.state())
+
+    def state(self) -> dict:
+        """The data as ``head_view_data`` returns it (plus the current layer, head and view)."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "kind",
+                "title",
+                "query_tokens",
+                "key_tokens",
+                "layer_names",
+                "weights",
+                "layer",
+                "head",
+                "view",
+            )
+        }
+
+    def _repr_mimebundle_(self, **kwargs):
+        data, metadata = super()._repr_mimebundle_(**kwargs)
+        # A PNG for front ends without widgets (PDF via LaTeX, GitHub); JupyterLab prefers the widget.
+        data["image/png"] = fallback_png(self.state())
+        return data, metadata
+
+
+def head_view(
+    weights,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
+    *,
+    kind: str = "self",
+    layer_names: Sequence[str] | None = None,
+    title: str = "",
+    view: str = "lines",
+) -> HeadView:
+    """An interactive view of every layer and head of one attention (see the module docstring).
+
+    ``weights``: (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S), for one sentence.
+    ``query_tokens`` (L) label the rows, ``key_tokens`` (S) the columns (default: the query tokens).
+    ``kind``: "self", "causal" (masked self-attention) or "cross". ``view``: the view shown first,
+    "lines", "heatmap" or "grid" (all layers × heads). The title defaults to a sentence about ``kind``.
+    """
+    data = head_view_data(weights, query_tokens, key_tokens, kind=kind, layer_names=layer_names, title=title)
+    return HeadView(**data, view=view)
+
+
+# ---------------------------------------------------------------------------------------------
+# Static fallbacks: a PNG, and a self-contained HTML fragment for exported pages
+# ---------------------------------------------------------------------------------------------
+def fallback_figure(state: dict):
+    """The layer × head grid of heatmaps for ``state`` (as ``head_view_data`` returns it)."""
+    weights = torch.tensor(state["weights"], dtype=torch.float32)  # (layers, h, L, S)
+    heading = {"self": "self-attention", "causal": "masked self-attention", "cross": "cross-attention"}
+    return head_grid(
+        weights,
+        state["query_tokens"],
+        state["key_tokens"],
+        title=state.get("title") or heading[state["kind"]],
+        panel_size=max(1.6, min(3.0, 0.16 * max(weights.shape[-2:]))),
+    )
+
+
+def fallback_png(state: dict) -> str:
+    """``fallback_figure`` as a base64 PNG, the form notebooks store images in."""
+    fig = fallback_figure(state)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=72)
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _script_safe_json(value) -> str:
+    # "</" would end the <script> element early; "<\/" is the same string to JSON.parse.
+    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+
+
+def standalone_html(state: dict) -> str:
+    """A <div> that draws the head view for ``state`` with inline JavaScript and CSS: no widget manager,
+    no kernel, no network. The element is found with document.currentScript, so no ids are needed."""
+    script = (STATIC / "head_view.js").read_text(encoding="utf-8")
+    if _EXPORT_LINE not in script:
+        raise RuntimeError(f"head_view.js must end with {_EXPORT_LINE!r}, which the standalone page replaces")
+    script = script.replace(_EXPORT_LINE, "")
+    css = (STATIC / "head_view.css").read_text(encoding="utf-8")
+    keys = ("kind", "title", "query_tokens", "key_tokens", "layer_names", "weights", "layer", "head", "view")
+    data = {name: state[name] for name in keys if name in state}
+    data.setdefault("layer", 0)
+    data.setdefault("head", -1)
+    data.setdefault("view", "lines")
+    return (
+        '<div class="hv-standalone">\n'
+        f"<style>{css}</style>\n"
+        "<script>\n(function () {\n"
+        f"{script}\n"
+        "var el = document.currentScript.parentElement;\n"
+        f"render({{ model: staticModel({_script_safe_json(data)}), el: el }});\n"
+        "})();\n</script>\n</div>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Offline HTML export
+# ---------------------------------------------------------------------------------------------
+def _widget_models(nb) -> dict:
+    widgets = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {})
+    return widgets.get("state", {})
+
+
+def _snapshot_html(model_id: str, models: dict) -> str:
+    """What a non-head-view widget showed when the notebook was saved, as plain HTML.
+
+    Output areas give their saved figures and text, labels and HTML widgets their value, controls
+    "description: value"; boxes their children in order. The controls no longer do anything: their
+    callbacks need a kernel.
+    """
+    model = models.get(model_id, {}).get("state", {})
+    name = model.get("_model_name", "")
+    if name == "OutputModel":
+        parts = []
+        for output in model.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" in data:
+                parts.append(f'<img src="data:image/png;base64,{data["image/png"]}">')
+            elif output.get("output_type") == "stream":
+                parts.append(f"<pre>{html.escape(''.join(output.get('text', '')))}</pre>")
+            elif "text/plain" in data:
+                parts.append(f"<pre>{html.escape(''.join(data['text/plain']))}</pre>")
+        return "".join(parts)
+    if "children" in model:
+        inner = "".join(_snapshot_html(child.removeprefix("IPY_MODEL_"), models) for child in model["children"])
+        direction = "row" if name == "HBoxModel" else "column"
+        return f'<div style="display:flex;flex-direction:{direction};gap:4px">{inner}</div>'
+    if name in ("HTMLModel", "HTMLMathModel"):
+        return f"<div>{model.get('value', '')}</div>"
+    if "value" in model:
+        label = f"{model.get('description', '')}: " if model.get("description") else ""
+        value = model["value"]
+        if name.endswith("ProgressModel"):
+            return ""  # tqdm's bar: the HTML widgets beside it already say how far it got
+        if "_options_labels" in model and isinstance(value, int) and 0 <= value < len(model["_options_labels"]):
+            value = model["_options_labels"][value]
+        return f"<div>{html.escape(label + str(value))}</div>"
+    return ""
+
+
+def make_offline(nb) -> None:
+    """Rewrite a notebook (nbformat node, in place) so that an HTML export needs nothing from a CDN.
+
+    Head views become ``standalone_html``; other widgets become static snapshots of what they showed
+    (marked as such); the saved widget state is then dropped, so the exporter includes no widget manager.
+    """
+    models = _widget_models(nb)
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW not in data:
+                continue
+            model_id = data[WIDGET_VIEW].get("model_id", "")
+            state = models.get(model_id, {}).get("state")
+            if state is None:
+                del data[WIDGET_VIEW]  # never saved: the exporter falls back on the other formats
+                continue
+            if state.get("_anywidget_id") == HEAD_VIEW_ID:
+                data["text/html"] = standalone_html(state)
+            else:
+                snapshot = _snapshot_html(model_id, models)
+                data["text/html"] = (
+                    '<div class="widget-snapshot" title="saved snapshot: the controls need a running kernel">'
+                    f"{snapshot}</div>"
+                )
+            data.pop("image/png", None)
+            del data[WIDGET_VIEW]
+    nb.get("metadata", {}).pop("widgets", None)
+
+
+@functools.cache
+def _offline_widgets_class():
+    # Built on first use: importing nbconvert costs seconds, and `import helpers` should not pay for it.
+    from nbconvert.preprocessors import Preprocessor
+
+    class OfflineWidgets(Preprocessor):
+        """nbconvert preprocessor that runs ``make_offline``: head views self-contained, no widget manager.
+
+        From the command line (``export_html`` does the same)::
+
+            jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.viewing.head_view.OfflineWidgets \\
+                --HTMLExporter.require_js_url= --HTMLExporter.mathjax_url= LESSON.ipynb
+        """
+
+        def preprocess(self, nb, resources):
+            make_offline(nb)
+            return nb, resources
+
+    OfflineWidgets.__module__ = __name__
+    return OfflineWidgets
+
+
+def __getattr__(name: str):
+    # `helpers.viewing.head_view.OfflineWidgets` (what nbconvert's --HTMLExporter.preprocessors imports) is made lazily.
+    if name == "OfflineWidgets":
+        return _offline_widgets_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# Scripts and style sheets an HTML page would fetch from elsewhere (plain links to read are fine).
+_REMOTE_FETCH = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//[^\"']+", re.IGNORECASE)
+
+
+def export_html(notebook: str | Path, html_path: str | Path | None = None) -> Path:
+    """Export an executed notebook to one HTML file that works offline, head views included.
+
+    Unlike plain ``jupyter nbconvert --to html``, the page loads no widget manager, require.js or
+    MathJax from a CDN (formulas stay as TeX source). Returns the path written (default: beside the
+    notebook, ``.html``).
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    notebook = Path(notebook)
+    html_path = Path(html_path) if html_path is not None else notebook.with_suffix(".html")
+    nb = nbformat.read(notebook, as_version=4)
+    # An empty URL makes the template's <script src=""> fetch nothing (HTML: an empty src is an error).
+    exporter = HTMLExporter(require_js_url="", mathjax_url="")
+    exporter.register_preprocessor(_offline_widgets_class()(), enabled=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
+    remote = _REMOTE_FETCH.findall(body)
+    if remote or "html-manager" in body:
+        raise RuntimeError(f"the export would still fetch {remote or 'a widget manager'}: it would not work offline")
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(body, encoding="utf-8")
+    return html_path

@@ -1,0 +1,368 @@
+"""The command line, end to end on tiny models and small slices (seconds, not minutes)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.models.translation import cli, load_checkpoint, save_checkpoint
+from helpers.models.translation.checkpoint import CheckpointError
+from helpers.models.translation.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"
+TINY = [
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--feedforward",
+    "32",
+    "--val-sentences",
+    "8",
+    "--quiet",
+]
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("cli") / "captions.pt"
+    assert main(["train", "--corpus", "captions", "--steps", "4", "--limit", "200", "--out", str(out), *TINY]) == 0
+    return out
+
+
+def test_train_writes_a_checkpoint_with_config_tokenizers_and_metrics(checkpoint):
+    translator, payload = load_checkpoint(checkpoint)
+    assert payload["config"]["d_model"] == 16 and payload["config"]["tokenizer"] == "word"
+    assert payload["info"]["corpus"] == "captions" and payload["info"]["train_pairs"] == 200
+    assert payload["metrics"]["steps"] == 4 and "val_bleu" in payload["metrics"]
+    assert translator.source_tokenizer.vocab_size > 4
+
+
+def test_evaluate_prints_json_with_bleu_chrf_and_signature(checkpoint, capsys):
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--split", "test", "--limit", "20", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "signature"} <= set(result)
+    assert result["sentences"] == 20 and "version:" in result["signature"]
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--split", "val", "--limit", "5", "--beam", "4"]) == 0
+    assert "BLEU" in capsys.readouterr().out
+
+
+def test_translate_arguments_file_and_stdin_give_one_line_per_sentence(checkpoint, capsys, tmp_path, monkeypatch):
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    assert main(["translate", "--checkpoint", str(checkpoint), *sentences]) == 0
+    from_args = capsys.readouterr().out.splitlines()
+    assert len(from_args) == 2
+    source = tmp_path / "in.de"
+    source.write_text("\n".join([sentences[0], "", sentences[1]]) + "\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(source)]) == 0
+    from_file = capsys.readouterr().out.splitlines()
+    assert from_file == [from_args[0], "", from_args[1]]  # line i translates line i, blank stays blank
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(sentences) + "\n"))
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", "-", "--beam", "4"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_bad_input_gets_a_clear_error(tmp_path, capsys):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": 1}, foreign)
+    assert main(["translate", "--checkpoint", str(foreign), "Ein Satz."]) == 2
+    assert "not a translation checkpoint" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(foreign)]) == 2
+    assert "nothing to translate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--corpus", "captions", "--minutes", "1", "--epochs", "1", "--out", str(tmp_path / "x.pt")])
+
+
+def test_help_documents_every_command(capsys):
+    result = subprocess.run(
+        [sys.executable, "-m", "helpers.models.translation", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # the real `python -m` entry point
+    assert result.returncode == 0 and "{train,evaluate,translate}" in result.stdout
+    for command in ("train", "evaluate", "translate"):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == 0
+        assert f"usage: python -m helpers.models.translation {command}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    train_help = capsys.readouterr().out
+    assert "--minutes" in train_help and "--epochs" in train_help and "multi30k" in train_help
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="Multi30k files not present at ../shared/data/multi30k")
+def test_multi30k_trains_evaluates_and_translates_from_the_shared_folder(tmp_path, capsys):
+    out = tmp_path / "m30k.pt"
+    assert (
+        main(
+            [
+                "train",
+                "--corpus",
+                "multi30k",
+                "--data-dir",
+                str(MULTI30K),
+                "--steps",
+                "2",
+                "--limit",
+                "300",
+                "--vocab-size",
+                "300",
+                "--batch-tokens",
+                "600",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
+    _, payload = load_checkpoint(out)
+    assert payload["config"]["tokenizer"] == "bpe" and payload["info"]["corpus"] == "multi30k"
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["corpus"] == "multi30k"
+    assert main(["translate", "--checkpoint", str(out), "Ein Mann fährt Fahrrad."]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12: bad input is refused before anything loads, with a message
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--minutes", "-1"], "argument --minutes: expected a number greater than 0, got -1"),
+        (["--minutes", "0"], "argument --minutes: expected a number greater than 0, got 0"),
+        (["--steps", "-5"], "argument --steps: expected an integer of at least 1, got -5"),
+        (["--steps", "0"], "argument --steps: expected an integer of at least 1, got 0"),
+        (["--epochs", "-2"], "argument --epochs: expected an integer of at least 1, got -2"),
+        (["--epochs", "0"], "argument --epochs: expected an integer of at least 1, got 0"),
+        (["--heads", "0"], "argument --heads: expected an integer of at least 1, got 0"),
+        (["--heads", "3"], "d_model (64) must be divisible by heads (3)"),
+        (["--vocab-size", "0"], "argument --vocab-size: expected an integer of at least 5, got 0"),
+        (["--eval-every", "-1"], "argument --eval-every: expected an integer of at least 0, got -1"),
+        (["--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
+        (["--lr", "nan"], "argument --lr: expected a finite number, got 'nan'"),
+        (["--limit", "0"], "argument --limit: expected an integer of at least 1, got 0"),
+        (["--batch-tokens", "ten"], "argument --batch-tokens: expected an integer, got 'ten'"),
+        (["--tokenizer", "chars"], "argument --tokenizer: invalid choice: 'chars'"),
+    ],
+)
+def test_train_options_are_checked_before_anything_loads(options, expected, tmp_path, capsys, monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the corpus was loaded before the options were checked")
+
+    monkeypatch.setattr(cli, "load_corpus", no_loading)
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--out", str(tmp_path / "x.pt"), *options])
+    assert exit_.value.code == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--threads", "-1", "translate", "--checkpoint", "x.pt", "Satz."],
+        ["--threads", "0", "translate", "--checkpoint", "x.pt", "Satz."],
+        ["translate", "--checkpoint", "x.pt", "--beam", "0", "Satz."],
+        ["translate", "--checkpoint", "x.pt", "--batch-size", "-3", "Satz."],
+        ["evaluate", "--checkpoint", "x.pt", "--limit", "-1"],
+    ],
+)
+def test_other_numeric_options_are_checked_in_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "expected an integer of at least 1" in capsys.readouterr().err
+
+
+def _refuse_training(monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("training data was loaded although --out cannot be written")
+
+    monkeypatch.setattr(cli, "load_corpus", no_loading)
+
+
+def test_out_that_is_a_folder_or_below_a_file_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+    assert main(["train", "--out", str(tmp_path), "--steps", "1"]) == 2
+    assert f"error: cannot write checkpoint {tmp_path}: it is a folder" in capsys.readouterr().err
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    assert main(["train", "--out", str(regular / "sub" / "m.pt"), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot write checkpoint {regular / 'sub' / 'm.pt'}: " in err
+    assert "a part of the folder path is a file" in err and ".part" not in err
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "Permission denied"),
+        (OSError(errno.EROFS, "Read-only file system"), "Read-only file system"),
+    ],
+)
+def test_unwritable_or_read_only_out_is_refused_before_training(error, reason, tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+
+    def refuse(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(cli.tempfile, "mkstemp", refuse)  # root can write anywhere: simulate what users see
+    out = tmp_path / "runs" / "m.pt"
+    assert main(["train", "--out", str(out), "--steps", "1"]) == 2
+    assert f"error: cannot write checkpoint {out}: {reason}" in capsys.readouterr().err
+
+
+def test_writable_out_leaves_no_probe_behind(tmp_path):
+    cli.check_writable(tmp_path / "new" / "m.pt")
+    assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_checkpoint_follows_the_umask_so_a_class_can_read_it(checkpoint, tmp_path):
+    translator, _ = load_checkpoint(checkpoint)
+    previous = os.umask(0o022)
+    try:
+        save_checkpoint(tmp_path / "shared.pt", translator)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "shared.pt").stat().st_mode) == 0o644
+
+
+def test_unreadable_checkpoint_is_a_permission_error_not_corruption(checkpoint, monkeypatch, capsys):
+    real_read_bytes = Path.read_bytes
+
+    def deny(path):  # root reads anything: simulate what another account sees
+        if path == checkpoint:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", deny)
+    assert main(["translate", "--checkpoint", str(checkpoint), "Ein Hund."]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read checkpoint {checkpoint}: Permission denied" in err and "corrupt" not in err
+
+
+def test_translate_input_errors_name_file_line_and_encoding(checkpoint, tmp_path, capsys, monkeypatch):
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path)]) == 2
+    assert f"--input {tmp_path} is a folder; expected a UTF-8 text file" in capsys.readouterr().err
+    latin = tmp_path / "latin.de"
+    latin.write_bytes("Ein Hund läuft.\nEine Frau singt über Bäume.\n".encode("latin-1"))
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(latin)]) == 2
+    assert f"{latin}: line 1 is not valid UTF-8 (byte 0xe4); the input must be UTF-8" in capsys.readouterr().err
+    stdin = io.TextIOWrapper(io.BytesIO(b"Ein Hund.\nEine Frau singt \xfcber B\xe4ume.\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", "-"]) == 2
+    assert "standard input: line 2 is not valid UTF-8 (byte 0xfc)" in capsys.readouterr().err
+
+
+def _crafted(checkpoint: Path, tmp_path: Path, **config) -> Path:
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["config"] = {**payload["config"], **config}
+    path = tmp_path / "crafted.pt"
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"max_len": 10**9}, "max_len 1000000000 is outside 1..8,192"),
+        ({"d_model": 2**20, "heads": 2}, "d_model 1048576 is outside 1..4,096"),
+        ({"encoder_layers": 10**6}, "encoder_layers 1000000 is outside 1..48"),
+        ({"d_model": 4096, "heads": 2}, "the config describes src_embedding"),  # within bounds, but not the file's
+    ],
+)
+def test_crafted_config_is_refused_before_the_model_is_built(checkpoint, tmp_path, config, expected):
+    path = _crafted(checkpoint, tmp_path, **config)
+    with pytest.raises(CheckpointError, match=re.escape(expected)):
+        _load_with_meta_only(path)
+
+
+def _load_with_meta_only(path: Path):
+    """load_checkpoint, with the real build forbidden but the meta-device (shapes only) build allowed."""
+    import helpers.models.translation.checkpoint as checkpoint_module
+    from helpers.models.translation.model import Seq2SeqTransformer
+
+    def meta_only(*args, **kwargs):
+        if torch.empty(0).device.type != "meta":
+            raise AssertionError("the model was built with real memory from an unchecked config")
+        return Seq2SeqTransformer(*args, **kwargs)
+
+    checkpoint_module.Seq2SeqTransformer = meta_only
+    try:
+        return checkpoint_module.load_checkpoint(path)
+    finally:
+        checkpoint_module.Seq2SeqTransformer = Seq2SeqTransformer
+
+
+def test_refused_pickle_does_not_pass_on_torchs_advice(tmp_path, capsys):
+    path = tmp_path / "pickled.pt"
+    torch.save({"format": "attention-course translation checkpoint", "thing": _Pickled()}, path)
+    assert main(["translate", "--checkpoint", str(path), "Ein Hund."]) == 2
+    err = capsys.readouterr().err
+    assert "is refused: it holds Python objects" in err and "could run code" in err
+    assert "weights_only" not in err and "still be loaded" not in err
+
+
+class _Pickled:
+    """Any class: torch.load(weights_only=True) refuses to rebuild it."""
+
+
+def test_missing_multi30k_files_name_command_line_options(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    argv = ["train", "--corpus", "multi30k", "--data-dir", str(tmp_path / "none"), "--out", str(tmp_path / "m.pt")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--download" in err and "--data-dir" in err and "MULTI30K_DIR" in err
+    assert "data_dir=" not in err and "download=True" not in err and "load_corpus" not in err
+
+
+def test_download_option_and_multi30k_dir_reach_the_loader(tmp_path, monkeypatch):
+    calls = []
+
+    def record(name, split, data_dir=None, download=False):
+        calls.append((name, split, data_dir, download))
+        raise FileNotFoundError("stop here")
+
+    monkeypatch.setattr(cli, "load_corpus", record)
+    main(["train", "--corpus", "multi30k", "--download", "--out", str(tmp_path / "m.pt")])
+    assert calls == [("multi30k", "train", None, True)]
+    monkeypatch.setenv("MULTI30K_DIR", str(MULTI30K_FIXTURE))  # six fixture files: nothing is missing
+    calls.clear()
+    main(["evaluate", "--checkpoint", str(tmp_path / "none.pt"), "--corpus", "multi30k"])  # no checkpoint: stops
+    assert calls == []
+    assert cli.missing_multi30k_files("test")[1] == []
+
+
+def test_module_docstring_and_help_use_the_venv_python_and_no_shared_folder(capsys):
+    assert "../shared" not in cli.__doc__
+    for line in cli.__doc__.splitlines():
+        if "-m helpers.models.translation" in line:
+            assert ".venv/bin/python -m helpers.models.translation" in line or ".venv/bin/torchrun" in line, line
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--download" in capsys.readouterr().out

@@ -1,0 +1,236 @@
+"""The head view: the state it sends to the browser, its checks on shapes, its fallbacks and the offline export.
+
+What the JavaScript does with that state is tested in a real browser (tests/test_browser.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+import helpers
+from helpers.viewing.head_view import (
+    HEAD_VIEW_ID,
+    STATIC,
+    HeadView,
+    export_html,
+    fallback_png,
+    head_view_data,
+    make_offline,
+    standalone_html,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = ["Eine", "Mutter", "und", "ihr", "Sohn"]
+TARGET = ["A", "mother", "and", "her", "son", "<eos>"]
+
+
+def softmax_weights(*shape, seed=0):
+    return torch.softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)), dim=-1)
+
+
+def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens():
+    weights = softmax_weights(2, 3, 5, 5)  # (layers, h, L, S)
+    view = helpers.viewing.head_view(weights, TOKENS)
+    assert isinstance(view, HeadView)
+    assert (view.kind, view.query_tokens, view.key_tokens) == ("self", TOKENS, TOKENS)
+    assert view.layer_names == ["layer 0", "layer 1"]
+    assert (view.layer, view.head, view.view) == (0, -1, "lines")
+    sent = torch.tensor(view.weights, dtype=torch.float64)
+    assert sent.shape == (2, 3, 5, 5)
+    torch.testing.assert_close(sent, weights.double(), atol=5e-4, rtol=0)  # rounded to 3 decimals
+    # Everything synced to the front end is JSON (what nbclient saves in metadata.widgets).
+    synced = view.get_state()
+    json.dumps({name: synced[name] for name in ("weights", "query_tokens", "key_tokens", "layer_names", "kind")})
+    assert synced["_anywidget_id"] == HEAD_VIEW_ID
+    assert "export default" in synced["_esm"] and ".hv-root" in synced["_css"]
+
+
+def test_a_list_of_layers_and_a_single_layer_are_accepted():
+    layers = [softmax_weights(4, 6, 5, seed=s) for s in range(3)]  # each (h, L, S)
+    view = helpers.viewing.head_view(layers, TARGET, TOKENS, kind="cross", layer_names=["dec 0", "dec 1", "dec 2"])
+    assert view.shape() == (3, 4, 6, 5)
+    torch.testing.assert_close(
+        torch.tensor(view.weights[2], dtype=torch.float64), layers[2].double(), atol=5e-4, rtol=0
+    )
+    assert helpers.viewing.head_view(softmax_weights(2, 5, 5), TOKENS).shape() == (1, 2, 5, 5)
+
+
+def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(1, 5, 8)
+    _, weights = mha(x, x, x, average_attn_weights=False)  # (N, h, L, S)
+    view = helpers.viewing.head_view(weights[0], TOKENS)
+    torch.testing.assert_close(
+        torch.tensor(view.weights[0], dtype=torch.float64), weights[0].double().detach(), atol=5e-4, rtol=0
+    )
+
+
+@pytest.mark.parametrize(
+    ("weights", "query_tokens", "key_tokens", "kind", "message"),
+    [
+        (softmax_weights(5, 5), TOKENS, None, "self", r"expected weights of shape \(h, L, S\)"),
+        (softmax_weights(1, 2, 3, 5, 5), TOKENS, None, "self", "pick one sentence"),
+        ([softmax_weights(2, 5, 5), softmax_weights(3, 5, 5)], TOKENS, None, "self", "same .* shape"),
+        ([], TOKENS, None, "self", "empty list"),
+        (softmax_weights(2, 5, 5), TOKENS[:4], None, "self", "need L = 5 query tokens"),
+        (softmax_weights(2, 6, 5), TARGET, None, "cross", "cross-attention needs key_tokens"),
+        (softmax_weights(2, 6, 5), TARGET, TOKENS, "self", r"L = S"),
+        (softmax_weights(2, 5, 5), TOKENS, None, "causal", "zero above the diagonal"),
+        (torch.randn(2, 5, 5), TOKENS, None, "self", "softmax outputs, not scores"),
+        (torch.full((2, 5, 5), float("nan")), TOKENS, None, "self", "NaN"),
+        (softmax_weights(2, 5, 5), TOKENS, None, "sideways", "kind must be one of"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(weights, query_tokens, key_tokens, kind, message):
+    with pytest.raises(ValueError, match=message):
+        helpers.viewing.head_view(weights, query_tokens, key_tokens, kind=kind)
+
+
+def test_layer_names_must_match_the_layers():
+    with pytest.raises(ValueError, match="2 layer names for 3 layers"):
+        head_view_data(softmax_weights(3, 2, 5, 5), TOKENS, layer_names=["a", "b"])
+
+
+def test_causal_weights_are_accepted_when_the_future_is_masked():
+    future = torch.ones(5, 5, dtype=torch.bool).triu(diagonal=1)
+    scores = torch.randn(2, 5, 5).masked_fill(future, float("-inf"))
+    view = helpers.viewing.head_view(torch.softmax(scores, dim=-1), TOKENS, kind="causal")
+    assert torch.tensor(view.weights, dtype=torch.float64).triu(diagonal=1).abs().max() == 0
+
+
+def test_selection_is_validated_like_the_front_end_expects():
+    view = helpers.viewing.head_view(softmax_weights(2, 3, 5, 5), TOKENS)
+    view.layer, view.head, view.view = 1, 2, "grid"
+    assert (view.layer, view.head, view.view) == (1, 2, "grid")
+    for name, value in [("layer", 2), ("head", 3), ("head", -2), ("view", "3d")]:
+        with pytest.raises(Exception, match=name):
+            setattr(view, name, value)
+
+
+def test_text_repr_is_stable_for_nbval_and_the_bundle_carries_a_png_fallback():
+    view = helpers.viewing.head_view(softmax_weights(2, 4, 6, 5), TARGET, TOKENS, kind="cross")
+    again = helpers.viewing.head_view(softmax_weights(2, 4, 6, 5, seed=1), TARGET, TOKENS, kind="cross")
+    expected = "HeadView(kind='cross', layers=2, heads=4, queries=6, keys=5)"
+    assert repr(view) == repr(again) == expected  # shapes only: no address, no id, no numbers
+    data, _ = view._repr_mimebundle_()
+    assert data["text/plain"] == expected
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == view.model_id
+    assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
+
+
+def test_fallback_figure_is_the_layer_by_head_grid():
+    view = helpers.viewing.head_view(softmax_weights(2, 3, 5, 5), TOKENS)
+    fig = view.figure()
+    # 2 x 3 heatmaps and one shared colour bar
+    assert len(fig.axes) == 2 * 3 + 1
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["layer 0, head 0", "layer 0, head 1", "layer 0, head 2"]
+    png = base64.b64decode(fallback_png(view.state()))
+    assert png.startswith(b"\x89PNG") and len(png) > 5_000
+
+
+def test_standalone_html_embeds_the_script_and_the_data_without_any_remote_reference():
+    view = helpers.viewing.head_view(softmax_weights(1, 2, 5, 5), ["</script>", *TOKENS[1:]])
+    page = standalone_html(view.state())
+    assert "export default { render };" not in page  # a classic inline script, not a module
+    assert "staticModel(" in page and "render(" in page
+    assert page.count("</script>") == 1  # the token "</script>" is escaped inside the data
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    data = json.loads(page.split("staticModel(", 2)[2].split("), el")[0].replace("<\\/", "</"))
+    assert data["query_tokens"][0] == "</script>" and data["weights"] == view.weights
+
+
+def test_package_data_ships_the_static_files():
+    # A non-editable install only carries files that pyproject.toml lists as package data.
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    listed = {path for pattern in package_data["helpers"] for path in (ROOT / "helpers").glob(pattern)}
+    assert {STATIC / "head_view.js", STATIC / "head_view.css"} <= listed
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory) -> Path:
+    """A notebook with a head view and an ordinary widget, executed by nbclient as `make notebooks` does."""
+    from nbclient import NotebookClient
+
+    cells = [
+        "import torch, ipywidgets\nfrom helpers import head_view\n"
+        "w = torch.softmax(torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)), dim=-1)",
+        "head_view(w, ['a', 'b', 'c', 'd'])",
+        "ipywidgets.IntSlider(value=3, description='steps')",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    path = tmp_path_factory.mktemp("executed") / "lesson.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(executed, tmp_path):
+    nb = nbformat.read(executed, as_version=4)
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    head_views = [m["state"] for m in state.values() if m["state"].get("_anywidget_id") == HEAD_VIEW_ID]
+    assert len(head_views) == 1 and len(head_views[0]["weights"]) == 2  # what JupyterLab redraws without a kernel
+    assert nb.cells[1].outputs[0]["data"]["text/plain"] == "HeadView(kind='self', layers=2, heads=3, queries=4, keys=4)"
+
+    html = export_html(executed, tmp_path / "out" / "lesson.html").read_text()
+    assert html.count('class="hv-standalone"') == 1
+    assert "steps: 3" in html  # the other widget, as a snapshot
+    assert "application/vnd.jupyter.widget-state+json" not in html and "html-manager" not in html
+    for cdn in ("unpkg.com", "jsdelivr", 'src="https://cdnjs'):
+        assert cdn not in html
+
+
+def test_pdf_export_shows_the_png_fallback(executed):
+    # nbconvert's LaTeX (PDF) exporter cannot show widgets; it must pick the head view's PNG.
+    from nbconvert import LatexExporter
+
+    body, resources = LatexExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    assert "output_1_0.png" in resources["outputs"] and "output_1_0.png" in body
+    assert resources["outputs"]["output_1_0.png"].startswith(b"\x89PNG")
+
+
+def test_plain_nbconvert_html_would_fetch_the_widget_manager_from_a_cdn(executed):
+    # Why export_html exists: the default exporter keeps widget views for a CDN-loaded manager.
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    assert "html-manager" in body and "unpkg.com" in body
+    assert 'class="hv-standalone"' not in body
+
+
+def test_make_offline_leaves_notebooks_without_widgets_alone():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
+    before = json.dumps(nb, sort_keys=True)
+    make_offline(nb)
+    assert json.dumps(nb, sort_keys=True) == before
+
+
+def test_the_offline_preprocessor_works_from_nbconvert_options(executed):
+    # What `jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.viewing.head_view.OfflineWidgets ...` runs.
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        preprocessors=["helpers.viewing.head_view.OfflineWidgets"], require_js_url="", mathjax_url=""
+    )
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    assert body.count('class="hv-standalone"') == 1 and "html-manager" not in body
+
+
+def test_importing_helpers_does_not_import_nbconvert():
+    # nbconvert takes seconds to import; only the export functions need it.
+    import subprocess
+    import sys
+
+    code = "import sys, helpers; print('nbconvert' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
