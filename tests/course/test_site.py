@@ -51,15 +51,26 @@ def _lesson(folder: Path, name: str, title: str, *, head_view: bool = False, exe
     return path
 
 
-@pytest.fixture
-def lessons(tmp_path):
-    folder = tmp_path / "notebooks"
+def _three_lessons(folder: Path) -> Path:
     folder.mkdir()
     _lesson(folder, "02_second.ipynb", "Lesson 02: The second", head_view=True)
     _lesson(folder, "01_first.ipynb", "Lesson 01: The first")
     _lesson(folder, "10_tenth.ipynb", "Lesson 10: The tenth")  # any NN_ lesson counts, none is listed anywhere
     (folder / "scratch.ipynb").write_text((folder / "01_first.ipynb").read_text())  # not a lesson: no NN_
     return folder
+
+
+@pytest.fixture
+def lessons(tmp_path):
+    return _three_lessons(tmp_path / "notebooks")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One site of the three lessons, for the tests that only read it."""
+    root = tmp_path_factory.mktemp("built")
+    out = root / "site"
+    return out, site.build(out, _three_lessons(root / "notebooks"), readme=None)
 
 
 def test_lessons_are_every_numbered_notebook_in_file_name_order(lessons):
@@ -82,9 +93,8 @@ def test_the_readme_table_gives_the_summary_where_it_has_a_row(lessons, tmp_path
     assert "<td>use <code>nn.Linear</code></td>" in (tmp_path / "site" / "index.html").read_text()
 
 
-def test_build_writes_a_landing_page_lesson_pages_a_pager_and_a_sidebar(lessons, tmp_path):
-    out = tmp_path / "site"
-    built = site.build(out, lessons, readme=None)
+def test_build_writes_a_landing_page_lesson_pages_a_pager_and_a_sidebar(built):
+    out, built = built
     pages = [lesson.page for lesson in built]
     index = (out / "index.html").read_text()
     assert re.findall(r'class="site-lesson-link" href="([^"]+)"', index) == pages
@@ -112,9 +122,8 @@ def test_build_writes_a_landing_page_lesson_pages_a_pager_and_a_sidebar(lessons,
     assert (out / site.STATIC / "site.js").exists() and (out / site.STATIC / "site.css").exists()
 
 
-def test_the_search_index_has_each_section_with_its_anchor(lessons, tmp_path):
-    out = tmp_path / "site"
-    site.build(out, lessons, readme=None)
+def test_the_search_index_has_each_section_with_its_anchor(built):
+    out, _ = built
     text = (out / site.STATIC / "search-index.js").read_text()
     entries = json.loads(text.removeprefix("window.COURSE_SEARCH = ").rstrip().removesuffix(";"))
     zebra = [e for e in entries if "zebrafish 02_second" in e["text"]]
