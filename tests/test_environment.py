@@ -24,7 +24,8 @@ def _name_and_spec(requirement: str) -> tuple[str, str]:
 
 def _pyproject() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + project["optional-dependencies"]["test"]
+    extras = project["optional-dependencies"]
+    requirements = project["dependencies"] + extras["test"] + extras["grading"]
     return dict(_name_and_spec(r) for r in requirements)
 
 
