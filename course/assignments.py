@@ -54,7 +54,6 @@ import argparse
 import ast
 import copy
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence

@@ -20,6 +20,7 @@ For each handed-in notebook the checker
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import io
 import json
@@ -286,19 +287,15 @@ def _processes_with(token: str) -> list[int]:
 def kill_survivors(token: str, session: int | None) -> None:
     """SIGKILL the supervisor's process group and every process that carries the notebook's token."""
     if session is not None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(session, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     for _ in range(20):
         alive = _processes_with(token)
         if not alive:
             return
         for pid in alive:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.05)
 
 
@@ -428,13 +425,14 @@ def run_submission(
     verdicts = {}
     for index, entry in result.get("verdicts", {}).items():
         exercise = graded.get(int(index))
-        if exercise is not None and entry.get("function") == exercise.function:
-            if entry.get("status") in ("pass", "wrong", "not attempted", "error"):
-                verdicts[exercise.function] = entry
+        genuine = exercise is not None and entry.get("function") == exercise.function
+        if genuine and entry.get("status") in ("pass", "wrong", "not attempted", "error"):
+            verdicts[exercise.function] = entry
     problem = result.get("problem")
-    if result.get("dropped_output_bytes"):
-        note = f"{result['dropped_output_bytes']:,} bytes of output over the {OUTPUT_CAP_BYTES:,}-byte cap were dropped"
-        problem = f"{problem}; {note}" if problem else None
+    if problem and result.get("dropped_output_bytes"):
+        problem += (
+            f"; {result['dropped_output_bytes']:,} bytes of output over the {OUTPUT_CAP_BYTES:,}-byte cap dropped"
+        )
     return report(exercises, verdicts, problem)
 
 

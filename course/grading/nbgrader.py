@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
 
-__all__ = ["CONFIG_TEMPLATE", "ReleaseCopyError", "RefuseReleaseCopies", "write_config"]
+__all__ = ["CONFIG_TEMPLATE", "RefuseReleaseCopies", "ReleaseCopyError", "write_config"]
 
 CONFIG_TEMPLATE = Path(__file__).with_name("nbgrader_config.template")
 

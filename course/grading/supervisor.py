@@ -93,6 +93,8 @@ def kill_descendants(root: int) -> int:
 def _client_class():
     from nbclient import NotebookClient
 
+    from course.grading import VERDICT_MIME
+
     class CappedClient(NotebookClient):
         """A NotebookClient that keeps at most ``output_cap`` bytes of outputs and drops the rest."""
 
@@ -101,6 +103,8 @@ def _client_class():
         dropped_bytes = 0
 
         def output(self, outs, msg, display_id, cell_index):
+            if VERDICT_MIME in msg.get("content", {}).get("data", {}):  # a verdict is always kept
+                return super().output(outs, msg, display_id, cell_index)
             size = len(json.dumps(msg.get("content", {}), default=str))
             if self.kept_bytes + size > self.output_cap:
                 self.dropped_bytes += size
