@@ -665,6 +665,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds a whole notebook may run (default: %(default)s)",
     )
     check_parser.add_argument(
+        "--output-cap",
+        type=_positive_int,
+        default=10_000_000,
+        help="bytes of cell outputs kept per notebook; more is dropped (default: %(default)s)",
+    )
+    check_parser.add_argument(
         "--out",
         type=Path,
         default=Path("grades"),
@@ -685,7 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "check":
             from course.grading.checker import check_command
 
-            return check_command(args.submissions, args.timeout, args.notebook_timeout, args.out, args.notebooks)
+            return check_command(
+                args.submissions, args.timeout, args.notebook_timeout, args.out, args.notebooks, args.output_cap
+            )
         else:
             _list(args.notebooks)
     except ReleaseError as error:

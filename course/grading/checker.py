@@ -347,6 +347,7 @@ def run_submission(
     timeout_s: int = 600,
     notebook_timeout_s: int | None = None,
     notebooks_dir: str | Path | None = None,
+    output_cap: int = OUTPUT_CAP_BYTES,
 ) -> SubmissionReport:
     """Run one handed-in notebook as ``CHECK_ISOLATION`` says; a row for every exercise of its lesson.
 
@@ -411,7 +412,7 @@ def run_submission(
             "cell_numbers": numbers,
             "timeout_s": timeout_s,
             "notebook_timeout_s": notebook_timeout_s,
-            "output_cap": OUTPUT_CAP_BYTES,
+            "output_cap": output_cap,
             "work": str(work),
             "env": env,
             "key": key,
@@ -430,9 +431,7 @@ def run_submission(
             verdicts[exercise.function] = entry
     problem = result.get("problem")
     if problem and result.get("dropped_output_bytes"):
-        problem += (
-            f"; {result['dropped_output_bytes']:,} bytes of output over the {OUTPUT_CAP_BYTES:,}-byte cap dropped"
-        )
+        problem += f"; {result['dropped_output_bytes']:,} bytes of output over the {output_cap:,}-byte cap dropped"
     return report(exercises, verdicts, problem)
 
 
@@ -469,7 +468,12 @@ def totals(results: Sequence[CheckResult]) -> list[list[str]]:
 
 
 def check_command(
-    paths: Sequence[Path], timeout_s: int, notebook_timeout_s: int | None, out_dir: Path, notebooks_dir: Path
+    paths: Sequence[Path],
+    timeout_s: int,
+    notebook_timeout_s: int | None,
+    out_dir: Path,
+    notebooks_dir: Path,
+    output_cap: int = OUTPUT_CAP_BYTES,
 ) -> int:
     """Check every notebook: rows on stdout (TSV), gradebook.csv and totals.csv in ``out_dir``; 1 if any error."""
     from helpers.tools.files import write_atomically
@@ -479,7 +483,7 @@ def check_command(
     sys.stdout.flush()
     results: list[CheckResult] = []
     for path in paths:
-        report = run_submission(path, timeout_s, notebook_timeout_s, notebooks_dir)
+        report = run_submission(path, timeout_s, notebook_timeout_s, notebooks_dir, output_cap)
         for result in report.results:
             out.writerow(_row(result))
         sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
