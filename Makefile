@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(if $(VENV_MOVED),rm -rf $(VENV))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,site]'
+	$(BIN)/python -m pip install --quiet -e '.[test,site,grading]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -54,14 +54,8 @@ import argparse
 import ast
 import copy
 import json
-import math
-import os
 import re
-import secrets
-import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +64,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines
 
+from course.grading.checker import CHECK_ISOLATION, CheckResult, SubmissionReport, check_submission, run_submission
 from helpers.tools.files import write_atomically
 
 __all__ = [
@@ -261,11 +256,25 @@ def _refuse_markers_outside_code(cell: NotebookNode) -> None:
             )
 
 
+# A paragraph that tells a self-learner where the folded solution is ("The reference solution in the cell below is
+# folded away: ... click the bar ..."): untrue in a copy that holds no solution, so copies drop it.
+_FOLDED_NOTE = re.compile(r"\bfolded\b.*\bsolution|\bsolution\b.*\bfolded\b", re.IGNORECASE | re.DOTALL)
+
+
+def drop_folded_notes(markdown: str) -> str:
+    """``markdown`` without its paragraphs that speak of a folded solution (blank-line separated)."""
+    paragraphs = re.split(r"\n[ \t]*\n", markdown)
+    kept = [paragraph for paragraph in paragraphs if not _FOLDED_NOTE.search(paragraph)]
+    return markdown if len(kept) == len(paragraphs) else "\n\n".join(kept).rstrip("\n")
+
+
 def _student_cell(cell: NotebookNode) -> NotebookNode:
     """One kept cell as students get it; raises ``_MarkerProblem`` for any marker problem."""
     student = _clean_cell(cell)
     if cell.cell_type != "code":
         _refuse_markers_outside_code(cell)
+        if cell.cell_type == "markdown":
+            student.source = drop_folded_notes(student.source)
         return student
     student.source, regions = strip_solutions(cell.source)
     if regions:
@@ -392,13 +401,16 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
 # ---------------------------------------------------------------------------------------------
 # nbgrader: the same lessons as nbgrader source notebooks
 # ---------------------------------------------------------------------------------------------
-def _graded_check(source: str) -> tuple[str, int] | None:
+def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | None:
     """The check cell's text made into an nbgrader test, and how many checks it calls.
 
-    nbgrader scores a test cell by whether it raises; the course's checks print a verdict and
-    return it. So each top-level check call keeps its verdict (``_verdict_1 = check_...(...)``)
-    and a last line asserts that all of them passed, after every check has printed its hint.
-    None when the cell calls no ``check_*`` function (or has magics or invalid Python).
+    nbgrader scores a test cell by whether it raises; the course's checks print a verdict and return
+    it. So the locked cell imports each check itself (an answer cell that redefines ``check_x`` changes
+    nothing), each top-level call ``check_x(function)`` becomes ``_verdict_1 = graded(check_x, "function")``
+    (which refuses a check that is not the course's own, see :mod:`course.grading`), and a last line
+    asserts that all of them passed, after every check has printed its hint. ``imports`` maps each
+    check's name to the course.exercises module the lesson imports it from. None when the cell calls no
+    ``check_*`` function (or has magics or invalid Python); ``ValueError`` for a check it cannot import.
     """
     python = _python_of(source)
     if python is None or python.strip() != source.strip():
@@ -409,15 +421,24 @@ def _graded_check(source: str) -> tuple[str, int] | None:
         call = getattr(statement, "value", None)
         is_check = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")
         if is_check and isinstance(statement, (ast.Expr, ast.Assign)):
-            calls.append((statement.lineno, statement.end_lineno, ast.get_source_segment(source, call)))
+            if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
+                raise _MarkerProblem(f"{call.func.id}(...) should take the exercise's function alone, e.g. check_x(x)")
+            if call.func.id not in imports:
+                raise _MarkerProblem(f"{call.func.id} is not imported from course.exercises anywhere in the lesson")
+            calls.append((statement.lineno, statement.end_lineno, call.func.id, call.args[0].id))
     if not calls:
         return None
-    for number, (first, last, text) in reversed(list(enumerate(calls, start=1))):
-        lines[first - 1 : last] = f"_verdict_{number} = {text}".split("\n")
+    for number, (first, last, check, function) in reversed(list(enumerate(calls, start=1))):
+        lines[first - 1 : last] = [f'_verdict_{number} = graded({check}, "{function}")']
+    modules: dict[str, list[str]] = {}
+    for _, _, check, _ in calls:
+        modules.setdefault(imports[check], []).append(check)
+    header = [f"from {module} import {', '.join(dict.fromkeys(checks))}" for module, checks in modules.items()]
+    header += ["from course.grading import graded  # refuses a check that is not the course's own", ""]
     names = ", ".join(f"_verdict_{number}" for number in range(1, len(calls) + 1))
     fail = "a check above did not pass: read its verdict"
     lines.append(f"assert all(verdict.passed for verdict in ({names},)), {fail!r}")
-    return "\n".join(lines), len(calls)
+    return "\n".join(header + lines), len(calls)
 
 
 def _nbgrader_metadata(grade_id: str, answer: bool, points: int = 0) -> dict:
@@ -453,6 +474,9 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
     when it autogrades. Raises ``ReleaseError`` like a release does, and for an exercise that is
     not followed by a code cell calling a check.
     """
+    from course.grading.checker import _check_imports
+
+    imports = _check_imports(notebook)
     functions: dict[int, list[str]] = {}
     for exercise in find_exercises(notebook, name):  # validates the markers as a release does
         functions.setdefault(exercise.cell_index, []).append(exercise.function or "exercise")
@@ -465,7 +489,12 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
     for index, names in functions.items():
         label = f"{'-'.join(names)}-{index}"
         graded.cells[index].metadata["nbgrader"] = _nbgrader_metadata(f"{label}-answer", answer=True)
-        test = _graded_check(notebook.cells[code_after[index][0]].source) if code_after[index] else None
+        try:
+            test = _graded_check(notebook.cells[code_after[index][0]].source, imports) if code_after[index] else None
+        except _MarkerProblem as problem:
+            raise ReleaseError(
+                name, code_after[index][0], str(problem), notebook.cells[code_after[index][0]].source
+            ) from None
         if test is None:
             raise ReleaseError(
                 name,
@@ -478,183 +507,10 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
         check.source = f"### BEGIN HIDDEN TESTS\n{test[0]}\n### END HIDDEN TESTS" if hide_checks else test[0]
         check.metadata["nbgrader"] = _nbgrader_metadata(f"{label}-check", answer=False, points=test[1])
     graded.cells = [graded.cells[index] for index in kept]
+    for cell in graded.cells:
+        if cell.cell_type == "markdown":
+            cell.source = drop_folded_notes(cell.source)  # nbgrader's release holds no solution to unfold
     return graded
-
-
-# ---------------------------------------------------------------------------------------------
-# Checking handed-in copies with the course's own checks
-# ---------------------------------------------------------------------------------------------
-CHECK_ISOLATION = """\
-Each notebook runs in a kernel of its own, started in a fresh temporary folder that holds only a copy
-of the notebook (deleted afterwards), with a minimal environment: PATH, a temporary HOME and TMPDIR,
-MPLBACKEND=Agg, LANG, thread settings (OMP_NUM_THREADS, MKL_NUM_THREADS) and what the lessons read
-(ATTENTION_COURSE_CACHE pointing at your download cache, MULTI30K_DIR if you set it). So a
-notebook cannot delete or add files in the course's notebooks/ folder by relative paths, and your
-tokens and credentials in environment variables are not passed on. Verdicts are collected from the
-course's checks through a file outside the notebook's folder, not from what the notebook prints, so a
-student printing "[PASS] ..." is not counted. A cell that runs longer than --timeout, a notebook longer
-than --notebook-timeout, or a kernel that dies ends that notebook only: it gets a row saying so, the
-verdicts it produced before are kept, checking goes on, and the exit status is 1 at the end.
-
-What it does NOT isolate: the code runs as your user, so it can still read and write anything your
-account can by absolute path (the course's data, your home folder), use the network, and tamper with
-the checks inside its own kernel. It is made for feedback on honest work, not a sandbox for hostile
-code: for that, run the command in a container or a throw-away account with nothing to lose (for
-example `docker run --network none` with the course mounted read-only)."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One verdict of a course check in a handed-in notebook: status is "pass", "wrong" or "not attempted"."""
-
-    notebook: str
-    exercise: str
-    status: str
-    message: str
-
-
-@dataclass(frozen=True)
-class SubmissionReport:
-    """What ``check`` learned about one notebook: its verdicts, and what stopped it (None: it ran to the end)."""
-
-    notebook: str
-    results: list[CheckResult]
-    problem: str | None = None
-
-
-def submission_environment(home: Path, verdict_log: Path) -> dict[str, str]:
-    """The kernel's whole environment: only what the lessons need, nothing of the teacher's secrets."""
-    from course.exercises.feedback import VERDICT_LOG_ENV  # imported here: it imports torch, release does not
-    from helpers.data.corpus import default_cache_dir  # computed in the teacher's environment: the same cache
-
-    (home / "tmp").mkdir(parents=True, exist_ok=True)
-    env = {
-        # The course's interpreter first, so that the kernel and any `!python` in a cell are the course's.
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
-        "HOME": str(home),
-        "TMPDIR": str(home / "tmp"),
-        "MPLBACKEND": "Agg",  # figures are not needed to read verdicts
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "ATTENTION_COURSE_CACHE": str(default_cache_dir()),
-        VERDICT_LOG_ENV: str(verdict_log),
-    }
-    for name in ("MULTI30K_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LC_ALL", "TZ"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
-    return env
-
-
-def run_submission(path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None) -> SubmissionReport:
-    """Run one handed-in notebook top to bottom, isolated as ``CHECK_ISOLATION`` says, and collect its verdicts.
-
-    ``timeout_s`` bounds each cell, ``notebook_timeout_s`` (None: no bound) the whole notebook. Errors in
-    cells are recorded, not raised, so one bad cell does not hide the verdicts after it. A timeout, a
-    dead kernel or an unreadable file ends this notebook with ``problem`` set; nothing is raised.
-    """
-    path = Path(path)
-    try:
-        notebook = _read(path)
-    except ReleaseError as error:
-        return SubmissionReport(str(path), [], f"cannot be read as a notebook: {error.problem}")
-    # The log lives outside the kernel's folder, under a name nobody can guess, and only checks write to it.
-    with tempfile.TemporaryDirectory(prefix="check-verdicts-") as private:
-        log = Path(private) / f"{secrets.token_hex(16)}.jsonl"
-        log.touch(mode=0o600)
-        with tempfile.TemporaryDirectory(prefix="check-") as scratch:
-            work, home = Path(scratch) / "work", Path(scratch) / "home"
-            work.mkdir()
-            shutil.copyfile(path, work / path.name)  # where the notebook "is", as when the student ran it
-            problem = _execute(notebook, work, submission_environment(home, log), timeout_s, notebook_timeout_s)
-        results = [CheckResult(str(path), *entry) for entry in _read_verdicts(log)]
-    return SubmissionReport(str(path), results, problem)
-
-
-def _execute(
-    notebook: NotebookNode, work: Path, env: dict[str, str], timeout_s: int, notebook_timeout_s: int | None
-) -> str | None:
-    """Execute ``notebook`` in ``work``; None if it ran to the end, else what stopped it (naming the cell)."""
-    from nbclient import NotebookClient  # only this command needs a kernel
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    started = time.monotonic()
-    current = {"index": 0, "limit": timeout_s}
-
-    def cell_started(cell, cell_index, **_) -> None:
-        current["index"] = cell_index
-
-    def cell_timeout(cell) -> int:  # asked as each cell starts: the cell's limit, or the notebook's time left
-        limit = timeout_s
-        if notebook_timeout_s is not None:
-            limit = max(1, min(timeout_s, math.ceil(notebook_timeout_s - (time.monotonic() - started))))
-        current["limit"] = limit
-        return limit
-
-    client = NotebookClient(
-        notebook,
-        timeout_func=cell_timeout,
-        kernel_name="python3",
-        allow_errors=True,
-        interrupt_on_timeout=False,
-        on_cell_start=cell_started,
-        resources={"metadata": {"path": str(work)}},
-    )
-    cell = lambda: f"cell {current['index'] + 1}"  # noqa: E731 - counted from the top, as in JupyterLab
-    try:
-        client.execute(env=env, cwd=str(work))
-    except CellTimeoutError:
-        stopped = f"timed out in {cell()} after {current['limit']} s"
-        if current["limit"] < timeout_s:
-            stopped += f" (the whole notebook may take {notebook_timeout_s} s)"
-        return stopped
-    except DeadKernelError:
-        return f"kernel died in {cell()}"
-    except Exception as error:  # a kernel that cannot start, a broken message: this notebook only
-        return f"could not be run ({cell()}): {type(error).__name__}: {error}"
-    return None
-
-
-def _read_verdicts(log: Path) -> list[tuple[str, str, str]]:
-    """The verdicts the checks recorded, in order; a damaged line is skipped, not trusted."""
-    verdicts = []
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-            verdict = (str(entry["exercise"]), str(entry["status"]), str(entry["message"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-        if verdict[1] in ("pass", "wrong", "not attempted"):
-            verdicts.append(verdict)
-    return verdicts
-
-
-def check_submission(
-    path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None
-) -> list[CheckResult]:
-    """The verdicts of one handed-in notebook (see :func:`run_submission`, which also says what stopped it)."""
-    return run_submission(path, timeout_s, notebook_timeout_s).results
-
-
-def _check(paths: Sequence[Path], timeout_s: int, notebook_timeout_s: int | None) -> int:
-    """Check every notebook, one row per verdict (and per problem); 1 if any notebook did not run to the end."""
-    print("notebook\texercise\tstatus\tmessage", flush=True)
-    stopped = 0
-    for path in paths:
-        report = run_submission(path, timeout_s, notebook_timeout_s)
-        for result in report.results:
-            print(f"{result.notebook}\t{result.exercise}\t{result.status}\t{result.message}")
-        passed = sum(result.status == "pass" for result in report.results)
-        summary = f"# {path}: {passed} of {len(report.results)} checks passed"
-        if report.problem is not None:
-            stopped += 1
-            print(f"{report.notebook}\t(notebook)\terror\t{report.problem}")
-            summary += f"; {report.problem}"
-        sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
-        print(summary, file=sys.stderr)
-    if stopped:
-        print(
-            f"# {stopped} of {len(paths)} notebooks did not run to the end (rows with status 'error')", file=sys.stderr
-        )
-    return 1 if stopped else 0
 
 
 def _refuse_output_inside_lessons(out_dir: Path, notebooks_dir: Path, what: str) -> None:
@@ -684,6 +540,10 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
         target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
         target.parent.mkdir(parents=True, exist_ok=True)
         print(f"{'wrote' if _write_atomically(target, data) else 'unchanged'}  {target}")
+    from course.grading.nbgrader import write_config
+
+    config = write_config(out_dir.parent)
+    print(f"wrote  {config} (a template: set your course id and students)" if config else "kept  nbgrader_config.py")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,8 +594,8 @@ def _list(notebooks_dir: Path) -> None:
         exercises = find_exercises(_read(source), str(source))
         print(f"{source.name}: {len(exercises)} exercise(s)")
         for exercise in exercises:
-            function = f"{exercise.function}()" if exercise.function else "(top level)"
-            print(f"  cell index {exercise.cell_index:3d}  {function:40s} {exercise.lines} solution line(s)")
+            function = exercise.function or "(top level)"
+            print(f"  cell index {exercise.cell_index:3d}  {function:32s} {exercise.lines} solution line(s)")
 
 
 def _positive_int(text: str) -> int:
@@ -761,7 +621,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "nbgrader", help="write nbgrader source notebooks, one assignment folder per lesson"
     )
     nbgrader_parser.add_argument(
-        "--out", required=True, type=Path, help="nbgrader's source/ folder (e.g. course/source)"
+        "--out",
+        type=Path,
+        default=Path("classroom/source"),
+        help="nbgrader's source/ folder, outside the package (default: %(default)s; nbgrader_config.py is "
+        "written beside it if missing)",
     )
     nbgrader_parser.add_argument(
         "--hide-checks",
@@ -781,9 +645,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     check_parser = commands.add_parser(
         "check",
-        help="run handed-in notebooks and print every check's verdict (tab-separated)",
-        description="Run handed-in notebooks, one at a time, and print one tab-separated row per verdict of the "
-        "course's checks (and one per notebook that did not run to the end).\n\n" + CHECK_ISOLATION,
+        help="run handed-in notebooks and write a gradebook (a row per exercise; tab-separated on stdout)",
+        description="Run handed-in notebooks, one at a time, and print one tab-separated row per exercise of each "
+        "(student, lesson, exercise, verdict, points, message; verdict 'error' where it could not be graded, "
+        "and a '(notebook)' row saying what stopped a notebook), then write gradebook.csv and totals.csv to --out. "
+        "The exit status is 1 when any row is 'error'.\n\n" + CHECK_ISOLATION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check_parser.add_argument(
@@ -798,6 +664,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1800,
         help="seconds a whole notebook may run (default: %(default)s)",
     )
+    check_parser.add_argument(
+        "--output-cap",
+        type=_positive_int,
+        default=10_000_000,
+        help="bytes of cell outputs kept per notebook; more is dropped (default: %(default)s)",
+    )
+    check_parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("grades"),
+        help="folder for gradebook.csv and totals.csv (default: %(default)s)",
+    )
+    check_parser.add_argument(
+        "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of the lessons (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
@@ -808,7 +689,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "collapse":
             return _collapse(args.notebooks, args.check)
         elif args.command == "check":
-            return _check(args.submissions, args.timeout, args.notebook_timeout)
+            from course.grading.checker import check_command
+
+            return check_command(
+                args.submissions, args.timeout, args.notebook_timeout, args.out, args.notebooks, args.output_cap
+            )
         else:
             _list(args.notebooks)
     except ReleaseError as error:

@@ -432,7 +432,7 @@ def test_an_interrupted_write_leaves_the_old_copy_whole_and_no_temporary_files(t
     def disk_full(*args, **kwargs):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(assignments.os, "replace", disk_full)
+    monkeypatch.setattr(os, "replace", disk_full)
     with pytest.raises(OSError, match="No space"):
         release(out, source)
     assert folder_bytes(out) == {"01_full.ipynb": b"the copy from last week\n"}
@@ -509,6 +509,17 @@ def test_lesson_student_copy_leaks_no_solution_line(released_lesson):
     secrets = secret_lines(source)
     assert secrets, f"{path.name} has no solution lines at all: where are its exercises?"
     assert find_leaks(student, secrets) == []
+
+
+def test_lesson_student_copy_does_not_point_at_a_folded_solution(released_lesson):
+    path, source, student = released_lesson
+    markdown = ["".join(cell["source"]) for cell in student["cells"] if cell["cell_type"] == "markdown"]
+    assert not [text for text in markdown if "folded" in text or "click the bar" in text], path.name
+    before = sum(cell["cell_type"] == "markdown" for cell in source["cells"])
+    assert len(markdown) == before - sum(
+        cell["cell_type"] == "markdown" and "solution-only" in cell["metadata"].get("tags", [])
+        for cell in source["cells"]
+    )  # the note goes, its cell stays
 
 
 def test_lesson_student_copy_has_no_outputs_counts_or_widget_state(released_lesson):
@@ -613,66 +624,119 @@ def test_diagnose_names_the_first_matching_mistake_else_the_fallback():
 
 
 # ---------------------------------------------------------------------------------------------
-# nbgrader source notebooks (nbgrader itself is not a dependency: we check what it reads)
+# nbgrader source notebooks (nbgrader itself runs in test_nbgrader_term.py)
 # ---------------------------------------------------------------------------------------------
 def _graded_fixture() -> nbformat.NotebookNode:
     return lesson(
-        v4.new_code_cell(EXERCISE_CELL.split("\n\n\nclass")[0]),
-        v4.new_markdown_cell("Now check it."),
-        v4.new_code_cell("_ = check_double(double)"),
+        v4.new_code_cell("from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection"),
         v4.new_code_cell(
-            "def triple(x):\n    # BEGIN SOLUTION\n    return 3 * x\n    # END SOLUTION\n\n\n"
-            "def half(x):\n    # BEGIN SOLUTION\n    return x / 2\n    # END SOLUTION"
+            "def linear_projection(x, weight, bias):\n    # BEGIN SOLUTION\n    return x @ weight.T + bias\n"
+            "    # END SOLUTION"
         ),
-        v4.new_code_cell("triple(1)", metadata={"tags": ["solution-only"]}),
-        v4.new_code_cell("print('checking')\ncheck_triple(\n    triple,\n)\n_ = check_half(half)"),
+        v4.new_markdown_cell(
+            "Now check it.\n\n*The reference solution in the cell above is folded away: click the bar.*"
+        ),
+        v4.new_code_cell("_ = check_linear_projection(linear_projection)"),
+        v4.new_code_cell(
+            "def double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION\n\n\n"
+            "def cross_attention_inputs(target, source, q_proj, k_proj, v_proj):\n    # BEGIN SOLUTION\n"
+            "    return q_proj(target), k_proj(source), v_proj(source)\n    # END SOLUTION"
+        ),
+        v4.new_code_cell("double(1)", metadata={"tags": ["solution-only"]}),
+        v4.new_code_cell(
+            "print('checking')\ncheck_linear_projection(\n    linear_projection,\n)\n"
+            "_ = check_cross_attention_inputs(cross_attention_inputs)"
+        ),
     )
 
 
 def test_nbgrader_source_marks_answers_and_turns_checks_into_graded_tests():
     graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
-    assert len(graded.cells) == 5  # the solution-only cell is gone
-    answer, check = graded.cells[0].metadata.nbgrader, graded.cells[2].metadata.nbgrader
+    assert len(graded.cells) == 6  # the solution-only cell is gone
+    answer, check = graded.cells[1].metadata.nbgrader, graded.cells[3].metadata.nbgrader
     assert answer == {
         "grade": False,
-        "grade_id": "double-0-answer",
+        "grade_id": "linear_projection-1-answer",
         "locked": False,
         "schema_version": 3,
         "solution": True,
         "task": False,
     }
-    assert check["grade"] and check["points"] == 1 and check["locked"] and check["grade_id"] == "double-0-check"
-    assert "# BEGIN SOLUTION" in graded.cells[0].source  # nbgrader strips the solution itself
-    assert graded.cells[2].source.startswith(
-        "_verdict_1 = check_double(double)\nassert all(verdict.passed for verdict in (_verdict_1,)), "
+    assert check["grade"] and check["points"] == 1 and check["locked"]
+    assert check["grade_id"] == "linear_projection-1-check"
+    assert "# BEGIN SOLUTION" in graded.cells[1].source  # nbgrader strips the solution itself
+    imports = "from course.grading import graded  # refuses a check that is not the course's own\n\n"
+    assert graded.cells[3].source.startswith(
+        "from course.exercises.lesson02 import check_linear_projection\n"
+        + imports
+        + '_verdict_1 = graded(check_linear_projection, "linear_projection")\n'
+        "assert all(verdict.passed for verdict in (_verdict_1,)), "
     )
-    assert graded.cells[4].source.startswith(
-        "print('checking')\n_verdict_1 = check_triple(\n    triple,\n)\n_verdict_2 = check_half(half)\n"
+    assert graded.cells[5].source.startswith(
+        "from course.exercises.lesson02 import check_linear_projection, check_cross_attention_inputs\n"
+        + imports
+        + "print('checking')\n"
+        '_verdict_1 = graded(check_linear_projection, "linear_projection")\n'
+        '_verdict_2 = graded(check_cross_attention_inputs, "cross_attention_inputs")\n'
         "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2,)), "
     )
-    assert graded.cells[3].metadata.nbgrader["grade_id"] == "triple-half-3-answer"
-    assert graded.cells[4].metadata.nbgrader["grade_id"] == "triple-half-3-check"
-    assert graded.cells[4].metadata.nbgrader["points"] == 2
+    assert graded.cells[4].metadata.nbgrader["grade_id"] == "double-cross_attention_inputs-4-answer"
+    assert graded.cells[5].metadata.nbgrader["points"] == 2
+    assert "folded" not in graded.cells[2].source and graded.cells[2].source == "Now check it."
+
+
+def _right_projection(x, weight, bias):
+    return x @ weight.T + bias
+
+
+def _wrong_projection(x, weight, bias):
+    return x @ weight + bias
+
+
+def _not_attempted(*args):
+    raise NotImplementedError()
 
 
 @pytest.mark.parametrize(
-    "triple, half, raises",
-    [("pass", "pass", False), ("pass", "wrong", True), ("not attempted", "pass", True)],
+    "projection, raises",
+    [
+        (_right_projection, None),
+        (_wrong_projection, AssertionError),
+        (_not_attempted, AssertionError),
+        (None, NameError),
+    ],
 )
-def test_a_graded_check_cell_fails_unless_every_check_in_it_passes(triple, half, raises, capsys):
-    graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb")
-    namespace = {
-        "triple": None,
-        "half": None,
-        "check_triple": lambda f: Verdict("tripling", triple, "..."),
-        "check_half": lambda f: Verdict("halving", half, "..."),
-    }
-    if raises:
-        with pytest.raises(AssertionError, match="did not pass"):
-            exec(graded.cells[4].source, namespace)
+def test_a_graded_check_cell_fails_unless_the_course_check_passes(projection, raises, capsys):
+    cell = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb").cells[3].source
+    fake = lambda f: Verdict("projection", "pass", "forged")  # noqa: E731 - an answer cell's redefinition
+    namespace = {"check_linear_projection": fake}
+    if projection is not None:
+        namespace["linear_projection"] = projection
+    if raises is None:
+        exec(cell, namespace)
     else:
-        exec(graded.cells[4].source, namespace)
-    assert capsys.readouterr().out == "checking\n"  # the cell's other code is kept
+        with pytest.raises(raises):
+            exec(cell, namespace)
+    assert "forged" not in capsys.readouterr().out  # the locked cell imported the course's own check
+
+
+def test_a_check_rebound_in_its_module_is_refused(monkeypatch):
+    import course.exercises.lesson02 as lesson02
+    from course.grading import NotGenuine, graded
+
+    real = lesson02.check_linear_projection
+    linear_projection = _wrong_projection  # noqa: F841 - looked up by name
+    monkeypatch.setattr(lesson02, "check_linear_projection", lambda f: Verdict("projection", "pass", "forged"))
+    with pytest.raises(NotGenuine, match="not one of the course's checks"):
+        graded(lesson02.check_linear_projection, "linear_projection")
+
+    def check_linear_projection(f):  # same name and module, compiled outside the course
+        return real(f)
+
+    check_linear_projection.__module__ = "course.exercises.lesson02"
+    monkeypatch.setattr(lesson02, "check_linear_projection", check_linear_projection)
+    with pytest.raises(NotGenuine, match="replaced"):
+        graded(check_linear_projection, "linear_projection")
 
 
 def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
@@ -685,20 +749,25 @@ def test_nbgrader_source_refuses_an_exercise_without_a_check_cell():
 
 def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path, capsys):
     source = write(_graded_fixture(), tmp_path / "notebooks" / "01_double.ipynb")
-    status, _, err = cli(capsys, "nbgrader", "--out", tmp_path / "course" / "source", "--notebooks", source.parent)
+    status, _, err = cli(capsys, "nbgrader", "--out", tmp_path / "classroom" / "source", "--notebooks", source.parent)
     assert status == 0, err
-    written = tmp_path / "course" / "source" / "01_double" / "01_double.ipynb"
+    written = tmp_path / "classroom" / "source" / "01_double" / "01_double.ipynb"
     graded = nbformat.read(written, as_version=4)
     nbformat.validate(graded)
-    assert graded.cells[0].metadata.nbgrader["solution"] is True
+    assert graded.cells[1].metadata.nbgrader["solution"] is True
+    config = tmp_path / "classroom" / "nbgrader_config.py"
+    assert "c.CourseDirectory.course_id" in config.read_text() and "RefuseReleaseCopies" in config.read_text()
+    config.write_text("# the teacher's own\n")
+    assert cli(capsys, "nbgrader", "--out", tmp_path / "classroom" / "source", "--notebooks", source.parent)[0] == 0
+    assert config.read_text() == "# the teacher's own\n"  # never overwritten
 
 
 def test_nbgrader_exam_mode_hides_the_checks_between_nbgraders_hidden_test_markers():
     graded = assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb", hide_checks=True)
-    lines = graded.cells[2].source.split("\n")
+    lines = graded.cells[3].source.split("\n")
     assert lines[0] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS"
-    assert lines[1:-1] == assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb").cells[2].source.split("\n")
-    assert graded.cells[2].metadata.nbgrader["grade"] is True
+    assert lines[1:-1] == assignments.nbgrader_source(_graded_fixture(), "fixture.ipynb").cells[3].source.split("\n")
+    assert graded.cells[3].metadata.nbgrader["grade"] is True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,140 +1,316 @@
-"""``python -m course.assignments check`` (issue 12): each handed-in notebook runs isolated, a timeout or a
-dead kernel ends only its own notebook, and verdicts come from the checks, not from what a notebook prints.
+"""``python -m course.assignments check``: a gradebook no submission can forge (issue 27) and that misses no exercise
+(issue 28).
 
-Each test starts real kernels (a few seconds each), as the teacher's command does.
+One batch of handed-in copies of a tiny lesson (lesson 02's projection exercise and its real check) is checked
+once, by the command line in this process, and each test below reads what one harm did to it. Every
+submission starts a real kernel, as the teacher's command does.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat import v4
 
-from course.assignments import CHECK_ISOLATION, NOTEBOOKS_DIR, run_submission
-from course.assignments import main as assignments_main
+from course import assignments
+from course.grading import VERDICT_MIME
+from course.grading.checker import CHECK_ISOLATION, COLUMNS, lesson_exercises, student_of
 
 KERNELSPEC = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
-CHECK = (
-    "from course.exercises.feedback import run_check, wrong\n\n"
-    "def check_value(name, value, expected):\n"
-    "    def body():\n"
-    "        if value != expected:\n"
-    "            raise wrong(f'{name} should be {expected!r}, got {value!r}')\n"
-    "        return f'{name} is right.'\n"
-    "    return run_check(name, body)"
-)
+RIGHT = "    return x @ weight.T + bias"
+ANSWER = "def linear_projection(x, weight, bias):\n{body}"
 
 
-def handed_in(folder: Path, name: str, *cells: str) -> Path:
-    """A tiny handed-in notebook: the check definition, then ``cells``."""
-    path = folder / name
+def tiny_lesson(folder: Path) -> Path:
+    """A solution notebook: the import, one exercise, its check."""
+    cells = [
+        v4.new_code_cell("from course.exercises.lesson02 import check_linear_projection"),
+        v4.new_markdown_cell("### Exercise\n\nWrite `linear_projection`."),
+        v4.new_code_cell(ANSWER.format(body=f"    # BEGIN SOLUTION\n{RIGHT}\n    # END SOLUTION")),
+        v4.new_code_cell("check_linear_projection(linear_projection)"),
+    ]
+    path = folder / "02_tiny.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
-    notebook = v4.new_notebook(cells=[v4.new_code_cell(CHECK), *map(v4.new_code_cell, cells)], metadata=KERNELSPEC)
-    nbformat.write(notebook, path)
+    nbformat.write(v4.new_notebook(cells=cells, metadata=KERNELSPEC), path)
     return path
 
 
-def test_each_notebook_runs_in_its_own_folder_with_a_minimal_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEACHER_TOKEN", "secret-123")
-    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "multi30k"))
-    stray = NOTEBOOKS_DIR / "written_by_a_student.txt"
-    path = handed_in(
-        tmp_path / "alice",
-        "03_lesson.ipynb",
-        "import os\nopen('written_by_a_student.txt', 'w').write('x')\nhere = sorted(os.listdir('.'))",
-        "check_value('folder holds the notebook copy', here, ['03_lesson.ipynb', 'written_by_a_student.txt'])",
-        "check_value('teacher token', os.environ.get('TEACHER_TOKEN'), None)",
-        "check_value('home is not the teacher\\'s', os.environ['HOME'] != " + repr(os.environ.get("HOME")) + ", True)",
-        "check_value('not in the lessons folder', os.getcwd() != " + repr(str(NOTEBOOKS_DIR)) + ", True)",
-        "check_value('Multi30k folder passed on', os.environ.get('MULTI30K_DIR'), "
-        + repr(str(tmp_path / "multi30k"))
-        + ")",
-        "check_value('figures off screen', os.environ.get('MPLBACKEND'), 'Agg')",
+def handed_in(folder: Path, body: str, before=(), after_answer=(), check: bool = True, prefix: str = "") -> Path:
+    """A student's copy of the tiny lesson: ``body`` as the answer (``prefix`` above the ``def``), extra cells."""
+    cells = [v4.new_code_cell("from course.exercises.lesson02 import check_linear_projection")]
+    cells += [v4.new_code_cell(text) for text in before]
+    cells.append(v4.new_code_cell(prefix + ANSWER.format(body=body)))
+    cells += [v4.new_code_cell(text) for text in after_answer]
+    if check:
+        cells.append(v4.new_code_cell("check_linear_projection(linear_projection)"))
+    path = folder / "02_tiny.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(v4.new_notebook(cells=cells, metadata=KERNELSPEC), path)
+    return path
+
+
+def leaves_processes_behind(evidence: Path) -> str:
+    """A cell that starts one process in a new session and one double-forked with an empty environment."""
+    script = f"import os, time; open({str(evidence)!r} + '/' + str(os.getpid()), 'w'); time.sleep(300)"
+    double = "import subprocess, sys; "
+    double += f"subprocess.Popen([sys.executable, '-c', {script!r}], env={{}}, start_new_session=True)"
+    return (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {script!r}], start_new_session=True)\n"
+        f"subprocess.run([sys.executable, '-c', {double!r}], env={{}})\n"
+        "time.sleep(2)"
     )
-    try:
-        report = run_submission(path, timeout_s=120)
-    finally:
-        stray.unlink(missing_ok=True)  # before the fix the kernel ran in notebooks/ and wrote there
-    assert report.problem is None
-    assert [(r.exercise, r.status) for r in report.results] == [
-        ("folder holds the notebook copy", "pass"),
-        ("teacher token", "pass"),
-        ("home is not the teacher's", "pass"),
-        ("not in the lessons folder", "pass"),
-        ("Multi30k folder passed on", "pass"),
-        ("figures off screen", "pass"),
-    ], report.results
-    assert not (path.parent / "written_by_a_student.txt").exists()  # the copy's folder is thrown away
 
 
-def test_a_printed_pass_is_not_counted(tmp_path, capsys):
-    path = handed_in(
-        tmp_path / "bob",
-        "03_lesson.ipynb",
-        "print('[PASS] scaled attention: forged')",
-        "check_value('double', 2 * 3, 5)",
-        "print('[PASS] double: forged too')",
+FORGED_ROW = "mallory\t02_tiny\tlinear_projection\tpass\t1\tforged"
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Check one batch of submissions, each trying one harm; the rows, stderr, exit status and what was left."""
+    root = tmp_path_factory.mktemp("batch")
+    lessons = tiny_lesson(root / "notebooks").parent
+    evidence = root / "evidence"
+    evidence.mkdir()
+    subs = root / "submitted"
+    paths = {
+        # Right, but prints verdicts, writes rows to fd 1 and 2 and through a subprocess, forges the verdict MIME
+        # output, and writes a forged result into its supervisor's output pipe.
+        "alice": handed_in(
+            subs / "alice",
+            RIGHT,
+            before=[
+                "import os, subprocess\n"
+                f"os.write(1, b'\\n{FORGED_ROW}\\n')\n"
+                "os.write(2, b'Traceback (most recent call last): zmq.error.ZMQError: forged\\n')\n"
+                f"subprocess.run(['echo', '{FORGED_ROW}'])\n"
+                "print('[PASS] linear_projection: forged')",
+                "from IPython.display import display\n"
+                f"display({{'{VERDICT_MIME}': {{'function': 'linear_projection', 'status': 'wrong', "
+                "'message': 'forged'}}, raw=True)",
+                "import json\n"
+                "line = json.dumps({'payload': json.dumps({'verdicts': {}, 'problem': 'forged'}), 'mac': '0' * 64})\n"
+                "try:\n"
+                "    with open(f'/proc/{os.getppid()}/fd/1', 'w') as pipe:\n"
+                "        pipe.write('\\n' + line + '\\n')\n"
+                "except OSError:\n"
+                "    pass",
+            ],
+        ),
+        # Wrong, with an exception message that tries to add a row; and the old verdict log.
+        "bob": handed_in(
+            subs / "bob",
+            f"    raise ValueError('no\\n{FORGED_ROW}')",
+            before=[
+                "import os, json\n"
+                "log = os.environ.get('ATTENTION_COURSE_VERDICT_LOG')\n"
+                "if log:\n"
+                "    open(log, 'a').write(json.dumps({'exercise': 'linear_projection', 'status': 'pass', "
+                "'message': 'forged'}) + '\\n')"
+            ],
+        ),
+        # Wrong, and redefines the check in the answer cell.
+        "carol": handed_in(
+            subs / "carol",
+            "    return x @ weight + bias\n\n\n"
+            "from course.exercises.feedback import Verdict\n"
+            "check_linear_projection = lambda f: Verdict('projection', 'pass', 'forged')",
+        ),
+        # Wrong, and rebinds the check in its module.
+        "dave": handed_in(
+            subs / "dave",
+            "    return x @ weight + bias\n\n\n"
+            "import course.exercises.lesson02 as lesson\n"
+            "from course.exercises.feedback import Verdict\n"
+            "lesson.check_linear_projection = lambda f: Verdict('projection', 'pass', 'forged')",
+        ),
+        # Leaves two processes behind: one in a new session, one double-forked with an empty environment.
+        "erin": handed_in(subs / "erin", RIGHT, before=[leaves_processes_behind(evidence)]),
+        # Kills the process that runs it.
+        "frank": handed_in(subs / "frank", RIGHT, before=["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"]),
+        # The exercise cell crashed before defining the function, and the check cell was deleted.
+        "grace": handed_in(subs / "grace", RIGHT, prefix="raise RuntimeError('oops')\n\n", check=False),
+        "heidi": handed_in(subs / "heidi", RIGHT.replace("return", "retur n")),  # a syntax error
+        # 2 MB of output, then a right answer.
+        "ivan": handed_in(subs / "ivan", RIGHT, before=["print('x' * 2_000_000)"]),
+    }
+    scratch = root / "tmp"
+    scratch.mkdir()
+    started = time.monotonic()
+    # A subprocess, as the teacher runs it: its file descriptors 1 and 2 are what a kernel could inherit.
+    result = subprocess.run(
+        [sys.executable, "-m", "course.assignments", "check", "--timeout", "60", "--output-cap", "500000"]
+        + ["--notebooks", str(lessons), "--out", str(root / "grades")]
+        + [str(path) for path in paths.values()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        timeout=900,
     )
-    assert assignments_main(["check", str(path)]) == 0
-    rows = capsys.readouterr().out.splitlines()
-    assert rows == ["notebook\texercise\tstatus\tmessage", f"{path}\tdouble\twrong\tdouble should be 5, got 6"]
+    wall = time.monotonic() - started
+    status, stdout, stderr = result.returncode, result.stdout, result.stderr
+    time.sleep(1)
+    survivors = []
+    for pid_file in evidence.iterdir():
+        pid = int(pid_file.name)
+        try:
+            os.kill(pid, 0)
+            survivors.append(pid)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return {
+        "status": status,
+        "stdout": stdout,
+        "rows": list(csv.reader(io.StringIO(stdout), delimiter="\t")),
+        "stderr": stderr,
+        "paths": paths,
+        "root": root,
+        "evidence": sorted(evidence.iterdir()),
+        "survivors": survivors,
+        "scratch_left": sorted(scratch.iterdir()),
+        "wall_s": wall,
+    }
 
 
-def test_a_timeout_or_a_dead_kernel_ends_only_that_notebook(tmp_path, capsys):
-    endless = handed_in(tmp_path / "a", "lesson.ipynb", "check_value('first', 1, 1)", "while True:\n    pass")
-    dies = handed_in(tmp_path / "b", "lesson.ipynb", "check_value('first', 1, 1)", "import os\nos._exit(1)")
-    fine = handed_in(tmp_path / "c", "lesson.ipynb", "check_value('first', 1, 1)")
-    assert assignments_main(["check", "--timeout", "20", str(endless), str(dies), str(fine)]) == 1
-    captured = capsys.readouterr()
-    rows = captured.out.splitlines()
-    assert rows[1:] == [
-        f"{endless}\tfirst\tpass\tfirst is right.",  # the verdict produced before the loop is kept
-        f"{endless}\t(notebook)\terror\ttimed out in cell 3 after 20 s",
-        f"{dies}\tfirst\tpass\tfirst is right.",
-        f"{dies}\t(notebook)\terror\tkernel died in cell 3",
-        f"{fine}\tfirst\tpass\tfirst is right.",  # checking went on
-    ]
-    assert "2 of 3 notebooks did not run to the end" in captured.err
+def rows_of(batch, student):
+    return [row for row in batch["rows"][1:] if row[0] == student]
 
 
-def test_the_whole_notebook_has_a_time_limit_too(tmp_path):
-    slow = handed_in(tmp_path, "slow.ipynb", *["import time\ntime.sleep(10)"] * 4)
-    report = run_submission(slow, timeout_s=60, notebook_timeout_s=25)  # the first cell imports torch
-    assert report.problem is not None
-    assert report.problem.startswith("timed out in cell ") and "the whole notebook may take 25 s" in report.problem
+def test_every_row_is_a_proper_record_and_no_submission_adds_one(batch):
+    assert batch["rows"][0] == list(COLUMNS)
+    assert all(len(row) == len(COLUMNS) for row in batch["rows"]), batch["stdout"]
+    students = [row[0] for row in batch["rows"][1:]]
+    assert "mallory" not in students and set(students) == set(batch["paths"]), batch["stdout"]
+    assert all("forged" not in row[5] for row in batch["rows"][1:] if row[0] != "bob"), batch["stdout"]
 
 
-def test_unreadable_submission_gets_its_row_and_checking_goes_on(tmp_path, capsys):
-    broken = tmp_path / "broken.ipynb"
-    broken.write_text("{ not json")
-    assert assignments_main(["check", "--timeout", "5", str(broken), str(tmp_path / "absent.ipynb")]) == 1
-    rows = capsys.readouterr().out.splitlines()
-    assert rows[1].startswith(f"{broken}\t(notebook)\terror\tcannot be read as a notebook")
-    assert rows[2].startswith(f"{tmp_path / 'absent.ipynb'}\t(notebook)\terror\tcannot be read as a notebook")
+def test_writes_to_file_descriptors_and_printed_verdicts_are_not_counted(batch):
+    assert [row[2:5] for row in rows_of(batch, "alice")] == [["linear_projection", "pass", "1"]]
+    assert "ZMQError" not in batch["stderr"] and "forged" not in batch["stderr"]
 
 
-def test_nbgrader_output_inside_the_lessons_folder_is_refused(tmp_path, capsys):
-    lessons = tmp_path / "notebooks"
-    lessons.mkdir()
-    nbformat.write(v4.new_notebook(cells=[v4.new_code_cell("x = 1")], metadata=KERNELSPEC), lessons / "01.ipynb")
-    assert assignments_main(["nbgrader", "--notebooks", str(lessons), "--out", str(lessons / "nbg")]) == 1
-    assert "inside the lessons' folder" in capsys.readouterr().err
-    assert not (lessons / "nbg").exists()
+def test_an_exception_message_stays_inside_its_row(batch):
+    (row,) = rows_of(batch, "bob")
+    assert row[2:5] == ["linear_projection", "wrong", "0"] and "ValueError" in row[5] and "\n" not in row[5]
+
+
+def test_a_check_redefined_in_an_answer_cell_is_not_the_one_that_grades(batch):
+    (row,) = rows_of(batch, "carol")
+    assert row[3:5] == ["wrong", "0"] and "weight" in row[5], row
+
+
+def test_a_check_rebound_in_its_module_is_refused(batch):
+    (row,) = rows_of(batch, "dave")
+    assert row[3:5] == ["error", "0"] and "not one of the course's checks" in row[5], row
+
+
+def test_no_process_outlives_its_notebook(batch):
+    assert len(batch["evidence"]) == 2, "both background processes should have started"
+    assert batch["survivors"] == []
+    assert [row[2:4] for row in rows_of(batch, "erin")] == [["linear_projection", "pass"]]
+
+
+def test_killing_the_checker_process_ends_only_that_notebook_and_leaves_no_temporary_folder(batch):
+    rows = rows_of(batch, "frank")
+    assert [row[2:4] for row in rows] == [["linear_projection", "error"], ["(notebook)", "error"]]
+    assert "stopped" in rows[1][5]
+    assert rows_of(batch, "grace")[0][2] == "linear_projection"  # checking went on
+    assert batch["scratch_left"] == []
+
+
+def test_every_exercise_gets_a_row_even_when_its_cell_crashed_or_its_check_was_deleted(batch):
+    for student in ("grace", "heidi"):
+        (row,) = rows_of(batch, student)
+        assert row[2:5] == ["linear_projection", "error", "0"] and "not defined" in row[5], row
+    assert batch["status"] == 1 and "could not be graded" in batch["stderr"]
+
+
+def test_output_over_the_cap_is_dropped_and_grading_goes_on(batch):
+    assert [row[2:4] for row in rows_of(batch, "ivan")] == [["linear_projection", "pass"]]
+
+
+def test_the_gradebook_and_totals_are_written_beside_the_table(batch):
+    grades = batch["root"] / "grades"
+    book = list(csv.reader((grades / "gradebook.csv").open()))
+    assert book == [list(COLUMNS)] + [[*row[:5], row[5]] for row in batch["rows"][1:]]
+    totals = {row[0]: row[2:] for row in csv.reader((grades / "totals.csv").open())}
+    assert totals["student"] == ["points", "out of", "not graded"]
+    assert (
+        totals["alice"] == ["1", "1", "0"] and totals["bob"] == ["0", "1", "0"] and totals["grace"] == ["0", "1", "1"]
+    )
+    assert "alice" in batch["stderr"] and "points" in batch["stderr"]  # the totals table, readable
+
+
+def test_student_ids_come_from_the_folder_or_nbgraders_layout():
+    assert student_of(Path("submissions/alice/03_x.ipynb")) == "alice"
+    assert student_of(Path("submitted/bob/03_x/03_x.ipynb")) == "bob"
+
+
+def test_a_file_that_is_not_a_lesson_gets_an_error_row(tmp_path, capsys):
+    lessons = tiny_lesson(tmp_path / "notebooks").parent
+    stray = tmp_path / "carl" / "homework.ipynb"
+    stray.parent.mkdir()
+    stray.write_text("{ not json")
+    status = assignments.main(["check", "--notebooks", str(lessons), "--out", str(tmp_path / "g"), str(stray)])
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out), delimiter="\t"))
+    assert status == 1 and rows[1][:4] == ["carl", "homework", "(notebook)", "error"]
+    assert "02_tiny.ipynb" in rows[1][5]
+
+
+@pytest.mark.parametrize("lesson", sorted(assignments.NOTEBOOKS_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_list_and_check_name_the_same_exercises(lesson, capsys):
+    notebook = assignments._read(lesson)
+    graded = [exercise.function for exercise in lesson_exercises(notebook, lesson.name)]
+    assert graded == [exercise.function for exercise in assignments.find_exercises(notebook, lesson.name)]
+    assignments.main(["list"])
+    listed = capsys.readouterr().out
+    for function in graded:
+        assert f"  {function} " in listed
 
 
 def test_help_says_what_check_isolates_and_what_not(capsys):
     with pytest.raises(SystemExit):
-        assignments_main(["check", "--help"])
+        assignments.main(["check", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--notebook-timeout" in text and "not a sandbox for hostile code" in text and "container" in text
-    assert "temporary folder" in CHECK_ISOLATION
+    assert "session" in CHECK_ISOLATION and "signed" in CHECK_ISOLATION
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon"])
 def test_timeouts_must_be_positive_whole_seconds(value, capsys):
     with pytest.raises(SystemExit) as exit_:
-        assignments_main(["check", "--timeout", value, "x.ipynb"])
+        assignments.main(["check", "--timeout", value, "x.ipynb"])
     assert exit_.value.code == 2 and "argument --timeout" in capsys.readouterr().err
+
+
+def test_a_timeout_ends_only_that_notebook(tmp_path, capsys):
+    lessons = tiny_lesson(tmp_path / "notebooks").parent
+    endless = handed_in(tmp_path / "a", RIGHT, before=["while True:\n    pass"])
+    status = assignments.main(
+        ["check", "--timeout", "15", "--notebooks", str(lessons), "--out", str(tmp_path / "g"), str(endless)]
+    )
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out), delimiter="\t"))
+    assert status == 1
+    assert rows[1][2:4] == ["linear_projection", "error"] and "timed out in cell 2 after 15 s" in rows[1][5]
+
+
+def test_the_result_is_read_only_with_its_signature():
+    from course.grading.checker import _signed_result
+    from course.grading.supervisor import sign
+
+    payload = json.dumps({"verdicts": {}, "problem": None})
+    good = json.dumps({"payload": payload, "mac": sign("k", payload)}).encode()
+    forged = json.dumps({"payload": payload.replace("null", '"x"'), "mac": sign("other", payload)}).encode()
+    assert _signed_result(b"garbage" + b"\n" + good + b"\n" + forged, "k") == {"verdicts": {}, "problem": None}
+    assert _signed_result(forged, "k") is None

@@ -1,0 +1,121 @@
+"""Grading handed-in lessons: the locked cell that runs one graded check, and (in submodules) the teacher's tools.
+
+``graded(check, "function")`` is what a graded test cell calls, in an nbgrader source notebook and in the
+notebook that ``python -m course.assignments check`` runs::
+
+    from course.exercises.lesson03 import check_attention_weights
+    from course.grading import graded
+
+    assert graded(check_attention_weights, "attention_weights").passed, "read the verdict above"
+
+It refuses a check that is not the course's own (a ``check_...`` redefined or rebound from an answer
+cell, in the notebook or in its module), looks the learner's function up by name (a function whose cell
+never ran is reported, not a ``NameError`` from deep inside), runs the check, and, under the course's
+checker (``GRADING_ENV`` set), reports the verdict as a display output of a MIME type of its own that only
+the checker reads, and only from the cells it wrote itself.
+
+The rest of the package runs on the teacher's side: :mod:`course.grading.checker` (the ``check`` command and
+its gradebook) and :mod:`course.grading.supervisor` (the process that runs one notebook).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GRADING_ENV", "VERDICT_MIME", "NotGenuine", "graded"]
+
+#: Set by the checker in the kernel's environment: verdicts are then also displayed as ``VERDICT_MIME``.
+GRADING_ENV = "ATTENTION_COURSE_GRADING"
+VERDICT_MIME = "application/vnd.attention-course.verdict+json"
+_COURSE = Path(__file__).resolve().parents[1]  # course/
+
+
+class NotGenuine(AssertionError):
+    """A graded check (or the verdict it returned) is not the course's own: someone replaced it."""
+
+
+def _defined_in_course(function: Any) -> bool:
+    """Whether ``function`` and every function it wraps were compiled from a file of the course package."""
+    seen = 0
+    while function is not None and seen < 10:
+        code = getattr(function, "__code__", None)
+        if code is None:
+            return False
+        try:
+            path = Path(code.co_filename).resolve()
+        except (OSError, ValueError):
+            return False
+        if _COURSE not in path.parents:
+            return False
+        function = getattr(function, "__wrapped__", None)
+        seen += 1
+    return True
+
+
+def _genuine_check(check: Any) -> None:
+    """Refuse ``check`` unless it is the function of that name in a course.exercises module, compiled from it."""
+    name = getattr(check, "__name__", None)
+    module = sys.modules.get(getattr(check, "__module__", None) or "")
+    if not (isinstance(name, str) and name.startswith("check_") and module is not None):
+        raise NotGenuine(f"{check!r} is not one of the course's checks (expected a check_... from course.exercises)")
+    module_file = Path(getattr(module, "__file__", "") or "").resolve()
+    if not module.__name__.startswith("course.exercises.") or _COURSE not in module_file.parents:
+        raise NotGenuine(f"{name} does not come from the course's checks (its module is {module.__name__})")
+    if getattr(module, name, None) is not check or not _defined_in_course(check):
+        raise NotGenuine(f"{name} was replaced after the course defined it: the graded check must be the course's own")
+    from course.exercises import feedback
+
+    if not _defined_in_course(feedback.run_check):
+        raise NotGenuine("course.exercises.feedback.run_check was replaced: the checks cannot report a verdict")
+
+
+def _user_namespace() -> dict[str, Any]:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # outside IPython: the caller's globals
+        return inspect.stack()[2].frame.f_globals
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else inspect.stack()[2].frame.f_globals
+
+
+def _report(function: str, check: str, status: str, message: str) -> None:
+    """Under the checker, display the verdict as VERDICT_MIME (nothing shows in JupyterLab or nbgrader)."""
+    if not os.environ.get(GRADING_ENV):
+        return
+    from IPython.display import display
+
+    entry = {"function": function, "check": check, "status": status, "message": message}
+    display({VERDICT_MIME: entry, "text/plain": f"(graded: {function} {status})"}, raw=True)
+
+
+def graded(check: Any, function: str):
+    """Run the course's ``check`` on the learner's function named ``function``; return the Verdict.
+
+    Raises ``NotGenuine`` (an ``AssertionError``, so nbgrader scores the cell 0) when the check or its
+    verdict is not the course's own, and ``NameError`` naming the function when the learner's cell that
+    defines it has not run. The check prints its verdict as it does in the lesson.
+    """
+    label = getattr(check, "__name__", repr(check))
+    try:
+        _genuine_check(check)
+    except NotGenuine as problem:
+        _report(function, label, "error", str(problem))
+        raise
+    answer = _user_namespace().get(function)
+    if answer is None:
+        message = f"{function} is not defined: the cell that defines it did not run, or raised"
+        _report(function, label, "error", message)
+        raise NameError(message)
+    from course.exercises.feedback import Verdict
+
+    verdict = check(answer)
+    if type(verdict) is not Verdict or verdict.status not in ("pass", "wrong", "not attempted"):
+        message = f"{label} returned {type(verdict).__name__}, not the course's verdict: something replaced it"
+        _report(function, label, "error", message)
+        raise NotGenuine(message)
+    _report(function, label, verdict.status, verdict.message)
+    return verdict

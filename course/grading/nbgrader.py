@@ -1,0 +1,44 @@
+"""nbgrader's side of the course: the configuration template and a guard against mixing the two hand-out routes.
+
+A notebook handed out with ``make release`` carries no nbgrader cell metadata, so nbgrader cannot tell its
+answer cells from its tests and would score it 0 ("needs manual grade") without a word. The template's
+configuration puts :class:`RefuseReleaseCopies` first in autograde's chain: such a notebook is refused, with a
+message that says which route grades it (``python -m course.assignments check``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbconvert.preprocessors import Preprocessor
+
+__all__ = ["CONFIG_TEMPLATE", "RefuseReleaseCopies", "ReleaseCopyError", "write_config"]
+
+CONFIG_TEMPLATE = Path(__file__).with_name("nbgrader_config.template")
+
+
+class ReleaseCopyError(ValueError):
+    """A notebook without nbgrader's cell metadata: a ``make release`` copy, not an nbgrader release."""
+
+
+class RefuseReleaseCopies(Preprocessor):
+    """Refuse a submitted notebook in which no cell carries nbgrader metadata (a ``make release`` copy)."""
+
+    def preprocess(self, nb, resources):
+        if not any("nbgrader" in cell.get("metadata", {}) for cell in nb.cells):
+            raise ReleaseCopyError(
+                "this notebook has no nbgrader cell metadata: it is a `make release` student copy, which nbgrader "
+                "cannot grade (every cell would score 0). Grade it with `python -m course.assignments check`, or "
+                "hand out nbgrader's own release (`nbgrader generate_assignment`) next time."
+            )
+        return nb, resources
+
+
+def write_config(course_root: Path) -> Path | None:
+    """Write the template as ``course_root/nbgrader_config.py`` unless one is there; the path, or None."""
+    target = Path(course_root) / "nbgrader_config.py"
+    if target.exists():
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(CONFIG_TEMPLATE.read_text(encoding="utf-8"), encoding="utf-8")
+    return target
