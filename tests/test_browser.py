@@ -285,12 +285,13 @@ def test_head_view_in_jupyterlab_from_saved_state_and_after_running(browser, lab
     page, console = _open_notebook(browser, lab, "head_view.ipynb", pages)
     # Before any cell runs: drawn from the widget state saved in the notebook, no kernel involved.
     views = page.locator(".hv-root")
-    views.first.wait_for()
+    views.nth(2).wait_for()  # the later views draw with the first one's script (they carry a stub)
     assert views.count() == 3
     page.screenshot(path=ARTIFACTS / "head-view-saved-state.png")
     _check_hover_and_clicks(page, views.nth(0), "head-view-saved-state")
     _run_all_cells(page, timeout_ms=120_000)
     views = page.locator(".hv-root")
+    views.nth(2).wait_for()
     assert views.count() == 3
     _check_hover_and_clicks(page, views.nth(2), "head-view-live-cross")
     assert console.errors == []
@@ -328,9 +329,36 @@ def test_exported_html_works_with_the_network_off(browser, workspace):
         page.goto(path.as_uri())
         views = page.locator(".hv-root")
         views.first.wait_for(timeout=10_000)
-        assert views.count() >= 1
+        assert views.count() == path.read_text(encoding="utf-8").count('<div class="hv-standalone">')
+        assert path.read_text(encoding="utf-8").count("function staticModel(") == 1  # the script, once a page
         _check_hover_and_clicks(page, views.first, f"offline-{path.stem}")
         page.screenshot(path=ARTIFACTS / f"offline-{path.stem}.png", full_page=True)
         assert refused == [], f"{path.name} tried to fetch {refused}"
         assert console.errors == []
         context.close()
+
+
+def test_hostile_tokens_neither_blank_the_view_nor_swallow_the_rest_of_the_page(browser, tmp_path):
+    import torch
+
+    from helpers.viewing.head_view import head_view_data, standalone_html
+
+    tokens = ["<!--<script>", "</script><p>", "-->", "a\u2028b", "&amp;", "\"'"]
+    weights = torch.softmax(torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(0)), dim=-1)
+    data = head_view_data(weights, tokens, title="<!--<script>")
+    body = standalone_html(data) + "<p id='between'>between</p>" + standalone_html(data, library=False)
+    path = tmp_path / "hostile.html"
+    path.write_text(f"<!doctype html><html><body>{body}<p id='after'>after</p></body></html>", encoding="utf-8")
+    context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    console = Console(page)
+    page.goto(path.as_uri())
+    views = page.locator(".hv-root")
+    views.nth(1).wait_for(timeout=10_000)
+    assert views.count() == 2
+    assert page.locator("#between").inner_text() == "between" and page.locator("#after").inner_text() == "after"
+    shown = views.first.inner_text()
+    assert "<!--<script>" in shown and "</script><p>" in shown  # drawn as text, not parsed as markup
+    page.screenshot(path=ARTIFACTS / "hostile-tokens.png", full_page=True)
+    assert console.errors == []
+    context.close()

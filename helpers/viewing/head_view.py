@@ -53,6 +53,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # The anywidget id of HeadView in saved widget state (anywidget writes module.ClassName there).
 HEAD_VIEW_ID = "helpers.viewing.head_view.HeadView"
+HEAD_VIEW_IDS = (HEAD_VIEW_ID, HEAD_VIEW_ID + "Stub")  # the view carrying the script, and the later ones
 _EXPORT_LINE = "export default { render };"
 _DECIMALS = 3  # weights travel rounded: enough for opacity and colour, and keeps notebooks small
 # layers x h x L x S weights one view may carry: 30 x 9 heads of 20 tokens (lesson 09's model) fit, with room;
@@ -217,7 +218,22 @@ def head_view(
     "lines", "heatmap" or "grid" (all layers × heads). The title defaults to a sentence about ``kind``.
     """
     data = head_view_data(weights, query_tokens, key_tokens, kind=kind, layer_names=layer_names, title=title)
-    return HeadView(**data, view=view)
+    global _library_sent
+    view_class = HeadViewStub if _library_sent else HeadView
+    _library_sent = True
+    return view_class(**data, view=view)
+
+
+class HeadViewStub(HeadView):
+    """A head view whose module is a stub of a few hundred bytes (static/head_view_stub.js) that draws with
+    the code of the first head view (``HeadView``, 16.8 KB of head_view.js) the kernel showed. The browser
+    loads every saved view's module when it restores a notebook's widgets, so that code is there whichever
+    view is drawn first. (A class of its own: anywidget keys a module by its class.)"""
+
+    _esm = STATIC / "head_view_stub.js"
+
+
+_library_sent = False  # whether this kernel has shown a HeadView, which carries head_view.js
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,26 +301,31 @@ def png_img(data) -> str:
     return f'<img src="data:image/png;base64,{compact}">'
 
 
-def standalone_html(state: dict) -> str:
-    """A <div> that draws the head view for ``state`` with inline JavaScript and CSS: no widget manager,
-    no kernel, no network. The element is found with document.currentScript, so no ids are needed."""
+def library_html() -> str:
+    """The head view's CSS and JavaScript for an HTML page, once per page: it defines
+    ``window.helpersHeadView``, which every ``standalone_html(state, library=False)`` draws with."""
     script = (STATIC / "head_view.js").read_text(encoding="utf-8")
     if _EXPORT_LINE not in script:
         raise RuntimeError(f"head_view.js must end with {_EXPORT_LINE!r}, which the standalone page replaces")
     script = script.replace(_EXPORT_LINE, "")
     css = (STATIC / "head_view.css").read_text(encoding="utf-8")
+    return f"<style>{css}</style>\n<script>\n(function () {{\n{script}\n}})();\n</script>\n"
+
+
+def standalone_html(state: dict, library: bool = True) -> str:
+    """A <div> that draws the head view for ``state`` with inline JavaScript and CSS: no widget manager,
+    no kernel, no network. The element is found with document.currentScript, so no ids are needed.
+    ``library=False`` leaves out the script and style (``library_html``), which an earlier view on the page
+    carries."""
     keys = ("kind", "title", "query_tokens", "key_tokens", "layer_names", "weights", "layer", "head", "view")
     data = {name: state[name] for name in keys if name in state}
     data.setdefault("layer", 0)
     data.setdefault("head", -1)
     data.setdefault("view", "lines")
     return (
-        '<div class="hv-standalone">\n'
-        f"<style>{css}</style>\n"
-        "<script>\n(function () {\n"
-        f"{script}\n"
-        "var el = document.currentScript.parentElement;\n"
-        f"render({{ model: staticModel({script_safe_json(data)}), el: el }});\n"
+        '<div class="hv-standalone">\n' + (library_html() if library else "") + "<script>\n(function () {\n"
+        "var el = document.currentScript.parentElement, hv = window.helpersHeadView;\n"
+        f"hv.render({{ model: hv.staticModel({script_safe_json(data)}), el: el }});\n"
         "})();\n</script>\n</div>"
     )
 
@@ -361,6 +382,7 @@ def make_offline(nb) -> None:
     (marked as such); the saved widget state is then dropped, so the exporter includes no widget manager.
     """
     models = _widget_models(nb)
+    library_written = False  # the head view's script and style go into the page once, with its first view
     for cell in nb.get("cells", []):
         for output in cell.get("outputs", []):
             data = output.get("data", {})
@@ -371,8 +393,9 @@ def make_offline(nb) -> None:
             if state is None:
                 del data[WIDGET_VIEW]  # never saved: the exporter falls back on the other formats
                 continue
-            if state.get("_anywidget_id") == HEAD_VIEW_ID:
-                data["text/html"] = standalone_html(state)
+            if state.get("_anywidget_id") in HEAD_VIEW_IDS:
+                data["text/html"] = standalone_html(state, library=not library_written)
+                library_written = True
             else:
                 snapshot = _snapshot_html(model_id, models)
                 data["text/html"] = (

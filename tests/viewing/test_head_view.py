@@ -20,6 +20,8 @@ import helpers
 from helpers.viewing.head_view import (
     HEAD_VIEW_ID,
     STATIC,
+    WIDGET_STATE,
+    WIDGET_VIEW,
     HeadView,
     export_html,
     fallback_png,
@@ -163,15 +165,69 @@ def test_fallback_panels_grow_with_the_token_count_so_labels_never_overlap(token
     assert width >= 2 * 2.4 * 80  # 4 heads as 2 x 2 panels of at least 2.4 inches at 80 dpi
 
 
+def _page_data(page: str) -> dict:
+    return json.loads(page.rsplit("hv.staticModel(", 1)[1].split("), el: el")[0])
+
+
 def test_standalone_html_embeds_the_script_and_the_data_without_any_remote_reference():
     view = helpers.head_view(softmax_weights(1, 2, 5, 5), ["</script>", *TOKENS[1:]])
     page = standalone_html(view.state())
     assert "export default { render };" not in page  # a classic inline script, not a module
-    assert "staticModel(" in page and "render(" in page
-    assert page.count("</script>") == 1  # the token "</script>" is escaped inside the data
+    assert "function staticModel(" in page and "hv.render(" in page
+    assert page.count("</script>") == 2  # the library's and the view's; the token "</script>" is escaped
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
-    data = json.loads(page.split("staticModel(", 2)[2].split("), el")[0].replace("<\\/", "</"))
+    data = _page_data(page)
     assert data["query_tokens"][0] == "</script>" and data["weights"] == view.weights
+    later = standalone_html(view.state(), library=False)
+    assert "function staticModel(" not in later and "<style>" not in later and _page_data(later) == data
+
+
+# Tokens aimed at each context a head view's data passes through in an exported page.
+HOSTILE = {
+    "script end": "</script><p>",
+    "comment then script (double-escaped state)": "<!--<script>",
+    "comment end": "-->",
+    "line separators": "a\u2028b\u2029c",
+    "entity": "&lt;&amp;",
+    "quote and backslash": "\"\\'",
+}
+
+
+@pytest.mark.parametrize("token", HOSTILE.values(), ids=HOSTILE.keys())
+def test_inline_script_data_cannot_end_or_escape_its_script_element(token):
+    tokens = [token, *TOKENS[1:]]
+    view = helpers.head_view(softmax_weights(1, 2, 5, 5), tokens, title=token, layer_names=[token])
+    page = standalone_html(view.state(), library=False)
+    script = page.split("<script>", 1)[1].rsplit("</script>", 1)[0]
+    for dangerous in ("<", ">", "&", "\u2028", "\u2029"):
+        assert dangerous not in script, f"{dangerous!r} reached the inline script"
+    data = _page_data(page)  # and the browser reads back exactly what was sent
+    assert data["query_tokens"][0] == token and data["title"] == token and data["layer_names"] == [token]
+
+
+def test_snapshot_images_and_texts_are_escaped_for_their_context():
+    from helpers.viewing.head_view import _snapshot_html, png_img
+
+    good = base64.b64encode(b"\x89PNG fake").decode()
+    assert png_img(good) == f'<img src="data:image/png;base64,{good}">'
+    assert png_img([good[:4], "\n", good[4:]]) == png_img(good)  # notebooks may split it into lines
+    attack = 'AAAA"><script>alert(1)</script>'
+    assert "<script" not in png_img(attack) and '"><' not in png_img(attack)
+    models = {
+        "out": {
+            "state": {
+                "_model_name": "OutputModel",
+                "outputs": [
+                    {"output_type": "display_data", "data": {"image/png": attack, "text/plain": "x"}},
+                    {"output_type": "stream", "text": "<b>bold</b>"},
+                ],
+            }
+        },
+        "slider": {"state": {"_model_name": "IntSliderModel", "description": '<img src=x onerror="1">', "value": 3}},
+    }
+    snapshot = _snapshot_html("out", models) + _snapshot_html("slider", models)
+    assert "<script" not in snapshot and "<b>" not in snapshot and "<img src=x" not in snapshot
+    assert "&lt;b&gt;bold&lt;/b&gt;" in snapshot and "&lt;img src=x onerror=&quot;1&quot;&gt;: 3" in snapshot
 
 
 def test_package_data_ships_the_static_files():
@@ -292,3 +348,33 @@ def test_a_30_layer_9_head_causal_view_builds_and_draws_its_fallback_quickly():
     assert built < 3.0, f"building took {built:.1f} s"
     assert drawn < 15.0, f"building and drawing the fallback took {drawn:.1f} s"  # the old 270-panel grid: ~40 s
     assert len(png) < 400_000  # one layer's 9 heads, not 270 panels
+
+
+def test_only_the_first_head_view_of_a_kernel_carries_the_script():
+    import helpers.viewing.head_view as hv
+
+    script = (STATIC / "head_view.js").read_text(encoding="utf-8")
+    hv._library_sent = False  # as in a fresh kernel
+    first, second = (helpers.head_view(softmax_weights(2, 5, 5), TOKENS) for _ in range(2))
+    assert first._esm == script and "globalThis.helpersHeadView = " in script
+    assert second._esm == (STATIC / "head_view_stub.js").read_text(encoding="utf-8")
+    assert len(second._esm) < 2_000 and "globalThis.helpersHeadView" in second._esm
+
+
+def test_an_exported_page_carries_the_script_once_for_several_views():
+    views = [helpers.head_view(softmax_weights(1, 2, 5, 5, seed=i), TOKENS) for i in range(3)]
+    state = {f"m{i}": {"state": {**v.state(), "_anywidget_id": HEAD_VIEW_ID}} for i, v in enumerate(views)}
+    cells = [
+        nbformat.v4.new_code_cell(
+            "v",
+            outputs=[
+                nbformat.v4.new_output("display_data", data={WIDGET_VIEW: {"model_id": f"m{i}"}, "text/plain": "v"})
+            ],
+        )
+        for i in range(3)
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={"widgets": {WIDGET_STATE: {"state": state}}})
+    make_offline(nb)
+    pages = [cell.outputs[0]["data"]["text/html"] for cell in nb.cells]
+    assert ["function staticModel(" in page for page in pages] == [True, False, False]
+    assert [_page_data(page)["weights"] for page in pages] == [v.weights for v in views]

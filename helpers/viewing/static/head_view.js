@@ -412,4 +412,7 @@ function staticModel(state) {
   };
 }
 
+// One copy of this file per notebook or page: later head views find it here (static/head_view_stub.js).
+globalThis.helpersHeadView = { render, staticModel };
+
 export default { render };
