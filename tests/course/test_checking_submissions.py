@@ -1,4 +1,4 @@
-"""``python -m course.assignments check`` (issue 12): each handed-in notebook runs isolated, a timeout or a
+"""``python -m course.assignments check``: each handed-in notebook runs isolated, a timeout or a
 dead kernel ends only its own notebook, and verdicts come from the checks, not from what a notebook prints.
 
 Each test starts real kernels (a few seconds each), as the teacher's command does.
