@@ -35,11 +35,10 @@ class TokenEmbedding(nn.Module):
     are small (about 1 / sqrt(E) each); multiplying by sqrt(E) brings the embeddings back to entries
     of size about 1, the size of the positional encoding added next. So when scaling, the table
     starts with entries of size 1 / sqrt(E) (``nn.Embedding``'s default is 1): the scaled vectors
-    then start as large as the positions, not sqrt(E) times larger. This matters: with the default
-    start, position is a faint signal under the words, and lesson 06's model, trained for the same
-    minute, translated worse (test BLEU 95 instead of 99) with less aligned attention. With
-    ``scale=False`` (a plain look-up) the table keeps ``nn.Embedding``'s start; either way the
-    output starts with entries of size about 1.
+    then start as large as the positions, not sqrt(E) times larger; with the default start, position
+    is a faint signal under the words (what that costs lesson 06's translator is measured in
+    benchmarks/RESULTS.md, "Translation"). With ``scale=False`` (a plain look-up) the table keeps
+    ``nn.Embedding``'s start; either way the output starts with entries of size about 1.
 
     Shapes: ids (N, L) int64 -> (N, L, E). ``padding_idx`` works as in ``nn.Embedding`` (its row
     starts at zero and gets no gradient).

@@ -423,7 +423,7 @@ def test_sdpa_mask_from_padding_flips_and_broadcasts_over_queries():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 12: checks as F.scaled_dot_product_attention does them; GQA and MHA refuse bad input clearly
+# Checks as F.scaled_dot_product_attention does them; GQA and MHA refuse bad input clearly
 # ---------------------------------------------------------------------------------------------
 def _torch_refuses(*args, **kwargs) -> bool:
     try:

@@ -1,5 +1,5 @@
 """Lessons 01-05: 'why' questions with model answers in the teacher's guide, check cells without `_ =`,
-and (lessons 04 and 05) no name that changes meaning from one section to the next (issues #11, #13)."""
+and (lessons 04 and 05) no name that changes meaning from one section to the next."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,11 +55,29 @@ MULTI30K_SHA256 = {
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
 }
+#: Size in bytes of each file at MULTI30K_COMMIT: a download is cut off once it runs past :func:`size_bound`.
+MULTI30K_SIZES = {
+    "train.de.gz": 637_044,
+    "train.en.gz": 568_929,
+    "val.de.gz": 24_681,
+    "val.en.gz": 21_650,
+    "test_2016_flickr.de.gz": 22_890,
+    "test_2016_flickr.en.gz": 21_077,
+}
 #: Seconds to wait for the server: short, so that a machine without network fails fast.
 DOWNLOAD_TIMEOUT = 10.0
 #: Seconds one file's whole download may take: a server that trickles bytes cannot hold a learner for ever
 #: (the largest file, 2.6 MB, needs ~4 KB/s to arrive in time).
 DOWNLOAD_DEADLINE = 600.0
+
+
+def size_bound(pinned_size: int) -> int:
+    """The most bytes a download of a file whose pinned size is ``pinned_size`` may send: 10 % + 64 KiB above it.
+
+    A file a little off its pinned size still arrives whole and is refused by its checksum, with both hashes;
+    an endless or wrong response stops here instead of filling the disk.
+    """
+    return pinned_size + pinned_size // 10 + (1 << 16)
 
 
 class CorpusError(ValueError):
@@ -315,8 +333,10 @@ def download_multi30k(
     *,
     base_url: str | None = None,
     checksums: Mapping[str, str] | None = None,
+    sizes: Mapping[str, int] | None = None,
     timeout: float | None = None,
     deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
     progress: bool = True,
 ) -> Path:
     """Download the Multi30k files of ``splits`` into ``cache_dir`` (default: the cache), checking SHA-256.
@@ -325,16 +345,19 @@ def download_multi30k(
     the same folder, flushed to disk, checked, and only then renamed into place, so an interrupted or
     corrupt download never leaves a half-written file under the real name; temporary files that a killed
     download left behind are deleted once they are older than the deadline (no live download can be).
-    ``timeout`` bounds each wait for the server, ``deadline`` the whole download of one file. ``base_url``
-    (a mirror), ``checksums``, ``timeout`` and ``deadline`` default to this module's ``MULTI30K_URL``,
-    ``MULTI30K_SHA256``, ``DOWNLOAD_TIMEOUT`` and ``DOWNLOAD_DEADLINE``, read at call time so that tests
-    can point them at a local server. Returns the folder.
+    ``timeout`` bounds each wait for the server, ``deadline`` the whole download of one file (in seconds of
+    ``clock``), and ``size_bound(sizes[file])`` the bytes one file may send. ``base_url`` (a mirror),
+    ``checksums``, ``sizes``, ``timeout`` and ``deadline`` default to this module's ``MULTI30K_URL``,
+    ``MULTI30K_SHA256``, ``MULTI30K_SIZES``, ``DOWNLOAD_TIMEOUT`` and ``DOWNLOAD_DEADLINE``, read at call
+    time so that tests can point them at a local server. Returns the folder.
 
     Raises :class:`ChecksumError` (nothing kept) on a mismatch and :class:`DownloadError` when the server
-    cannot be reached or answers with an error; both messages say how to use a local folder instead.
+    cannot be reached, answers with an error, is too slow or sends more than the bound; every message says
+    how to use a local folder instead.
     """
     base_url = MULTI30K_URL if base_url is None else base_url
     checksums = MULTI30K_SHA256 if checksums is None else checksums
+    sizes = MULTI30K_SIZES if sizes is None else sizes
     timeout = DOWNLOAD_TIMEOUT if timeout is None else timeout
     deadline = DOWNLOAD_DEADLINE if deadline is None else deadline
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "multi30k"
@@ -345,16 +368,26 @@ def download_multi30k(
         if target.is_file() and _matches_pinned(target, file_name, checksums):
             continue
         url = f"{base_url.rstrip('/')}/{file_name}"
-        _download_file(url, target, checksums[file_name], timeout, deadline, progress)
+        limits = _Limits(timeout, deadline, sizes[file_name], clock)
+        _download_file(url, target, checksums[file_name], limits, progress)
     return folder
 
 
-def _download_file(
-    url: str, target: Path, expected_sha256: str, timeout: float, deadline: float, progress: bool
-) -> None:
+@dataclass(frozen=True)
+class _Limits:
+    """What one file's download may take: ``timeout`` s per wait, ``deadline`` s of ``clock`` in all, and
+    at most ``size_bound(pinned_size)`` bytes."""
+
+    timeout: float
+    deadline: float
+    pinned_size: int
+    clock: Callable[[], float]
+
+
+def _download_file(url: str, target: Path, expected_sha256: str, limits: _Limits, progress: bool) -> None:
     """Fetch ``url`` into ``target`` atomically, keeping it only if its SHA-256 is ``expected_sha256``."""
     with atomic_target(target) as temporary, open(temporary, "wb") as out:
-        actual = _fetch(url, out, timeout, deadline, progress, label=target.name)
+        actual = _fetch(url, out, limits, progress, label=target.name)
         out.flush()
         if actual != expected_sha256:  # raising inside the block deletes the temporary file
             raise ChecksumError(
@@ -363,23 +396,32 @@ def _download_file(
             )
 
 
-def _fetch(url: str, out, timeout: float, deadline: float, progress: bool, label: str) -> str:
-    """Stream ``url`` into the open binary file ``out`` within ``deadline`` seconds; return its SHA-256.
+def _fetch(url: str, out, limits: _Limits, progress: bool, label: str) -> str:
+    """Stream ``url`` into the open binary file ``out`` within ``limits``; return its SHA-256.
 
-    Every network failure becomes a :class:`DownloadError` that says how to work from a local folder.
+    Every network failure, and a response too slow or too long, becomes a :class:`DownloadError` that says
+    how to work from a local folder.
     """
     digest = hashlib.sha256()
     received = 0
-    give_up_at = time.monotonic() + deadline
+    bound = size_bound(limits.pinned_size)
+    pinned = f"for {label}, whose pinned size is {limits.pinned_size}; nothing was kept. {_LOCAL_FOLDER_HINT}"
+    give_up_at = limits.clock() + limits.deadline
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=limits.timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
+            if total is not None and total > bound:
+                raise DownloadError(f"could not download {url}: the server announced {total} bytes {pinned}")
             with tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress) as bar:
                 # read1 returns whatever has arrived; read(n) would wait for n bytes, past the deadline.
                 for block in iter(lambda: response.read1(1 << 16), b""):
-                    if time.monotonic() > give_up_at:  # each read waits at most `timeout`: this bounds the total
+                    if received + len(block) > bound:
                         raise DownloadError(
-                            f"could not download {url}: only {received} bytes arrived in {deadline:g} s "
+                            f"could not download {url}: the server sent more than {bound} bytes {pinned}"
+                        )
+                    if limits.clock() > give_up_at:  # each read waits at most `timeout`: this bounds the total
+                        raise DownloadError(
+                            f"could not download {url}: only {received} bytes arrived in {limits.deadline:g} s "
                             f"(the server is too slow). {_LOCAL_FOLDER_HINT}"
                         )
                     out.write(block)

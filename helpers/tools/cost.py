@@ -6,13 +6,12 @@ resident size. So "reset, run, read the mark, subtract the resident size before"
 the call held at any moment: every tensor it allocated and wrote, temporaries included. (``tracemalloc`` sees
 only Python's own objects, not the tensors' memory.)
 
-One trap: memory freed by an earlier call may stay resident inside the C allocator (glibc's malloc keeps freed
-blocks for reuse), and a later call reusing it would raise no mark. So the first measurement tells glibc to
-serve every block of 64 KiB or more straight from the system and to hand it back on ``free``
-(``mallopt``: a fixed mmap threshold), for the rest of the process. That costs time in allocation-heavy work
-done later in the same process (a small model's training ran about a third slower, measured); restoring large
-thresholds after each measurement avoided that but made repeated measurements drift upwards, so exact counts won.
-PyTorch's CPU allocator keeps no cache of its own. Linux with glibc only; elsewhere ``peak_memory`` raises ``OSError``.
+Memory freed by an earlier call may stay resident inside the C allocator (glibc's malloc keeps freed blocks for
+reuse), and a later call reusing it would raise no mark. So the first measurement tells glibc to serve every block
+of 64 KiB or more straight from the system and to hand it back on ``free`` (``mallopt``: a fixed mmap threshold),
+for the rest of the process: allocation-heavy work done later in the same process runs slower (measured in
+benchmarks/RESULTS.md). PyTorch's CPU allocator keeps no cache of its own. Linux with glibc only; elsewhere
+``peak_memory`` raises ``OSError``.
 """
 
 from __future__ import annotations
@@ -62,13 +61,22 @@ def peak_memory(fn: Callable[[], Any]) -> tuple[Any, int]:
     return result, max(0, _status_kib("VmHWM") - before) * 1024
 
 
-def median_time(fn: Callable[[], Any], repeats: int = 3, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` runs not timed."""
+def median_time(
+    fn: Callable[[], Any], repeats: int = 3, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Median wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` runs not timed.
+
+    ``clock`` reads the time in seconds (default ``time.perf_counter``), read just before and after each timed run.
+    """
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"repeats must be a whole number of at least 1, got {repeats!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup must be a whole number of at least 0, got {warmup!r}")
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)

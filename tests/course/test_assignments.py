@@ -771,7 +771,7 @@ def test_nbgrader_exam_mode_hides_the_checks_between_nbgraders_hidden_test_marke
 
 
 # ---------------------------------------------------------------------------------------------
-# Solutions collapsed in the lessons (issue 11, self-study)
+# Solutions collapsed in the lessons (self-study)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
 def test_every_solution_cell_of_every_lesson_is_collapsed(lesson):

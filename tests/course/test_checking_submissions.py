@@ -1,5 +1,4 @@
-"""``python -m course.assignments check``: a gradebook no submission can forge (issue 27) and that misses no exercise
-(issue 28).
+"""``python -m course.assignments check``: a gradebook no submission can forge, and that misses no exercise.
 
 One batch of handed-in copies of a tiny lesson (lesson 02's projection exercise and its real check) is checked
 once, by the command line in this process, and each test below reads what one harm did to it. Every

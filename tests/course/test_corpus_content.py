@@ -1,4 +1,4 @@
-"""Scans of the committed captions corpus for nonsense, unnatural English and monotony (issue 14).
+"""Scans of the committed captions corpus for nonsense, unnatural English and monotony.
 
 Each scan is a regular expression (or a small function) over one German/English pair; the tests
 require every nonsense and unnatural category to count zero and every construction to reach a share

@@ -361,7 +361,7 @@ def test_padding_to_attn_mask_usual_mistakes(wrong_answer, fragment):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue #11: misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
+# Misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
 # ---------------------------------------------------------------------------------------------
 def test_positional_encoding_k_over_e_is_named_not_sent_to_the_base():
     """k / E (k counting pairs) equals base 100 exactly; the hint must name the exponent first."""
@@ -472,7 +472,7 @@ def test_masked_attention_scale_from_shape_1_is_named():
 
 
 # ---------------------------------------------------------------------------------------------
-# Review of issue #11: more learner mistakes, each with the hint that names it
+# More learner mistakes, each with the hint that names it
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "wrong_answer, fragments",

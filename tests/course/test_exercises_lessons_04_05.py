@@ -312,7 +312,7 @@ def test_decoder_variant_without_mistake_is_the_stock_layer():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue #11: misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
+# Misdiagnoses, each a row (wrong answer -> the hint that names the real mistake)
 # ---------------------------------------------------------------------------------------------
 def test_mha_without_transpose_in_both_split_and_merge_is_named():
     """The natural mistake: reshape straight to (N, h, T, d) and straight back; it used to get "the numbers differ"."""
@@ -375,7 +375,7 @@ def test_decoder_forgotten_index_without_dropout_is_named():
 
 
 # ---------------------------------------------------------------------------------------------
-# Review of issue #11: more learner mistakes in the forward pass, each with the hint that names it
+# More learner mistakes in the forward pass, each with the hint that names it
 # ---------------------------------------------------------------------------------------------
 def _mha_written_out(*, k_proj_name="k", v_input="value", softmax=True, softmax_dim=-1, scale="d"):
     """A learner's forward pass written out, independent of the check's reference, with one mistake."""
@@ -413,7 +413,7 @@ def test_mha_written_out_without_mistake_passes():
 
 
 # ---------------------------------------------------------------------------------------------
-# Review of issue #11: more residual-block and decoder-layer mistakes
+# More residual-block and decoder-layer mistakes
 # ---------------------------------------------------------------------------------------------
 MORE_BLOCK_MISTAKES = {
     "sublayer's output is subtracted": lambda x, s, n, first: x - s(n(x)) if first else n(x - s(x)),

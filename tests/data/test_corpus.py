@@ -6,6 +6,7 @@ contacts the internet.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import data
+from helpers.data import corpus as data
 from helpers.data.corpus import (
     ChecksumError,
     CorpusError,
@@ -296,26 +297,29 @@ def test_missing_file_on_server_is_a_clear_error(server, tmp_path):
     assert leftovers(cache) == []
 
 
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+@pytest.fixture
+def refusing_port():
+    """A port on 127.0.0.1 bound but not listening, for the whole test: connecting to it is refused at once, and no
+    other test (or parallel worker) can start listening on it meanwhile."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        yield sock.getsockname()[1]
 
 
-def test_refused_connection_fails_with_local_folder_advice(tmp_path):
+def test_refused_connection_fails_with_local_folder_advice(tmp_path, refusing_port):
     cache = tmp_path / "cache"
     with pytest.raises(DownloadError) as error:
         download_multi30k(
             cache,
             ("val",),
-            base_url=f"http://127.0.0.1:{_closed_port()}/raw",
+            base_url=f"http://127.0.0.1:{refusing_port}/raw",
             checksums=fixture_checksums(),
-            timeout=2,
+            timeout=60,  # a refusal is immediate: the timeout never decides this test
             progress=False,
         )
     message = str(error.value)
-    assert "no network?" in message and "data_dir=" in message and "MULTI30K_DIR" in message
+    assert "no network?" in message and "refused" in message.lower()
+    assert "data_dir=" in message and "MULTI30K_DIR" in message
     assert list(cache.iterdir()) == []
 
 
@@ -358,6 +362,7 @@ def test_real_multi30k_running_example_and_checksums():
     assert test.en[10].startswith("A mother and her young")
     for name, expected in data.MULTI30K_SHA256.items():
         assert data.sha256_of(REAL / name) == expected, name
+        assert (REAL / name).stat().st_size == data.MULTI30K_SIZES[name], name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +464,7 @@ def test_missing_course_corpus_says_how_to_regenerate(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 12: cached files re-checked, an overall deadline, byte-order marks, stale temporary files
+# Cached files re-checked, a deadline and a size bound per file, byte-order marks, stale temporary files
 # ---------------------------------------------------------------------------------------------
 def test_byte_order_mark_does_not_leak_into_the_first_sentence(tmp_path):
     folder = copy_captions(tmp_path)
@@ -498,50 +503,152 @@ def test_a_tampered_cached_file_is_downloaded_again(server, tmp_path, monkeypatc
     assert requests == ["/raw/val.de.gz"]
 
 
-class _TrickleHandler(http.server.BaseHTTPRequestHandler):
-    """Sends a byte every 50 ms: never silent long enough for the per-read timeout to fire."""
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]):
+    """Serve ``handler`` on 127.0.0.1 in a thread; yields the base URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    httpd.block_on_close = False  # a handler still stalled or streaming does not hold up the test's end
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+class FakeClock:
+    """A monotonic clock that moves only when read: each reading is ``step`` seconds after the last."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step, self.readings = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        self.readings += 1
+        return self.now
+
+
+def stalling_handler(release: threading.Event, first: bytes = b"\x1f\x8b"):
+    """A handler that promises 100,000 bytes, sends ``first`` and then stalls until ``release`` is set."""
+
+    class Stalling(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(first)
+            self.wfile.flush()
+            release.wait(timeout=60)
+
+    return Stalling
+
+
+def test_a_slow_server_hits_the_overall_deadline(tmp_path):
+    """The deadline is read from the download's clock, so a fake one decides it: no race with the read timeout."""
+    release = threading.Event()
+    clock = FakeClock(step=1.0)  # every look at the clock is one second later
+    cache = tmp_path / "cache"
+    with serving(stalling_handler(release)) as base_url:
+        try:
+            with pytest.raises(DownloadError, match=r"only 0 bytes arrived in 0\.5 s \(the server is too slow\)"):
+                download_multi30k(
+                    cache,
+                    ("val",),
+                    base_url=base_url,
+                    checksums=fixture_checksums(),
+                    sizes={name: 100_000 for name in fixture_checksums()},  # what the server announces
+                    timeout=60,  # the server stalls after its first bytes: only the deadline can end this
+                    deadline=0.5,  # over at the first look after the start
+                    clock=clock,
+                    progress=False,
+                )
+        finally:
+            release.set()
+    assert clock.readings == 2  # the start, and the check after the first block
+    assert list(cache.iterdir()) == []
+
+
+def test_within_the_deadline_the_clock_does_not_interrupt(server, tmp_path):
+    base_url, _served, _ = server
+    clock = FakeClock(step=1.0)
+    download_multi30k(
+        tmp_path / "cache",
+        ("val",),
+        base_url=base_url,
+        checksums=fixture_checksums(),
+        deadline=100,
+        clock=clock,
+        progress=False,
+    )
+    assert clock.readings >= 4  # two files, each read at the start and after each block
+    assert (tmp_path / "cache" / "val.de.gz").read_bytes() == (MULTI30K_FIXTURE / "val.de.gz").read_bytes()
+
+
+class _EndlessHandler(http.server.BaseHTTPRequestHandler):
+    """Answers with no Content-Length and streams zeros: up to 8 MiB here, for ever from a broken server."""
+
+    sent: list[int]
 
     def log_message(self, format, *args):
         pass
 
     def do_GET(self):
         self.send_response(200)
-        self.send_header("Content-Length", "100000")
         self.end_headers()
+        chunk = b"\0" * (1 << 16)
         try:
-            for _ in range(200):
-                self.wfile.write(b"\0")
-                self.wfile.flush()
-                time.sleep(0.05)
-        except OSError:  # the client gave up: that is the point
+            for _ in range(128):
+                self.wfile.write(chunk)
+        except OSError:  # the client hung up: that is the point
             pass
 
 
-def test_a_trickling_server_hits_the_overall_deadline(tmp_path):
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickleHandler)
-    httpd.block_on_close = False  # do not wait for the trickle to finish
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+def test_an_endless_response_stops_at_a_bound_above_the_pinned_size(tmp_path):
     cache = tmp_path / "cache"
-    started = time.monotonic()
-    try:
-        with pytest.raises(DownloadError, match=r"in 0\.5 s \(the server is too slow\)"):
-            download_multi30k(
-                cache,
-                ("val",),
-                base_url=f"http://127.0.0.1:{httpd.server_address[1]}",
-                checksums=fixture_checksums(),
-                timeout=2.0,
-                deadline=0.5,
-                progress=False,
-            )
-        elapsed = time.monotonic() - started
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
-    assert elapsed < 5  # the trickle would last 10 s
+    sizes = {name: 1000 for name in fixture_checksums()}
+    with serving(_EndlessHandler) as base_url, pytest.raises(DownloadError) as error:
+        download_multi30k(
+            cache, ("val",), base_url=base_url, checksums=fixture_checksums(), sizes=sizes, progress=False
+        )
+    bound = data.size_bound(1000)
+    assert 1000 < bound < 8 * 2**20
+    message = str(error.value)
+    assert f"the server sent more than {bound} bytes for val.de.gz, whose pinned size is 1000" in message
+    assert "too slow" not in message and "MULTI30K_DIR" in message
+    assert list(cache.iterdir()) == []  # nothing half-written
+
+
+def test_an_announced_length_over_the_bound_is_refused_before_reading(tmp_path):
+    release = threading.Event()
+    cache = tmp_path / "cache"
+    sizes = {name: 10 for name in fixture_checksums()}  # the stalling server announces 100,000 bytes
+    with serving(stalling_handler(release)) as base_url:
+        try:
+            with pytest.raises(DownloadError, match=r"announced 100000 bytes for val\.de\.gz, whose pinned size is 10"):
+                download_multi30k(
+                    cache,
+                    ("val",),
+                    base_url=base_url,
+                    checksums=fixture_checksums(),
+                    sizes=sizes,
+                    timeout=60,
+                    progress=False,
+                )
+        finally:
+            release.set()
     assert list(cache.iterdir()) == []
+
+
+def test_the_pinned_sizes_bound_every_file():
+    assert sorted(data.MULTI30K_SIZES) == sorted(data.MULTI30K_SHA256)
+    for name, size in data.MULTI30K_SIZES.items():
+        assert size < data.size_bound(size) <= 2 * size + 2**16, name
 
 
 def test_stale_partial_downloads_are_cleaned_up(server, tmp_path):

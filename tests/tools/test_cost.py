@@ -32,7 +32,27 @@ def test_reused_memory_is_counted_again_and_small_work_is_small():
     assert small < 4 * MIB
 
 
-def test_median_time_is_positive_and_runs_the_function():
+def test_median_time_is_the_median_of_the_timed_runs_only():
     calls = []
-    assert median_time(lambda: calls.append(1), repeats=3, warmup=2) >= 0
+    durations = iter([5.0, 1.0, 3.0])  # what each timed run takes on the fake clock
+    now = [100.0]
+
+    def fn():
+        calls.append(1)
+        if len(calls) > 2:  # the two warm-up runs are not timed: they take no time on the clock
+            now[0] += next(durations)
+
+    assert median_time(fn, repeats=3, warmup=2, clock=lambda: now[0]) == 3.0
     assert len(calls) == 5
+
+
+def test_median_time_refuses_bad_counts():
+    for repeats in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="repeats must be a whole number of at least 1"):
+            median_time(lambda: None, repeats=repeats)
+    with pytest.raises(ValueError, match="warmup must be a whole number of at least 0"):
+        median_time(lambda: None, warmup=-1)
+
+
+def test_median_time_with_the_real_clock_is_positive():
+    assert median_time(lambda: sum(range(1000)), repeats=3, warmup=0) > 0
