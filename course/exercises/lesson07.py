@@ -12,7 +12,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from course.exercises.feedback import Verdict, as_tensor, close, diagnose, expect_shape, run_check, wrong
+from course.exercises.feedback import (
+    LearnerError,
+    Verdict,
+    as_tensor,
+    close,
+    diagnose,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
 from helpers.rotary import rotary_angles
 
 __all__ = ["check_kv_cache_step", "check_online_softmax_update", "check_rotate_pairs"]
@@ -41,6 +51,7 @@ def _online_update(
     return new_max, running_sum * rescale + block_part
 
 
+@learner_check
 def check_online_softmax_update(online_softmax_update: Callable[[Tensor, Tensor, Tensor], tuple]) -> Verdict:
     """Check ``online_softmax_update(running_max, running_sum, block)`` -> ``(new_max, new_sum)``:
     running_max and running_sum (R,), block (R, B)."""
@@ -122,6 +133,7 @@ def _cache_step(q, k_new, v_new, k_cache, v_cache, how: str = "right") -> tuple[
     return out, keys, values
 
 
+@learner_check
 def check_kv_cache_step(attend_with_cache: Callable[..., tuple]) -> Verdict:
     """Check ``attend_with_cache(q, k_new, v_new, k_cache, v_cache)`` -> ``(output, k_cache, v_cache)``:
     q, k_new, v_new (N, h, 1, d) for the newest token; caches (N, h, T, d) -> output (N, h, 1, d) and the
@@ -135,11 +147,12 @@ def check_kv_cache_step(attend_with_cache: Callable[..., tuple]) -> Verdict:
         args = (q, k_new, v_new, k_cache, v_cache)
         try:
             answer = attend_with_cache(*(t.clone() for t in args))
-        except RuntimeError as error:
+        except LearnerError as error:
             if "Sizes of tensors must match" not in str(error):
                 raise
             raise wrong(
-                f"torch.cat failed ({error}): the new token was concatenated along the wrong dimension. Tokens run "
+                f"torch.cat failed ({error.error}): the new token was concatenated along the wrong dimension. "
+                "Tokens run "
                 "along the length dimension, dim=2 (or -2): (N, h, T, d) + (N, h, 1, d) -> (N, h, T + 1, d)."
             ) from None
         if not isinstance(answer, tuple | list) or len(answer) != 3:
@@ -200,6 +213,7 @@ def _rotate(x: Tensor, angles: Tensor, how: str = "right") -> Tensor:
     return torch.stack((first, second), dim=-1).flatten(-2)
 
 
+@learner_check
 def check_rotate_pairs(rotate_pairs: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``rotate_pairs(x, angles)``: x (..., T, d), angles (T, d / 2) -> (..., T, d), each pair (2m, 2m + 1)
     of position t rotated counter-clockwise by angles[t, m]."""

@@ -10,7 +10,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course.exercises.feedback import Verdict, as_tensor, call_learner, close, expect_shape, run_check, wrong
+from course.exercises.feedback import (
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
 
 __all__ = [
     "check_previous_token_score",
@@ -34,6 +43,7 @@ def _qkv_case(E: int = 4) -> dict[str, Tensor]:
     return case
 
 
+@learner_check
 def check_stack_qkv(stack_qkv: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
     """Check ``stack_qkv(query_weight, key_weight, value_weight, query_bias, key_bias, value_bias)``.
 
@@ -124,6 +134,7 @@ def _previous_mistakes(weights: Tensor, mask: Tensor) -> dict[str, Tensor]:
     }
 
 
+@learner_check
 def check_previous_token_score(previous_token_score: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``previous_token_score(weights (N, h, T, T), attention_mask (N, T)) -> (h,)``."""
 
@@ -176,6 +187,7 @@ def _cosine_case() -> Tensor:
     )
 
 
+@learner_check
 def check_similarity_scores(similarity_scores: Callable[[Tensor], tuple[float, float]]) -> Verdict:
     """Check ``similarity_scores(cosines (P, P)) -> (margin, accuracy)``, paraphrase pairs on the diagonal."""
 
