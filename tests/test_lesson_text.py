@@ -1,5 +1,6 @@
-"""Lessons 01-05: 'why' questions with model answers in the teacher's guide, check cells without `_ =`,
-and (lessons 04 and 05) no name that changes meaning from one section to the next (issues #11, #13)."""
+"""Every lesson has one shape: a title "# Lesson NN: …", bullets written "-", and a close of "## Recap" then
+"## Questions to think about" as its last two cells, each question answered in the teacher's guide; check cells
+need no `_ =`; in lessons 04 and 05 no name changes meaning from one section to the next."""
 
 from __future__ import annotations
 
@@ -11,8 +12,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))  # lessons still being written are held too
 GUIDE = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+
+# Lessons whose own engineers bring them to this shape; the lead removes the marks after merging their branches.
+_FIXED_ELSEWHERE = {
+    ("test_lesson_closes_with_recap_then_questions", "06"): "branch l06 moves lesson 06's questions after its Recap",
+    ("test_questions_are_answered_in_the_guide", "06"): "branch l06 moves lesson 06's questions after its Recap",
+    **{("test_bullets_are_dashes", f"0{n}"): f"branch l0105 writes lesson 0{n}'s bullets with '-'" for n in (1, 2, 3)},
+}
+
+
+def _lessons(test: str) -> list:
+    params = []
+    for path in LESSONS:
+        reason = _FIXED_ELSEWHERE.get((test, path.name[:2]))
+        marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
+        params.append(pytest.param(path, id=path.stem, marks=marks))
+    return params
 
 
 def _cells(path: Path) -> list[dict]:
@@ -27,18 +44,56 @@ def _numbered_items(text: str) -> list[int]:
     return [int(number) for number in re.findall(r"^(\d+)\. ", text, flags=re.MULTILINE)]
 
 
-@pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
-def test_lesson_ends_with_why_questions_answered_in_the_guide(lesson):
-    last = _cells(lesson)[-1]
+def _prose(cell: dict) -> str:
+    """A markdown cell's text without its fenced code blocks."""
+    return re.sub(r"^```.*?^```", "", _source(cell), flags=re.MULTILINE | re.DOTALL)
+
+
+def test_lessons_are_found():
+    assert len(LESSONS) >= 8, LESSONS
+
+
+@pytest.mark.parametrize("lesson", _lessons("test_lesson_title"))
+def test_lesson_title(lesson):
+    first = _cells(lesson)[0]
+    title = _source(first).split("\n", 1)[0]
+    assert first["cell_type"] == "markdown" and re.match(rf"# Lesson {lesson.name[:2]}: \S", title), title
+
+
+@pytest.mark.parametrize("lesson", _lessons("test_bullets_are_dashes"))
+def test_bullets_are_dashes(lesson):
+    starred = [
+        line
+        for cell in _cells(lesson)
+        if cell["cell_type"] == "markdown"
+        for line in _prose(cell).split("\n")
+        if re.match(r"\s*\* ", line)
+    ]
+    assert not starred, f"bullets are written '- ': {starred[:3]}"
+
+
+@pytest.mark.parametrize("lesson", _lessons("test_lesson_closes_with_recap_then_questions"))
+def test_lesson_closes_with_recap_then_questions(lesson):
+    cells = _cells(lesson)
+    recap, last = cells[-2], cells[-1]
+    assert recap["cell_type"] == "markdown" and _source(recap).startswith("## Recap"), _source(recap)[:80]
     assert last["cell_type"] == "markdown" and _source(last).startswith("## Questions to think about")
-    questions = _numbered_items(_source(last))
-    assert len(questions) >= 3 and questions == list(range(1, len(questions) + 1))
+    assert "## Questions" not in _source(recap) and "## Recap" not in _source(last)
+
+
+@pytest.mark.parametrize("lesson", _lessons("test_questions_are_answered_in_the_guide"))
+def test_questions_are_answered_in_the_guide(lesson):
+    last = _cells(lesson)[-1]
+    text = _source(last).split("## Questions to think about", 1)[-1]
+    questions = _numbered_items(text)
+    assert len(questions) >= 3 and questions == list(range(1, len(questions) + 1)), questions
     number = lesson.name[:2]
+    assert f"**Lesson {number}**" in GUIDE, f"docs/teaching.md has no model answers for lesson {number}"
     answers = GUIDE.split(f"**Lesson {number}**", 1)[1].split("**Lesson ", 1)[0].split("\n## ", 1)[0]
     assert _numbered_items(answers) == questions, f"the guide should answer each of lesson {number}'s questions"
 
 
-@pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
+@pytest.mark.parametrize("lesson", _lessons("test_check_cells_need_no_underscore"))
 def test_check_cells_need_no_underscore(lesson):
     for cell in _cells(lesson):
         if cell["cell_type"] == "code":
