@@ -40,7 +40,8 @@ def main() -> None:
     model = GPT(config).eval()
     prompt = torch.tensor([[1, 5, 6]])
     step_times(model, prompt, 20, True), step_times(model, prompt, 20, False)  # warm-up
-    print("run | total ms: cache  no cache  speed-up | ms/token, steps 1-20: cache  no cache | last 20: ..")
+    header = "run | total ms: cache  no cache  speed-up | ms/token, steps 1-20: cache  no cache"
+    print(header + " | last 20: cache  no cache")
     for run in range(args.runs):
         cached, plain = step_times(model, prompt, args.steps, True), step_times(model, prompt, args.steps, False)
         first = (sum(cached[:20]) / 20, sum(plain[:20]) / 20)

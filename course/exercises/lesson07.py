@@ -311,17 +311,17 @@ ROTATE_MISTAKES = {
     "(a cos φ − b sin φ, a sin φ + b cos φ), lesson 04's rotation.": "clockwise",
     "one sign is wrong: (a cos φ + b sin φ, a sin φ + b cos φ) is no rotation (it changes lengths); "
     "the first feature is a cos φ − b sin φ.": "one sign",
-    "the pairs are (m, m + d/2), the two halves of x: this lesson pairs NEIGHBOURS (2m, 2m + 1), "
+    "the pairs are (k, k + d/2), the two halves of x: this lesson pairs NEIGHBOURS (2k, 2k + 1), "
     "`x[..., 0::2]` and `x[..., 1::2]`, as the sinusoidal encoding of lesson 01 does (some libraries "
     "use halves; both work, but a model must be trained with the one it runs with).": "halves",
     "the rotated pairs are not put back in place: `torch.cat` puts all first features before all second "
     "ones; interleave them again, `torch.stack((first, second), dim=-1).flatten(-2)`.": "concatenated",
     "the pairs are taken from the two halves but put back interleaved: read and write with the same "
-    "layout, neighbours (2m, 2m + 1) both ways.": "halves in, interleaved out",
+    "layout, neighbours (2k, 2k + 1) both ways.": "halves in, interleaved out",
     "each pair comes back with its features swapped: stack (first, second), first = a cos φ − b sin φ.": "swapped out",
     "cos and sin are swapped: at angle 0 (position 0) nothing must change, and cos 0 = 1.": "sin cos swapped",
     "the angles are treated as degrees: `angles` is already in radians, pass it to cos and sin as it is.": "degrees",
-    "the angles are multiplied by the position again: `angles[t, m]` already is t · θ_m.": "position twice",
+    "the angles are multiplied by the position again: `angles[t, k]` already is t · θ_k.": "position twice",
 }
 
 
@@ -348,24 +348,24 @@ def _rotate(x: Tensor, angles: Tensor, how: str = "right") -> Tensor:
 
 @learner_check
 def check_rotate_pairs(rotate_pairs: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
-    """Check ``rotate_pairs(x, angles)``: x (..., T, d), angles (T, d / 2) -> (..., T, d), each pair (2m, 2m + 1)
-    of position t rotated counter-clockwise by angles[t, m]."""
+    """Check ``rotate_pairs(x, angles)``: x (..., T, d), angles (T, d / 2) -> (..., T, d), each pair (2k, 2k + 1)
+    of position t rotated counter-clockwise by angles[t, k]."""
 
     def body() -> str:
         g = torch.Generator().manual_seed(72)
         x = torch.randn(2, 5, 8, generator=g)  # (N, T, d)
-        angles = rotary_angles(5, 8).float()  # (T, d / 2): position t times base^(-2m/d)
+        angles = rotary_angles(5, 8).float()  # (T, d / 2): position t times base^(-2k/d)
         answer = as_tensor(rotate_pairs(x.clone(), angles.clone()), "the rotated x")
         expect_shape(answer, x.shape, "the rotated x (..., T, d), the shape of x")
         x64, angles64 = x.double(), angles.double()
         if close(answer, _rotate(x64, angles64)):
-            return "each pair (x_2m, x_2m+1) turned by its angle, counter-clockwise, and put back in place."
+            return "each pair (x_2k, x_2k+1) turned by its angle, counter-clockwise, and put back in place."
         if close(answer, x64):
             raise wrong("x came back unchanged: rotate each pair (a, b) to (a cos φ − b sin φ, a sin φ + b cos φ).")
         raise diagnose(
             answer,
             {hint: _rotate(x64, angles64, how) for hint, how in ROTATE_MISTAKES.items()},
-            "the shape is right, but the numbers differ from rotating each pair (x_2m, x_2m+1) by angles[t, m].",
+            "the shape is right, but the numbers differ from rotating each pair (x_2k, x_2k+1) by angles[t, k].",
         )
 
     return run_check("rotary rotation", body)
