@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05, 07 and 08 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -23,6 +23,20 @@ from course.exercises.lesson02 import check_cross_attention_inputs, check_linear
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
 from course.exercises.lesson04 import check_merge_heads, check_multi_head_attention, check_split_heads
 from course.exercises.lesson05 import check_decoder_layer_forward, check_residual_block
+from course.exercises.lesson07 import (
+    check_kv_cache_step,
+    check_online_softmax_update,
+    check_rotary_cache_step,
+    check_rotate_pairs,
+    check_tiled_attention_update,
+)
+from course.exercises.lesson08 import (
+    check_previous_token_score,
+    check_similarity_scores,
+    check_stack_qkv,
+    reference_previous_token_score,
+)
+from helpers.rotary import apply_rotary
 
 
 def _mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):
@@ -50,7 +64,33 @@ def _positional_encoding(num_positions, dim):
     return table
 
 
-# Each check with one right answer.
+def _online(m, s, block):
+    new = torch.maximum(m, block.amax(-1))
+    return new, s * torch.exp(m - new) + torch.exp(block - new[:, None]).sum(-1)
+
+
+def _tiled(m, s, out, scores, v):
+    new = torch.maximum(m, scores.amax(-1))
+    p, r = torch.exp(scores - new[:, None]), torch.exp(m - new)
+    return new, s * r + p.sum(-1), out * r[:, None] + p @ v
+
+
+def _cache_step(q, k_new, v_new, k_cache, v_cache):
+    keys, values = torch.cat((k_cache, k_new), dim=2), torch.cat((v_cache, v_new), dim=2)
+    return F.scaled_dot_product_attention(q, keys, values), keys, values
+
+
+def _rotate(x, angles):
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()), -1).flatten(-2)
+
+
+def _rotary_step(q, k_new, v_new, k_cache, v_cache):
+    position = torch.tensor([k_cache.size(-2)])
+    return _cache_step(apply_rotary(q, position), apply_rotary(k_new, position), v_new, k_cache, v_cache)
+
+
+# Each check with one right answer (lesson 08's similarity check returns numbers, not tensors: tested apart).
 RIGHT = {
     "one-hot look-up": (check_one_hot_lookup, lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w),
     "positional encoding": (check_positional_encoding, _positional_encoding),
@@ -70,6 +110,13 @@ RIGHT = {
     "multi-head attention": (check_multi_head_attention, _mha),
     "residual block": (check_residual_block, lambda x, s, n, first: x + s(n(x)) if first else n(x + s(x))),
     "decoder layer": (check_decoder_layer_forward, _decoder),
+    "online softmax update": (check_online_softmax_update, _online),
+    "tiled attention update": (check_tiled_attention_update, _tiled),
+    "KV cache step": (check_kv_cache_step, _cache_step),
+    "rotary rotation": (check_rotate_pairs, _rotate),
+    "rotary cache step": (check_rotary_cache_step, _rotary_step),
+    "stack q, k, v": (check_stack_qkv, lambda q, k, v, bq, bk, bv: (torch.cat([q, k, v]), torch.cat([bq, bk, bv]))),
+    "previous-token score": (check_previous_token_score, reference_previous_token_score),
 }
 
 
@@ -83,6 +130,8 @@ def _map(result, change):
         return tuple(change(t) for t in result)
     return change(result)
 
+
+_ONE_DIMENSIONAL = {"online softmax update", "previous-token score"}
 
 # Odd answers that raise nothing: each check must say what is wrong without crashing.
 ODD_ANSWERS = {
@@ -140,6 +189,8 @@ RAISED = {
 @pytest.mark.parametrize("exercise", list(RIGHT))
 def test_every_check_survives_odd_answers(exercise, odd, capsys):
     check, right = RIGHT[exercise]
+    if odd == "returns the answer transposed" and exercise in _ONE_DIMENSIONAL:
+        pytest.skip("its answers are 1-D: transposing leaves them right")
     verdict = check(ODD_ANSWERS[odd](right))
     assert isinstance(verdict, Verdict)
     assert verdict.status == "wrong", verdict
@@ -317,3 +368,14 @@ def test_call_learner_accepts_a_proxy_without_wrapping_twice():
 
     verdict = run_check("demo", lambda: call_learner(LearnerCode(broken), 1))
     assert verdict.message == "your code raised ValueError: bad", verdict.message
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [None, "0.5", 0.5, (float("nan"), 1.0), (1.0, float("inf")), (torch.ones(2), 1.0), ("a", "b"), (1.0, 2.0, 3.0)],
+    ids=repr,
+)
+def test_the_similarity_check_survives_odd_answers(odd):
+    verdict = check_similarity_scores(lambda cosines: odd)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message, verdict.message
