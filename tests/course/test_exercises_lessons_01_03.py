@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_hint, not_attempted
 
+import helpers.attention
 from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
 from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.shortcuts import RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,7 +276,22 @@ def masked_answer(
 
 def test_masked_attention_correct_passes():
     assert check_masked_attention(masked_answer()).passed
-    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)).passed
+
+
+@pytest.mark.parametrize(
+    "shortcut, named",
+    [
+        (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), "F.scaled_dot_product_attention"),
+        (lambda q, k, v, m: helpers.attention.scaled_dot_product_attention(q, k, v, attn_mask=m)[0], "helpers."),
+    ],
+)
+def test_masked_attention_one_call_shortcut_is_refused_by_the_rule(shortcut, named):
+    assert_hint(check_masked_attention(shortcut), named, RULE)
+
+
+def test_attention_weights_helper_shortcut_is_refused_by_the_rule():
+    verdict = check_attention_weights(lambda q, k: helpers.attention.scaled_dot_product_attention(q, k, k)[1])
+    assert_hint(verdict, "helpers.scaled_dot_product_attention", RULE)
 
 
 def test_masked_attention_not_attempted():
@@ -331,7 +348,6 @@ def test_checks_leave_the_global_random_state_alone():
     [
         lambda m: ~m[:, None, :],
         lambda m: (~m).unsqueeze(1),
-        lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf"))[:, None, :],  # a float mask is fine too
         lambda m: ~m[:, None, None, :][:, 0],
     ],
 )
@@ -349,8 +365,11 @@ def test_padding_to_attn_mask_not_attempted():
         (lambda m: m[:, None, :], "not inverted"),
         (lambda m: ~m[:, :, None], "wrong place"),
         (lambda m: ~m, "as if N were the query dimension"),
-        (lambda m: (~m).int()[:, None, :], "boolean mask"),
-        (lambda m: (~m).float()[:, None, :], "only 0 (keep) and -inf"),
+        (lambda m: (~m).int()[:, None, :], "dtype torch.int32"),
+        (lambda m: (~m).float()[:, None, :], "dtype torch.float32"),
+        # a float mask of 0 and -inf means the same to F.scaled_dot_product_attention, but a boolean was asked for
+        (lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf"))[:, None, :], "float mask of 0 and -inf"),
+        (lambda m: helpers.attention.sdpa_mask_from_padding(m), "helpers.sdpa_mask_from_padding"),
         (lambda m: ~m[:, None, :].roll(1, dims=-1), "blocks the wrong keys"),
         (lambda m: ~m[None, :, :], "does not broadcast"),
         (lambda m: [1, 2], "return a tensor"),
@@ -587,8 +606,8 @@ def test_cross_attention_inputs_more_mistakes(wrong_answer, fragment):
 @pytest.mark.parametrize(
     "wrong_answer, fragment",
     [
-        # a float mask with -inf on the KEPT keys: the polarity, not the dtype, is the mistake
-        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "not inverted"),
+        # a float mask, whatever its polarity: the dtype is named first (the rule: the asked type)
+        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "dtype torch.float32"),
         (lambda m: (m == 1)[:, None, :], "not inverted"),
         (lambda m: (~m)[:, None, :].numpy(), "return a tensor"),
     ],
