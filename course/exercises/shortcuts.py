@@ -66,7 +66,7 @@ def _multi_head_shortcuts() -> dict[Callable[..., Any], str]:
 
     return {
         nn.MultiheadAttention.forward: "`nn.MultiheadAttention`",
-        F.multi_head_attention_forward: "`F.multi_head_attention_forward`",
+        F.multi_head_attention_forward: "`nn.MultiheadAttention` (or `F.multi_head_attention_forward`)",
         torch._native_multi_head_attention: "`nn.MultiheadAttention`",
         helpers.attention.MultiHeadAttention.forward: "`helpers.MultiHeadAttention`",
     }

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import not_attempted
+from conftest import assert_hint, not_attempted
 from torch import Tensor, nn
 
 from course.exercises.lesson04 import (
@@ -25,6 +25,7 @@ from course.exercises.lesson05 import (
     check_decoder_layer_forward,
     check_residual_block,
 )
+from course.exercises.shortcuts import RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,9 +105,13 @@ def mha(
     softmax_dim=-1,
     swap_kv=False,
     heads=None,
+    transposed="",
 ):
     """A learner-style implementation, with knobs that introduce one mistake at a time."""
     h = num_heads if heads is None else heads
+    if transposed:  # x @ W.weight + b: the weight used as stored, untransposed
+        q_proj, k_proj, v_proj, o = (lambda x, p=p: x @ p.weight + p.bias for p in (q_proj, k_proj, v_proj, out_proj))
+        out_proj = o if "o" in transposed else out_proj
     q, k, v = q_proj(query), k_proj(key), v_proj(value)
     if swap_kv:
         k, v = k_proj(value), v_proj(key)
@@ -135,7 +140,29 @@ MHA_MISTAKES = {
     "one wide head over all E features": dict(heads=1, scale=lambda E, d: math.sqrt(E / {8: 2, 12: 3}[E])),
     "one wide head scaled by √E": dict(heads=1),
     "keys and values are swapped": dict(swap_kv=True),
+    "weight untransposed, `x @ W.weight + W.bias`": dict(transposed="qkvo"),
+    "Q, K and V use their weights untransposed": dict(transposed="qkv"),
 }
+
+
+def _with_torch_module(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads, training=True):
+    E = query.size(-1)
+    module = torch.nn.MultiheadAttention(E, num_heads, batch_first=True).train(training)
+    with torch.no_grad():
+        module.in_proj_weight.copy_(torch.cat([q_proj.weight, k_proj.weight, v_proj.weight]))
+        module.in_proj_bias.copy_(torch.cat([q_proj.bias, k_proj.bias, v_proj.bias]))
+        module.out_proj.load_state_dict(out_proj.state_dict())
+    return module(query, key, value, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_mha_check_refuses_nn_multihead_attention_by_the_rule(training):
+    def answer(*args):
+        with torch.no_grad():  # eval mode and no grad: nn.MultiheadAttention takes its fast path
+            return _with_torch_module(*args, training=training)
+
+    verdict = check_multi_head_attention(answer)
+    assert_hint(verdict, "MultiheadAttention", RULE)
 
 
 @pytest.mark.parametrize("hint,knobs", list(MHA_MISTAKES.items()))
