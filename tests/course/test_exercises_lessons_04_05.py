@@ -237,6 +237,12 @@ BLOCK_MISTAKES = {
     "carries the NORMALISED x": lambda x, s, n, first: n(x) + s(n(x)) if first else n(x + s(x)),
     "the sum is normalised as well": lambda x, s, n, first: n(x + s(n(x))) if first else n(x + s(x)),
     "only the sublayer's output is normalised": lambda x, s, n, first: x + s(n(x)) if first else x + n(s(x)),
+    # the pre-norm bug x + norm(sublayer(x)) is named as what the learner wrote, not as a post-norm slip
+    "the sublayer's OUTPUT is normalised": lambda x, s, n, first: x + n(s(x)) if first else n(x + s(x)),
+    "subtracted": lambda x, s, n, first: x - s(n(x)) if first else n(x - s(x)),
+    "has no γ and β": lambda x, s, n, first: (
+        x + s(F.layer_norm(x, x.shape[-1:])) if first else F.layer_norm(x + s(x), x.shape[-1:])
+    ),
     "differ from": lambda x, s, n, first: block_right(x, s, n, first) + 1,
 }
 
@@ -246,6 +252,12 @@ def test_residual_check_names_each_mistake(hint, block):
     verdict = check_residual_block(block)
     expected = "computed the other variant" if hint.startswith("ignores") else hint
     assert verdict.status == "wrong" and expected in verdict.message
+
+
+def test_residual_check_pre_norm_bug_is_not_called_a_post_norm_slip():
+    verdict = check_residual_block(lambda x, s, n, first: x + n(s(x)) if first else n(x + s(x)))
+    assert "norm_first=True" not in verdict.message or "pre-norm" in verdict.message
+    assert "post-norm normalises the SUM" not in verdict.message
 
 
 def test_residual_check_other_answers():
@@ -282,6 +294,19 @@ def decoder_right(layer, tgt, memory, tgt_mask, memory_key_padding_mask, *, mist
     if mistake == "cross first":
         x = layer.norm1(x + ca(x))
         x = layer.norm2(x + sa(x))
+    elif mistake == "cross first, norms kept with their block":
+        x = layer.norm2(x + ca(x))
+        x = layer.norm1(x + sa(x))
+    elif mistake == "feed-forward first":
+        x = layer.norm3(x + ff(x))
+        x = layer.norm1(x + sa(x))
+        return layer.norm2(x + ca(x))
+    elif mistake == "cross-attention doubled":
+        x = layer.norm1(x + sa(x))
+        x = layer.norm2(x + 2 * ca(x))
+    elif mistake == "self-attention scores from memory":
+        x = layer.norm1(x + drop("dropout1")(layer.self_attn(x, memory, memory, need_weights=False)[0]))
+        x = layer.norm2(x + ca(x))
     else:
         x = layer.norm1((0 if mistake == "no residual 1" else x) + sa(x))
         x = layer.norm2((0 if mistake == "no residual 2" else x) + ca(x))
@@ -294,6 +319,11 @@ DECODER_MISTAKES = {
     "no memory padding": "padding mask is not used",
     "cross over target": "attends over the target",
     "cross first": "wrong order",
+    "cross first, norms kept with their block": "wrong order",
+    "feed-forward first": "your code called linear1 -> self_attn -> multihead_attn",
+    # an unknown slip: the fallback names the first sub-block whose result differs, not the ones after it
+    "cross-attention doubled": "first sub-block whose result differs is the cross-attention block",
+    "self-attention scores from memory": "first sub-block whose result differs is the self-attention block",
     "no residual 1": "residual around the self-attention",
     "no residual 2": "residual around the cross-attention",
     "no residual 3": "residual around the feed-forward",
