@@ -23,7 +23,7 @@ from course.exercises.feedback import (
     run_check,
     wrong,
 )
-from course.exercises.shortcuts import FunctionRecorder
+from course.exercises.shortcuts import FunctionRecorder, refuse_shortcuts
 from helpers.embeddings import sinusoidal_positional_encoding
 
 __all__ = ["check_one_hot_lookup", "check_positional_encoding"]
@@ -51,12 +51,13 @@ def check_one_hot_lookup(one_hot_lookup: Callable[[Tensor, Tensor], Tensor]) -> 
                     raise
             answer = as_tensor(result, "the result")
             expect_shape(answer, expected.shape, "the embeddings", "(N, L, E)")
-            if close(answer, expected) and recorder.looked_up_rows():
-                raise wrong(
-                    f"the numbers are right, but you looked the rows up ({recorder.looked_up_rows()}), the shortcut "
-                    "this exercise asks you to avoid. Build the one-hot vectors with `F.one_hot(ids, num_classes=V)` "
-                    "and multiply them by the table: that product is what an embedding layer computes."
-                )
+            refuse_shortcuts(
+                recorder,
+                "one-hot look-up",
+                "build the one-hot vectors with `F.one_hot(ids, num_classes=V)` and multiply them by the table: that "
+                "product is what an embedding layer computes.",
+                watched_only=True,
+            )
             if close(answer, expected):
                 continue
             one_hot = torch.nn.functional.one_hot(ids, vocab_size).double()  # (N, L, V)
@@ -111,7 +112,9 @@ def check_positional_encoding(positional_encoding: Callable[[int, int], Tensor])
     def body() -> str:
         for num_positions, dim in ((12, 8), (50, 16)):
             expected = sinusoidal_positional_encoding(num_positions, dim, dtype=torch.float64)
-            answer = as_tensor(call_learner(positional_encoding, num_positions, dim), "the encoding")
+            with FunctionRecorder() as recorder:
+                answer = as_tensor(call_learner(positional_encoding, num_positions, dim), "the encoding")
+            refuse_shortcuts(recorder, "sinusoidal positional encoding", "`torch.arange`, `torch.sin`, `torch.cos`.")
             expect_shape(answer, (num_positions, dim), "the encoding", "(P, E)")
             if close(answer, expected):
                 continue

@@ -19,7 +19,7 @@ from course.exercises.feedback import (
     run_check,
     wrong,
 )
-from course.exercises.shortcuts import FunctionRecorder
+from course.exercises.shortcuts import FunctionRecorder, refuse_shortcuts
 
 __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 
@@ -56,11 +56,11 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
                     raise
             answer = as_tensor(result, "the projection")
             expect_shape(answer, expected.shape, "the projection", "(N, L, E_out)")
-            if recorder.called_linear():
-                raise wrong(
-                    f"your code calls {recorder.called_linear()}, the shortcut this exercise asks you to avoid: "
-                    "write the product yourself, `x @ weight.T + bias`, to see what nn.Linear computes."
-                )
+            refuse_shortcuts(
+                recorder,
+                "linear projection",
+                "write `x @ weight.T + bias`, to see what nn.Linear computes.",
+            )
             if close(answer, expected):
                 continue
             x64, w64, b64 = x.double(), weight.double(), bias.double()

@@ -416,7 +416,7 @@ def test_positional_encoding_divided_by_half_of_e():
     ],
 )
 def test_one_hot_lookup_forbidden_shortcut_is_named(shortcut, named):
-    assert_hint(check_one_hot_lookup(shortcut), "shortcut", named, "F.one_hot")
+    assert_hint(check_one_hot_lookup(shortcut), RULE, named, "F.one_hot")
 
 
 def test_one_hot_lookup_built_from_an_identity_matrix_is_no_shortcut():
@@ -437,7 +437,14 @@ def _with_linear_module(x, w, b):
 
 @pytest.mark.parametrize("shortcut", [lambda x, w, b: F.linear(x, w, b), _with_linear_module])
 def test_linear_projection_forbidden_shortcut_is_named(shortcut):
-    assert_hint(check_linear_projection(shortcut), "shortcut", "F.linear", "x @ weight.T + bias")
+    assert_hint(check_linear_projection(shortcut), RULE, "F.linear", "x @ weight.T + bias")
+
+
+def test_positional_encoding_helper_shortcut_is_refused_by_the_rule():
+    from helpers.embeddings import sinusoidal_positional_encoding
+
+    verdict = check_positional_encoding(lambda p, e: sinusoidal_positional_encoding(p, e))
+    assert_hint(verdict, RULE, "sinusoidal_positional_encoding")
 
 
 def test_linear_projection_with_addmm_or_matmul_is_fine():

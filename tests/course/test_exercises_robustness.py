@@ -59,7 +59,9 @@ RIGHT = {
     ),
     "masked attention": (
         check_masked_attention,
-        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        lambda q, k, v, m: (
+            torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), dim=-1) @ v
+        ),
     ),
     "padding mask": (check_padding_to_attn_mask, lambda m: ~m[:, None, :]),
     "split heads": (check_split_heads, lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2)),
