@@ -20,6 +20,7 @@ from course.exercises.feedback import (
     close,
     diagnose,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
@@ -32,6 +33,7 @@ __all__ = ["check_one_hot_lookup", "check_positional_encoding"]
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: an embedding look-up as one-hot vectors times the table
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_one_hot_lookup(one_hot_lookup: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``one_hot_lookup(ids, weight)``: ids (N, L) int64, weight (V, E) -> (N, L, E)."""
 
@@ -106,6 +108,7 @@ def _lookup_error_hint(message: str, vocab_size: int, dim: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: sinusoidal positional encoding
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_positional_encoding(positional_encoding: Callable[[int, int], Tensor]) -> Verdict:
     """Check ``positional_encoding(num_positions, dim)`` -> (P, E) against the paper's formula."""
 

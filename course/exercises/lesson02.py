@@ -16,6 +16,7 @@ from course.exercises.feedback import (
     close,
     diagnose,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
@@ -27,6 +28,7 @@ __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: what nn.Linear computes, written with a matrix product
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``linear_projection(x, weight, bias)``: x (N, L, E_in), weight (E_out, E_in), bias (E_out,)."""
 
@@ -94,6 +96,7 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: queries from the target, keys and values from the source
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_cross_attention_inputs(
     cross_attention_inputs: Callable[[Tensor, Tensor, nn.Linear, nn.Linear, nn.Linear], tuple[Tensor, Tensor, Tensor]],
 ) -> Verdict:

@@ -25,6 +25,7 @@ from course.exercises.feedback import (
     diagnose_cases,
     expect_plain_tensor,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
@@ -210,6 +211,7 @@ def _weight_cases() -> list[tuple[Tensor, Tensor]]:
     ]
 
 
+@learner_check
 def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``attention_weights(q, k)``: q (..., L, d), k (..., S, d) -> weights (..., L, S)."""
 
@@ -294,6 +296,7 @@ def _masked_fallback(answer: Tensor, index: int) -> str:
     return "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
 
 
+@learner_check
 def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``masked_attention(q, k, v, mask)`` -> output (..., L, dv); mask (L, S) bool, True = may attend."""
 
@@ -330,6 +333,7 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
 # ---------------------------------------------------------------------------------------------
 # Exercise 3: from nn.MultiheadAttention's padding mask to F.scaled_dot_product_attention's mask
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``padding_to_attn_mask(key_padding_mask)``: (N, S) bool, True = padding -> a mask for
     ``F.scaled_dot_product_attention`` that broadcasts to (N, L, S) for any L: boolean, True = may attend

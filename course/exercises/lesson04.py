@@ -22,6 +22,7 @@ from course.exercises.feedback import (
     diagnose,
     diagnose_cases,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
@@ -122,6 +123,7 @@ def _split_cases() -> list[tuple[Tensor, int]]:
     return [(torch.randn(2, 3, 8, generator=generator), 4), (torch.randn(3, 5, 12, generator=generator), 2)]
 
 
+@learner_check
 def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
     """Check ``split_heads(x, num_heads)``: (N, T, E) -> (N, h, T, d) with head i holding features i*d..(i+1)*d-1."""
 
@@ -167,6 +169,7 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 # Exercise 1b: merge the heads back (concatenate)
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``merge_heads(x)``: (N, h, T, d) -> (N, T, E), heads side by side in order 0..h-1."""
 
@@ -339,6 +342,7 @@ def _call_mha(multi_head_attention, query, key, value, proj, h: int, cross: bool
     return answer
 
 
+@learner_check
 def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> Verdict:
     """Check ``multi_head_attention(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads)``.
 

@@ -19,6 +19,7 @@ from course.exercises.feedback import (
     close,
     diagnose_cases,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
@@ -133,6 +134,7 @@ def _call_block(residual_block, x, sublayer, norm, norm_first: bool) -> Tensor:
     return answer
 
 
+@learner_check
 def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
     """Check ``residual_block(x, sublayer, norm, norm_first)`` -> (N, L, E) for both settings of norm_first."""
 
@@ -341,6 +343,7 @@ def _call_decoder(decoder_layer_forward, layer, tgt, memory, tgt_mask, memory_pa
     return answer
 
 
+@learner_check
 def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) -> Verdict:
     """Check ``decoder_layer_forward(layer, tgt, memory, tgt_mask, memory_key_padding_mask)`` -> (N, L, E).
 
