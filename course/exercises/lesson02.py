@@ -122,6 +122,16 @@ def check_cross_attention_inputs(
                 for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
                 for side, x in (("target", target), ("source", source))
             }
+        for name, tensor, proj_name, side, x in (
+            ("q", q, "q_proj", "target", target),
+            ("k", k, "k_proj", "source", source),
+            ("v", v, "v_proj", "source", source),
+        ):
+            if close(tensor, x.double()):
+                raise wrong(
+                    f"{name} is the {side} sentence itself, not projected: each of q, k and v is a learned projection, "
+                    f"{name} = {proj_name}({side}), of shape (N, {'L' if side == 'target' else 'S'}, d)."
+                )
         if tuple(q.shape) == (N, S, d) and tuple(k.shape) == (N, L, d):
             raise wrong(
                 "the roles are swapped: queries come from the target sentence (what is being written, length "

@@ -123,6 +123,18 @@ def _split_cases() -> list[tuple[Tensor, int]]:
     return [(torch.randn(2, 3, 8, generator=generator), 4), (torch.randn(3, 5, 12, generator=generator), 2)]
 
 
+def _split_shape_hints(N: int, T: int, h: int, d: int) -> dict[tuple[int, ...], str]:
+    """Wrong shapes that name their mistake (the cases keep N, T, h and d apart, so no two coincide)."""
+    return {
+        (N, h, d, T): f"the shape is (N, h, d, T) = {(N, h, d, T)}: the last two dimensions are swapped. Each head "
+        "needs one row per token, (N, h, T, d): `view(N, T, h, d).transpose(1, 2)`.",
+        (N, d, T, h): f"the shape is (N, d, T, h) = {(N, d, T, h)}: you made d = {d} heads of size h = {h}. The "
+        f"features split into h = {h} heads of d = E / h = {d} each: `view(N, T, h, d)`, not `view(N, T, d, h)`.",
+        (T, N, h, d): f"the shape is (T, N, h, d) = {(T, N, h, d)}: `transpose(0, 1)` swapped the batch and the "
+        "tokens. Swap the tokens and the heads: `.transpose(1, 2)`.",
+    }
+
+
 @learner_check
 def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
     """Check ``split_heads(x, num_heads)``: (N, T, E) -> (N, h, T, d) with head i holding features i*d..(i+1)*d-1."""
@@ -138,6 +150,8 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
                     "dim 2. "
                     "Swap the token and head dimensions with `.transpose(1, 2)` to get (N, h, T, d)."
                 )
+            if tuple(answer.shape) in _split_shape_hints(N, T, h, d):
+                raise wrong(_split_shape_hints(N, T, h, d)[tuple(answer.shape)])
             expect_shape(
                 answer, (N, h, T, d), f"for x of shape (N, T, E) = {(N, T, E)}, split_heads(x, {h})", "(N, h, T, d)"
             )

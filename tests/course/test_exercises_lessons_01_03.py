@@ -197,6 +197,8 @@ def test_cross_attention_inputs_not_attempted():
         (lambda t, s, q, k, v: (q(t), v(s), k(s)), "k was made with the wrong projection (v_proj)"),
         (lambda t, s, q, k, v: (k(t), k(s), v(s)), "q was made with the wrong projection (k_proj)"),
         (lambda t, s, q, k, v: [q(t), k(s)], "as a tuple"),
+        (lambda t, s, q, k, v: (q(t), k(s), s), "v is the source sentence itself, not projected"),
+        (lambda t, s, q, k, v: (t, k(s), v(s)), "q is the target sentence itself, not projected"),
         (lambda t, s, q, k, v: (q(t), k(s) * 2, v(s)), "not the numbers of `k_proj(source)`"),
     ],
 )

@@ -45,7 +45,10 @@ SPLIT_MISTAKES = {
     "reshape without transpose": lambda x, h: x.reshape(x.size(0), h, x.size(1), x.size(2) // h),
     "transpose(1, 2)": lambda x, h: x.view(x.size(0), x.size(1), h, x.size(2) // h),  # forgot the transpose
     "interleaved": lambda x, h: x.view(x.size(0), x.size(1), x.size(2) // h, h).permute(0, 3, 1, 2),
-    "should have shape": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 3, 1),  # (N, h, d, T)
+    "last two dimensions are swapped": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 3, 1),
+    "you made d = ": lambda x, h: x.view(x.size(0), x.size(1), -1, h).transpose(1, 2),  # (N, d, T, h)
+    "swapped the batch and the tokens": lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(0, 1),
+    "should have shape": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 3, 2, 1),  # (N, d, h, T)
     "not in place": lambda x, h: split_right(x, h).flip(2),  # tokens reversed: no known mistake
 }
 
@@ -379,10 +382,10 @@ def test_mha_without_transpose_in_both_split_and_merge_is_named():
 
 
 def test_split_and_merge_wrong_shape_messages_read_cleanly():
-    split = check_split_heads(SPLIT_MISTAKES["should have shape"])  # (N, h, d, T)
+    split = check_split_heads(SPLIT_MISTAKES["should have shape"])  # (N, d, h, T): no named mistake
     assert split.message == (
         "for x of shape (N, T, E) = (2, 3, 8), split_heads(x, 4) should have shape (N, h, T, d) = (2, 4, 3, 2), "
-        "got (2, 4, 2, 3)"
+        "got (2, 2, 4, 3)"
     )
     merge = check_merge_heads(lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), -1, x.size(2)))  # (N, E, T)
     assert merge.message == (
