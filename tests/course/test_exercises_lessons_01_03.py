@@ -7,7 +7,9 @@ hint that names it).
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -623,3 +625,20 @@ def test_cross_attention_inputs_more_mistakes(wrong_answer, fragment):
 )
 def test_padding_to_attn_mask_more_mistakes(wrong_answer, fragment):
     assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lessons 01-05: one rule for shortcuts and types, stated in every exercise
+# ---------------------------------------------------------------------------------------------
+_LESSONS_01_05 = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("0[1-5]_*.ipynb"))
+
+
+@pytest.mark.parametrize("lesson", _LESSONS_01_05, ids=lambda path: path.stem)
+def test_every_exercise_of_lessons_01_05_states_the_rule(lesson):
+    cells = json.loads(lesson.read_text(encoding="utf-8"))["cells"]
+    statements = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    statements = [text.split("### Exercise", 1)[1] for text in statements if "### Exercise" in text]
+    assert statements, f"{lesson.name} has no exercise"
+    core = RULE.split(": ", 1)[1].split(". ", 1)[0]  # "write the step yourself with the operations it names"
+    for text in statements:
+        assert "*The rule of every exercise:* " + core in " ".join(text.split()), text[:200]
