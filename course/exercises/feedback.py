@@ -295,3 +295,33 @@ def diagnose(answer: Tensor, mistakes: dict[str, Tensor | Callable[[], Tensor]],
         if close(answer, result):
             return wrong(hint)
     return wrong(fallback)
+
+
+def diagnose_cases(
+    answers: list[Tensor], mistakes: list[dict[str, Tensor | Callable[[], Tensor]]], fallback: str
+) -> _Wrong:
+    """Name the first mistake whose results match the answers in EVERY case where it can be computed.
+
+    ``answers[i]`` is the learner's result on case i and ``mistakes[i]`` the usual mistakes' results on it (a hint
+    absent from a case, or not computable there, is not judged on it). One fixed example can make two mistakes
+    give the same number, or a mistake agree with the answer by chance; several cases that tell them apart cannot.
+    """
+    hints = list(dict.fromkeys(hint for table in mistakes for hint in table))
+    for hint in hints:
+        matched = 0
+        for answer, table in zip(answers, mistakes, strict=True):
+            if hint not in table:
+                continue
+            result = table[hint]
+            if callable(result):
+                try:
+                    result = result()
+                except (RuntimeError, ValueError, IndexError):
+                    continue
+            if not close(answer, result):
+                break
+            matched += 1
+        else:
+            if matched:
+                return wrong(hint)
+    return wrong(fallback)

@@ -15,11 +15,13 @@ from course.exercises.feedback import (
     call_learner,
     close,
     diagnose,
+    diagnose_cases,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
-from course.exercises.shortcuts import FunctionRecorder
+from course.exercises.shortcuts import FunctionRecorder, refuse_shortcuts
 
 __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 
@@ -27,66 +29,73 @@ __all__ = ["check_cross_attention_inputs", "check_linear_projection"]
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: what nn.Linear computes, written with a matrix product
 # ---------------------------------------------------------------------------------------------
+def _projection(linear_projection, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """The learner's projection on copies of the inputs, refusing nn.Linear's one-call shortcuts."""
+    with FunctionRecorder() as recorder:
+        try:
+            result = call_learner(linear_projection, x.clone(), weight.clone(), bias.clone())
+        except LearnerError as problem:
+            message = str(problem.error)
+            if "cannot be multiplied" in message or "size mismatch" in message:
+                raise wrong(
+                    f"the shapes do not fit ({message}). nn.Linear stores its weight as (E_out, E_in) = "
+                    f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
+                ) from None
+            if "batch2" in message or "batch1" in message:
+                raise wrong(
+                    f"the shapes do not fit ({message}). The tokens come first: `x @ weight.T`, "
+                    "(N, L, E_in) @ (E_in, E_out), not `weight @ x` or `weight.T @ x`."
+                ) from None
+            raise
+    answer = as_tensor(result, "the projection")
+    expect_shape(answer, (*x.shape[:-1], weight.size(0)), "the projection", "(N, L, E_out)")
+    refuse_shortcuts(recorder, "linear projection", "write `x @ weight.T + bias`, to see what nn.Linear computes.")
+    return answer
+
+
+def _projection_mistakes(x: Tensor, w: Tensor, b: Tensor) -> dict[str, Callable[[], Tensor]]:
+    """The usual mistakes for one case (float64), computed lazily; those whose shapes do not fit are skipped."""
+    return {
+        "the weight is used untransposed: nn.Linear stores it as (E_out, E_in) and computes `x @ weight.T + bias`. "
+        "With a square weight `x @ weight` runs but gives other numbers.": lambda: x @ w + b,
+        "the weight is used untransposed AND the bias is missing: nn.Linear computes `x @ weight.T + bias`.": lambda: (
+            x @ w
+        ),
+        "the bias is missing: nn.Linear adds it after the product, `x @ weight.T + bias`.": lambda: x @ w.T,
+        "the bias is subtracted: nn.Linear adds it, `x @ weight.T + bias`.": lambda: x @ w.T - b,
+        # only where E_in = E_out: the bias (E_out,) cannot be added to x (..., E_in) otherwise
+        "the bias is added to x before the product: nn.Linear adds it to the result, `x @ weight.T + bias`.": lambda: (
+            (x + b) @ w.T
+        ),
+    }
+
+
+@learner_check
 def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``linear_projection(x, weight, bias)``: x (N, L, E_in), weight (E_out, E_in), bias (E_out,)."""
 
     def body() -> str:
         generator = torch.Generator().manual_seed(2)
-        # Square weights first (a transposed weight still fits), then a projection to a smaller size.
-        for e_in, e_out in ((4, 4), (6, 3)):
+        answers, expected, tables = [], [], []
+        # Square weights first (a transposed weight still fits), then two projections to other sizes.
+        for e_in, e_out in ((4, 4), (6, 3), (5, 5)):
             x = torch.randn(2, 3, e_in, generator=generator)  # (N, L, E_in)
             weight = torch.randn(e_out, e_in, generator=generator)  # (E_out, E_in), as nn.Linear stores it
             bias = torch.randn(e_out, generator=generator)  # (E_out,)
-            expected = F.linear(x, weight, bias)  # x @ weight.T + bias
-            with FunctionRecorder() as recorder:
-                try:
-                    result = call_learner(linear_projection, x.clone(), weight.clone(), bias.clone())
-                except LearnerError as problem:
-                    message = str(problem.error)
-                    if "cannot be multiplied" in message or "size mismatch" in message:
-                        raise wrong(
-                            f"the shapes do not fit ({message}). nn.Linear stores its weight as (E_out, E_in) = "
-                            f"{tuple(weight.shape)}, so the product is `x @ weight.T`, (N, L, E_in) @ (E_in, E_out)."
-                        ) from None
-                    if "batch2" in message or "batch1" in message:
-                        raise wrong(
-                            f"the shapes do not fit ({message}). The tokens come first: `x @ weight.T`, "
-                            "(N, L, E_in) @ (E_in, E_out), not `weight @ x` or `weight.T @ x`."
-                        ) from None
-                    raise
-            answer = as_tensor(result, "the projection")
-            expect_shape(answer, expected.shape, "the projection", "(N, L, E_out)")
-            if recorder.called_linear():
-                raise wrong(
-                    f"your code calls {recorder.called_linear()}, the shortcut this exercise asks you to avoid: "
-                    "write the product yourself, `x @ weight.T + bias`, to see what nn.Linear computes."
-                )
-            if close(answer, expected):
-                continue
-            x64, w64, b64 = x.double(), weight.double(), bias.double()
-            raise diagnose(
-                answer,
-                {
-                    "the weight is used untransposed: nn.Linear stores it as (E_out, E_in) and computes "
-                    "`x @ weight.T + bias`. With a square weight `x @ weight` runs but gives other numbers.": x64 @ w64
-                    + b64,
-                    "the weight is used untransposed AND the bias is missing: nn.Linear computes "
-                    "`x @ weight.T + bias`.": x64 @ w64,
-                    "the bias is missing: nn.Linear adds it after the product, `x @ weight.T + bias`.": x64 @ w64.T,
-                    "the bias is subtracted: nn.Linear adds it, `x @ weight.T + bias`.": x64 @ w64.T - b64,
-                }
-                | (
-                    # only where E_in = E_out: the bias (E_out,) cannot be added to x (..., E_in) otherwise
-                    {
-                        "the bias is added to x before the product: nn.Linear adds it to the result, "
-                        "`x @ weight.T + bias`.": (x64 + b64) @ w64.T
-                    }
-                    if e_in == e_out
-                    else {}
-                ),
-                "the shape is right but the numbers differ from nn.Linear's `x @ weight.T + bias`.",
-            )
-        return "your projection gives the same numbers as nn.Linear (x @ weight.T + bias)."
+            try:
+                answer = _projection(linear_projection, x, weight, bias)
+            except Exception:
+                if any(not close(a, e) for a, e in zip(answers, expected, strict=True)):
+                    break  # an earlier case already shows the mistake: name it from there
+                raise
+            answers.append(answer)
+            expected.append(F.linear(x, weight, bias))  # x @ weight.T + bias
+            tables.append(_projection_mistakes(x.double(), weight.double(), bias.double()))
+        if all(close(a, e) for a, e in zip(answers, expected, strict=True)):
+            return "your projection gives the same numbers as nn.Linear (x @ weight.T + bias)."
+        raise diagnose_cases(
+            answers, tables, "the shape is right but the numbers differ from nn.Linear's `x @ weight.T + bias`."
+        )
 
     return run_check("linear projection", body)
 
@@ -94,6 +103,7 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: queries from the target, keys and values from the source
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_cross_attention_inputs(
     cross_attention_inputs: Callable[[Tensor, Tensor, nn.Linear, nn.Linear, nn.Linear], tuple[Tensor, Tensor, Tensor]],
 ) -> Verdict:
@@ -119,6 +129,16 @@ def check_cross_attention_inputs(
                 for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
                 for side, x in (("target", target), ("source", source))
             }
+        for name, tensor, proj_name, side, x in (
+            ("q", q, "q_proj", "target", target),
+            ("k", k, "k_proj", "source", source),
+            ("v", v, "v_proj", "source", source),
+        ):
+            if close(tensor, x.double()):
+                raise wrong(
+                    f"{name} is the {side} sentence itself, not projected: each of q, k and v is a learned projection, "
+                    f"{name} = {proj_name}({side}), of shape (N, {'L' if side == 'target' else 'S'}, d)."
+                )
         if tuple(q.shape) == (N, S, d) and tuple(k.shape) == (N, L, d):
             raise wrong(
                 "the roles are swapped: queries come from the target sentence (what is being written, length "

@@ -1,7 +1,10 @@
-"""Checks for lesson 03's exercises: attention weights, and masked scaled dot-product attention.
+"""Checks for lesson 03's exercises: attention weights (1), a padding mask (2), masked attention (3).
 
 The masks here follow ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask is
-**True where a query may attend** to a key.
+**True where a query may attend** to a key. Every check applies ``shortcuts.RULE``: the one call that
+does the exercise (``F.scaled_dot_product_attention``, the helper) is refused, and a mask must be boolean.
+The mistake tables are at module level; each check runs several cases and names a mistake only when it
+explains the answer in all of them.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from course.exercises.feedback import (
     as_tensor,
     call_learner,
     close,
-    diagnose,
+    diagnose_cases,
     expect_plain_tensor,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
+from course.exercises.shortcuts import FunctionRecorder, expect_dtype, refuse_shortcuts
 from helpers.attention import scaled_dot_product_attention
 
 __all__ = ["check_attention_weights", "check_masked_attention", "check_padding_to_attn_mask"]
@@ -96,191 +101,231 @@ def _call_learner(function: Callable[..., Tensor], args: tuple[Tensor, ...], nam
     return as_tensor(result, name)
 
 
-def _batch_hints(q64: Tensor, k64: Tensor, mask: Tensor | None = None) -> dict[str, Callable[[], Tensor]]:
-    """Mistakes that only show with a batch in front: code that counts dimensions from the start.
+# The usual mistakes, each a hint and the weights it gives for (q, k, mask); float64 inputs, mask may be None.
+_Mistake = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
 
-    For one sentence, q is (L, d) and the scores (L, S): ``q.shape[1]`` is d and ``dim=1`` the keys.
-    With a batch, q is (N, L, d) and the scores (N, L, S): the same code reads L and softmaxes over the queries.
-    """
-    length_scale = 1.0 / math.sqrt(q64.size(-2))
-    return {
-        "the softmax runs over dim=1: for one sentence's (L, S) scores that is the keys, but for a batch's "
-        "(N, L, S) scores it is the queries. Count from the end, `softmax(scores, dim=-1)`, and your code works "
-        "with or without a batch.": partial(_weights, q64, k64, mask, softmax_dim=-2),
-        "the scale uses `q.shape[1]`: for one sentence's (L, d) queries that is d, but for a batch's (N, L, d) "
-        "it is L. Take the last dimension, `d = q.shape[-1]`.": partial(_weights, q64, k64, mask, scale=length_scale),
-        # last: with a padding mask both are all NaN, and the simpler hint should win there
-        "`dim=1` and `q.shape[1]` count from the front: for one sentence they are the keys and d, but with a batch "
-        "in front, (N, L, S) scores and (N, L, d) queries, they are the queries and L. Count from the end: "
-        "`softmax(scores, dim=-1)` and `d = q.shape[-1]`.": partial(
-            _weights, q64, k64, mask, scale=length_scale, softmax_dim=-2
-        ),
-    }
+# Mistakes that only show with a batch in front: code that counts dimensions from the start. For one sentence,
+# q is (L, d) and the scores (L, S): ``q.shape[1]`` is d and ``dim=1`` the keys. With a batch, q is (N, L, d) and
+# the scores (N, L, S): the same code reads L and softmaxes over the queries.
+_BATCH_MISTAKES: dict[str, _Mistake] = {
+    "the softmax runs over dim=1: for one sentence's (L, S) scores that is the keys, but for a batch's "
+    "(N, L, S) scores it is the queries. Count from the end, `softmax(scores, dim=-1)`, and your code works "
+    "with or without a batch.": lambda q, k, m: _weights(q, k, m, softmax_dim=-2),
+    "the scale uses `q.shape[1]`: for one sentence's (L, d) queries that is d, but for a batch's (N, L, d) "
+    "it is L. Take the last dimension, `d = q.shape[-1]`.": lambda q, k, m: _weights(q, k, m, scale=q.size(-2) ** -0.5),
+    # last: with a padding mask both are all NaN, and the simpler hint should win there
+    "`dim=1` and `q.shape[1]` count from the front: for one sentence they are the keys and d, but with a batch "
+    "in front, (N, L, S) scores and (N, L, d) queries, they are the queries and L. Count from the end: "
+    "`softmax(scores, dim=-1)` and `d = q.shape[-1]`.": lambda q, k, m: _weights(
+        q, k, m, scale=q.size(-2) ** -0.5, softmax_dim=-2
+    ),
+    "the softmax runs over dim=0, the batch: `softmax` without `dim=` (or with `dim=0`) picks the first "
+    "dimension of a batched (N, L, S) tensor. Always give `dim=-1`, the keys.": lambda q, k, m: _weights(
+        q, k, m, softmax_dim=0
+    ),
+}
+
+# Exercise 1 (no mask). Mistakes whose shapes do not fit a case (untransposed keys where L != d) are skipped there.
+_WEIGHT_MISTAKES: dict[str, _Mistake] = {
+    "the scores are not scaled: divide Q Kᵀ by √d before the softmax.": lambda q, k, m: _weights(q, k, scale=1.0),
+    "the scores are divided by d instead of √d: use `/ math.sqrt(d)` (or `* d ** -0.5`).": lambda q, k, m: _weights(
+        q, k, scale=1.0 / q.size(-1)
+    ),
+    "the softmax runs over the wrong dimension: each QUERY's row (the last dimension, over the keys) must sum "
+    "to 1, so use `softmax(scores, dim=-1)`.": lambda q, k, m: _weights(q, k, softmax_dim=-2),
+    "the keys are not transposed: the scores are Q Kᵀ, `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` runs "
+    "too, but multiplies queries with the wrong numbers.": lambda q, k, m: _weights(q, k, transpose_keys=False),
+    "the softmax is missing: these are the scaled scores; turn each row into weights with "
+    "`torch.softmax(scores, dim=-1)`.": lambda q, k, m: _scaled_scores(q, k),
+    "the keys are not transposed AND the scores are not scaled.": lambda q, k, m: _weights(
+        q, k, scale=1.0, transpose_keys=False
+    ),
+    "the scores are multiplied by √d: divide them, `/ math.sqrt(d)`, so that large head sizes give smaller, not "
+    "larger, scores.": lambda q, k, m: _weights(q, k, scale=math.sqrt(q.size(-1))),
+    "the scaling comes after the softmax: divide the SCORES by √d, then take the softmax (dividing the weights "
+    "leaves rows that sum to 1 / √d).": lambda q, k, m: _unscaled_then_divided(q, k),
+    "the scores are divided by √S, the number of keys: the scale is the size of a query or key, "
+    "`d = q.shape[-1]`.": lambda q, k, m: _weights(q, k, scale=k.size(-2) ** -0.5),
+    # S, L order: only computable where L = S; elsewhere the shape check has already answered
+    "the scores are K Qᵀ, one row per KEY: compute `q @ k.transpose(-2, -1)` so that row i holds query i's "
+    "scores.": lambda q, k, m: _keys_times_queries(q, k),
+}
+
+# Exercise 3 (a boolean mask, True = may attend); each mistake's output is its weights @ v.
+_MASKED_MISTAKES: dict[str, _Mistake] = {
+    "the softmax runs over the wrong dimension: each query's row must sum to 1, "
+    "`softmax(scores, dim=-1)`.": lambda q, k, m: _weights(q, k, m, softmax_dim=-2),
+    "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum to 1. "
+    "Fill the blocked SCORES with -inf before the softmax.": lambda q, k, m: _weights(q, k, m, mask_after_softmax=True),
+    "the mask is inverted: here True means MAY attend (as in F.scaled_dot_product_attention), so block where "
+    "the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": lambda q, k, m: _weights(q, k, ~m),
+    "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
+    "Use `float('-inf')`.": lambda q, k, m: _weights(q, k, m, mask_fill=0.0),
+    "the mask is ignored: block the scores where the mask is False before the softmax.": lambda q, k, m: _weights(q, k),
+    "the boolean mask is added to the scores: True and False become 1 and 0, which blocks nothing. Fill the "
+    "blocked scores instead, `scores.masked_fill(~mask, float('-inf'))` (only a FLOAT mask of 0 and -inf is "
+    "added).": lambda q, k, m: _mask_added(q, k, m),
+    "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": lambda q, k, m: _weights(
+        q, k, m, scale=1.0
+    ),
+    # only computable where L = S = d; elsewhere the shapes do not fit and the case is not judged
+    "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` runs too, "
+    "but gives the wrong numbers.": lambda q, k, m: _weights(q, k, m, transpose_keys=False),
+}
+
+
+def _table(mistakes: dict[str, _Mistake], q: Tensor, k: Tensor, mask: Tensor | None, v: Tensor | None = None):
+    """One case's mistakes, computed lazily in float64: their weights, or their outputs when ``v`` is given."""
+    q, k = q.double(), k.double()
+    if v is None:
+        return {hint: partial(mistake, q, k, mask) for hint, mistake in mistakes.items()}
+    return {hint: partial(_times, partial(mistake, q, k, mask), v.double()) for hint, mistake in mistakes.items()}
+
+
+def _run(function: Callable[..., Tensor], args: tuple[Tensor, ...], name: str, batched: bool, exercise: str):
+    """The learner's result on copies of ``args``, refusing the exercise's one-call shortcuts."""
+    with FunctionRecorder() as recorder:
+        answer = _call_learner(function, args, name, shapes_differ=batched)
+    refuse_shortcuts(recorder, exercise, _WRITE_IT_OUT)
+    return answer
+
+
+def _any_wrong(answers: list[Tensor], expected: list[Tensor]) -> bool:
+    return any(not close(a, e) for a, e in zip(answers, expected, strict=True))
+
+
+_WRITE_IT_OUT = "`q @ k.transpose(-2, -1) / math.sqrt(d)`, then `masked_fill` (exercise 3), then `torch.softmax`."
 
 
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: attention weights softmax(Q Kᵀ / √d)
 # ---------------------------------------------------------------------------------------------
+def _weight_cases() -> list[tuple[Tensor, Tensor]]:
+    generator = torch.Generator().manual_seed(4)
+    # Square (L = S = d), where forgetting to transpose the keys still runs; then batches with L != S, where the
+    # shapes tell the dimensions apart (two of them, so that no mistake matches by chance on one example).
+    return [
+        (torch.randn(4, 4, generator=generator) * 2, torch.randn(4, 4, generator=generator) * 2),
+        (torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator)),
+        (torch.randn(3, 2, 5, generator=generator) * 1.5, torch.randn(3, 6, 5, generator=generator)),
+    ]
+
+
+@learner_check
 def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``attention_weights(q, k)``: q (..., L, d), k (..., S, d) -> weights (..., L, S)."""
 
     def body() -> str:
-        generator = torch.Generator().manual_seed(4)
-        # Case 1: square (L = S = d), where forgetting to transpose the keys still runs.
-        # Case 2: a batch with L != S, where the shapes tell the dimensions apart.
-        cases = [(torch.randn(4, 4, generator=generator) * 2, torch.randn(4, 4, generator=generator) * 2)]
-        cases.append((torch.randn(2, 3, 8, generator=generator), torch.randn(2, 5, 8, generator=generator)))
-        for index, (q, k) in enumerate(cases):
-            expected = _weights(q.double(), k.double())
-            answer = _call_learner(attention_weights, (q, k), "the weights", shapes_differ=index == 1)
-            expect_shape(answer, expected.shape, "the weights", "(..., L, S)")
-            if close(answer, expected):
-                continue
-            q64, k64 = q.double(), k.double()
-            d = q.size(-1)
-            mistakes = _batch_hints(q64, k64) if index == 1 else {}
-            mistakes |= {
-                "the scores are not scaled: divide Q Kᵀ by √d (here √" + f"{d}" + ") before the softmax.": partial(
-                    _weights, q64, k64, scale=1.0
-                ),
-                "the scores are divided by d instead of √d: use `/ math.sqrt(d)` (or `* d ** -0.5`).": partial(
-                    _weights, q64, k64, scale=1.0 / d
-                ),
-                "the softmax runs over the wrong dimension: each QUERY's row (the last dimension, over the keys) "
-                "must sum to 1, so use `softmax(scores, dim=-1)`.": partial(_weights, q64, k64, softmax_dim=-2),
-                # only computable where L = S = d; elsewhere the shapes do not fit and diagnose skips it
-                "the keys are not transposed: the scores are Q Kᵀ, `q @ k.transpose(-2, -1)`. With L = S = d "
-                "`q @ k` runs too, but multiplies queries with the wrong numbers.": partial(
-                    _weights, q64, k64, transpose_keys=False
-                ),
-                "the softmax is missing: these are the scaled scores; turn each row into weights with "
-                "`torch.softmax(scores, dim=-1)`.": partial(_scaled_scores, q64, k64),
-                "the keys are not transposed AND the scores are not scaled.": partial(
-                    _weights, q64, k64, scale=1.0, transpose_keys=False
-                ),
-                "the scores are multiplied by √d: divide them, `/ math.sqrt(d)`, so that large head sizes give "
-                "smaller, not larger, scores.": partial(_weights, q64, k64, scale=math.sqrt(d)),
-                "the scaling comes after the softmax: divide the SCORES by √d, then take the softmax (dividing the "
-                "weights leaves rows that sum to 1 / √d).": partial(_unscaled_then_divided, q64, k64),
-                "the scores are divided by √S, the number of keys: the scale is the size of a query or key, "
-                "`d = q.shape[-1]`.": partial(_weights, q64, k64, scale=1.0 / math.sqrt(k.size(-2))),
-                # S, L order: only computable where L = S; elsewhere the shape check has already answered
-                "the scores are K Qᵀ, one row per KEY: compute `q @ k.transpose(-2, -1)` so that row i holds query "
-                "i's scores.": partial(_keys_times_queries, q64, k64),
-            }
-            if index == 1:
-                mistakes[
-                    "the softmax runs over dim=0, the batch: `softmax` without `dim=` (or with `dim=0`) picks the "
-                    "first dimension of a batched (N, L, S) tensor. Always give `dim=-1`, the keys."
-                ] = partial(_weights, q64, k64, softmax_dim=0)
-            if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
-                fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
-            else:
-                fallback = "the rows do not sum to 1: the weights of each query are a softmax over the keys."
-            raise diagnose(answer, mistakes, fallback)
-        return "softmax(Q Kᵀ / √d) over the keys, for one sentence and for a batch."
+        answers, expected, tables = [], [], []
+        for index, (q, k) in enumerate(_weight_cases()):
+            try:
+                answer = _run(attention_weights, (q, k), "the weights", index > 0, "attention weights")
+                expect_shape(answer, (*q.shape[:-1], k.size(-2)), "the weights", "(..., L, S)")
+            except Exception:
+                if _any_wrong(answers, expected):  # an earlier case already shows the mistake: name it from there
+                    break
+                raise
+            expected.append(_weights(q.double(), k.double()))
+            answers.append(answer)
+            tables.append(_table((_BATCH_MISTAKES if index else {}) | _WEIGHT_MISTAKES, q, k, None))
+        wrong_cases = [i for i, (a, e) in enumerate(zip(answers, expected, strict=True)) if not close(a, e)]
+        if not wrong_cases:
+            return "softmax(Q Kᵀ / √d) over the keys, for one sentence and for a batch."
+        answer = answers[wrong_cases[0]]
+        if answer.dim() and torch.allclose(answer.sum(-1), torch.ones(()).double(), atol=1e-4):
+            fallback = "each row sums to 1, but the numbers differ from softmax(Q Kᵀ / √d)."
+        else:
+            fallback = "the rows do not sum to 1: the weights of each query are a softmax over the keys."
+        raise diagnose_cases(answers, tables, fallback)
 
     return run_check("attention weights", body)
 
 
 # ---------------------------------------------------------------------------------------------
-# Exercise 2: masked scaled dot-product attention (output only)
+# Exercise 3 (check_masked_attention): masked scaled dot-product attention (output only)
 # ---------------------------------------------------------------------------------------------
+def _masked_cases() -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    generator = torch.Generator().manual_seed(5)
+    causal_keep = torch.ones(4, 4, dtype=torch.bool).tril()  # True = may attend (query i sees keys 0..i)
+    padding_keep = torch.tensor([True, True, True, False, False]).expand(3, 5)  # the last 2 keys are padding
+    per_sentence = torch.tensor([[[True, True, False, True]], [[False, True, True, True]]])  # (N, 1, S)
+    return [
+        # square, so that untransposed keys still run; dv = 3 differs from S so returned weights show
+        (
+            torch.randn(4, 4, generator=generator) * 2,
+            torch.randn(4, 4, generator=generator) * 2,
+            torch.randn(4, 3, generator=generator),
+            causal_keep,
+        ),
+        (
+            torch.randn(2, 3, 8, generator=generator),
+            torch.randn(2, 5, 8, generator=generator),
+            torch.randn(2, 5, 6, generator=generator),
+            padding_keep,
+        ),
+        # a mask that differs per sentence and blocks a key in the middle: batch and mask mistakes part ways
+        (
+            torch.randn(2, 2, 6, generator=generator) * 1.5,
+            torch.randn(2, 4, 6, generator=generator),
+            torch.randn(2, 4, 2, generator=generator),
+            per_sentence,
+        ),
+        # a blocked key with a huge score (70): a finite fill such as -10 lets it through, -inf does not
+        (
+            torch.tensor([[10.0, 0.0]]),
+            torch.tensor([[0.0, 1.0], [10.0, 0.0]]),
+            torch.tensor([[1.0], [1000.0]]),
+            torch.tensor([[True, False]]),
+        ),
+    ]
+
+
+def _masked_fallback(answer: Tensor, index: int) -> str:
+    if torch.isnan(answer).any():
+        return (
+            "your output has NaN: some query's softmax ran over -inf only, so every key of that query was blocked. "
+            "Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores where the mask is "
+            "False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the keys, `dim=-1`."
+        )
+    if index == 3:
+        return (
+            "right for ordinary scores, wrong when a blocked key's score is huge (here about 70): a blocked score "
+            "must be -inf, `scores.masked_fill(~mask, float('-inf'))`. A finite fill such as -10 still lets that key "
+            "through."
+        )
+    return "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
+
+
+@learner_check
 def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``masked_attention(q, k, v, mask)`` -> output (..., L, dv); mask (L, S) bool, True = may attend."""
 
     def body() -> str:
-        generator = torch.Generator().manual_seed(5)
-        causal_keep = torch.ones(4, 4, dtype=torch.bool).tril()  # True = may attend (query i sees keys 0..i)
-        padding_keep = torch.tensor([True, True, True, False, False]).expand(3, 5)  # the last 2 keys are padding
-        cases = [
-            # square, so that untransposed keys still run; dv = 3 differs from S so returned weights show
-            (
-                torch.randn(4, 4, generator=generator) * 2,
-                torch.randn(4, 4, generator=generator) * 2,
-                torch.randn(4, 3, generator=generator),
-                causal_keep,
-            ),
-            (
-                torch.randn(2, 3, 8, generator=generator),
-                torch.randn(2, 5, 8, generator=generator),
-                torch.randn(2, 5, 6, generator=generator),
-                padding_keep,
-            ),
-            # a blocked key with a huge score (70): a finite fill such as -10 lets it through, -inf does not
-            (
-                torch.tensor([[10.0, 0.0]]),
-                torch.tensor([[0.0, 1.0], [10.0, 0.0]]),
-                torch.tensor([[1.0], [1000.0]]),
-                torch.tensor([[True, False]]),
-            ),
-        ]
-        for index, (q, k, v, mask) in enumerate(cases):
-            expected, expected_weights = scaled_dot_product_attention(
-                q.double(), k.double(), v.double(), attn_mask=mask
+        answers, expected, tables = [], [], []
+        for index, (q, k, v, mask) in enumerate(_masked_cases()):
+            output, weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+            try:
+                answer = _run(masked_attention, (q, k, v, mask), "the output", index in (1, 2), "masked attention")
+                if tuple(answer.shape) == tuple(weights.shape) and answer.shape != output.shape:
+                    raise wrong(
+                        f"the result has the shape of the weights (..., L, S) = {tuple(weights.shape)}: return the "
+                        "weighted sum of the values, `weights @ v`, of shape (..., L, dv)."
+                    )
+                expect_shape(answer, output.shape, "the output", "(..., L, dv)")
+            except Exception:
+                if _any_wrong(answers, expected):  # an earlier case already shows the mistake: name it from there
+                    break
+                raise
+            answers.append(answer)
+            expected.append(output)
+            tables.append(_table((_BATCH_MISTAKES if index in (1, 2) else {}) | _MASKED_MISTAKES, q, k, mask, v))
+        wrong_cases = [i for i, (a, e) in enumerate(zip(answers, expected, strict=True)) if not close(a, e)]
+        if not wrong_cases:
+            return (
+                "masked, scaled attention: the same output as F.scaled_dot_product_attention, "
+                "with a causal, a padding and a per-sentence mask."
             )
-            answer = _call_learner(masked_attention, (q, k, v, mask), "the output", shapes_differ=index == 1)
-            if tuple(answer.shape) == tuple(expected_weights.shape) and answer.shape != expected.shape:
-                raise wrong(
-                    f"the result has the shape of the weights (..., L, S) = {tuple(expected_weights.shape)}: "
-                    "return the "
-                    "weighted sum of the values, `weights @ v`, of shape (..., L, dv)."
-                )
-            expect_shape(answer, expected.shape, "the output", "(..., L, dv)")
-            if close(answer, expected):
-                continue
-            q64, k64, v64 = q.double(), k.double(), v.double()
-            mistakes = _batch_hints(q64, k64, mask) if index == 1 else {}
-            mistakes |= {
-                "the softmax runs over the wrong dimension: each query's row must sum to 1, "
-                "`softmax(scores, dim=-1)`.": partial(_weights, q64, k64, mask, softmax_dim=-2),
-                "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum "
-                "to 1. Fill the blocked SCORES with -inf before the softmax.": partial(
-                    _weights, q64, k64, mask, mask_after_softmax=True
-                ),
-                "the mask is inverted: here True means MAY attend (as in F.scaled_dot_product_attention), so block "
-                "where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": partial(
-                    _weights, q64, k64, ~mask
-                ),
-                "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
-                "Use `float('-inf')`.": partial(_weights, q64, k64, mask, mask_fill=0.0),
-                "the mask is ignored: block the scores where the mask is False before the softmax.": partial(
-                    _weights, q64, k64
-                ),
-                "the boolean mask is added to the scores: True and False become 1 and 0, which blocks nothing. "
-                "Fill the blocked scores instead, `scores.masked_fill(~mask, float('-inf'))` (only a FLOAT mask "
-                "of 0 and -inf is added).": partial(_mask_added, q64, k64, mask),
-                "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": partial(
-                    _weights, q64, k64, mask, scale=1.0
-                ),
-                # only computable where L = S = d; elsewhere the shapes do not fit and diagnose skips it
-                "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` "
-                "runs too, but gives the wrong numbers.": partial(_weights, q64, k64, mask, transpose_keys=False),
-            }
-            if torch.isnan(answer).any():
-                fallback = (
-                    "your output has NaN: some query's softmax ran over -inf only, so every key of that query was "
-                    "blocked. Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores "
-                    "where the mask is False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the "
-                    "keys, `dim=-1`."
-                )
-            elif index == 2:
-                fallback = (
-                    "right for ordinary scores, wrong when a blocked key's score is huge (here about 70): a blocked "
-                    "score must be -inf, `scores.masked_fill(~mask, float('-inf'))`. A finite fill such as -10 "
-                    "still lets that key through."
-                )
-            else:
-                fallback = "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
-            raise diagnose(
-                answer,
-                {hint: partial(_times, weights, v64) for hint, weights in mistakes.items()},
-                fallback,
-            )
-        return (
-            "masked, scaled attention: the same output as F.scaled_dot_product_attention, "
-            "with a causal and a padding mask."
-        )
+        raise diagnose_cases(answers, tables, _masked_fallback(answers[wrong_cases[0]], wrong_cases[0]))
 
     return run_check("masked attention", body)
 
@@ -288,27 +333,32 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
 # ---------------------------------------------------------------------------------------------
 # Exercise 3: from nn.MultiheadAttention's padding mask to F.scaled_dot_product_attention's mask
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``padding_to_attn_mask(key_padding_mask)``: (N, S) bool, True = padding -> a mask for
-    ``F.scaled_dot_product_attention`` that broadcasts to (N, L, S) for any L: True = may attend
-    (or a float mask, 0 to keep and -inf to block)."""
+    ``F.scaled_dot_product_attention`` that broadcasts to (N, L, S) for any L: boolean, True = may attend
+    (a float or integer mask is refused, as ``shortcuts.RULE`` says)."""
 
     def body() -> str:
         lengths = torch.tensor([5, 2, 4])  # N = 3 sentences padded to S = 5
         key_padding = torch.arange(5)[None, :] >= lengths[:, None]  # (N, S), True = padding
         N, S = key_padding.shape
-        answer = call_learner(padding_to_attn_mask, key_padding.clone())
+        with FunctionRecorder() as recorder:
+            answer = call_learner(padding_to_attn_mask, key_padding.clone())
+        refuse_shortcuts(recorder, "padding mask for F.scaled_dot_product_attention", "`~` and `[:, None, :]`.")
         if not isinstance(answer, Tensor):
             raise wrong(f"return a tensor, got {type(answer).__name__}")
         expect_plain_tensor(answer, "the mask")
-        if answer.dtype == torch.bool:
-            may_attend = answer
-        elif answer.is_floating_point():
-            if not bool(((answer == 0) | torch.isneginf(answer)).all()):
-                raise wrong("a float mask should hold only 0 (keep) and -inf (block); yours has other values")
-            may_attend = answer == 0
-        else:
-            raise wrong(f"return a boolean mask (True = may attend), got dtype {answer.dtype}")
+        if answer.is_floating_point():
+            expect_dtype(
+                answer,
+                torch.bool,
+                "the mask",
+                "F.scaled_dot_product_attention would also take a float mask of 0 "
+                "and -inf, but the exercise asks for the boolean one: `~key_padding_mask[:, None, :]`.",
+            )
+        expect_dtype(answer, torch.bool, "the mask", "Booleans come from `~`, `==` or `.bool()`, not `.int()`.")
+        may_attend = answer
         if tuple(answer.shape) == (N, S, 1):
             raise wrong(
                 "the new dimension is in the wrong place: (N, S, 1) spreads the mask over the KEYS and repeats it "

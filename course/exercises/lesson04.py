@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -19,10 +20,13 @@ from course.exercises.feedback import (
     call_learner,
     close,
     diagnose,
+    diagnose_cases,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
+from course.exercises.shortcuts import FunctionRecorder, refuse_shortcuts
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
@@ -76,10 +80,14 @@ def _reference_mha(
     k_with: str = "k",
     v_with: str = "v",
     softmax: bool = True,
+    transposed: str = "",
 ) -> Tensor:
-    """Multi-head attention (no masks, no dropout) in float64: (N, L, E), (N, S, E), (N, S, E) -> (N, L, E)."""
+    """Multi-head attention (no masks, no dropout) in float64: (N, L, E), (N, S, E), (N, S, E) -> (N, L, E).
+
+    ``transposed`` names the projections used as ``x @ weight + bias`` instead of ``x @ weight.T + bias``.
+    """
     p = {
-        name: (lin.weight.double(), None if lin.bias is None else lin.bias.double())
+        name: (lin.weight.double().T if name in transposed else lin.weight.double(), lin.bias.double())
         for name, lin in projections.items()
     }
     lin = lambda x, name: torch.nn.functional.linear(x.double(), *p[name])  # noqa: E731
@@ -115,6 +123,19 @@ def _split_cases() -> list[tuple[Tensor, int]]:
     return [(torch.randn(2, 3, 8, generator=generator), 4), (torch.randn(3, 5, 12, generator=generator), 2)]
 
 
+def _split_shape_hints(N: int, T: int, h: int, d: int) -> dict[tuple[int, ...], str]:
+    """Wrong shapes that name their mistake (the cases keep N, T, h and d apart, so no two coincide)."""
+    return {
+        (N, h, d, T): f"the shape is (N, h, d, T) = {(N, h, d, T)}: the last two dimensions are swapped. Each head "
+        "needs one row per token, (N, h, T, d): `view(N, T, h, d).transpose(1, 2)`.",
+        (N, d, T, h): f"the shape is (N, d, T, h) = {(N, d, T, h)}: you made d = {d} heads of size h = {h}. The "
+        f"features split into h = {h} heads of d = E / h = {d} each: `view(N, T, h, d)`, not `view(N, T, d, h)`.",
+        (T, N, h, d): f"the shape is (T, N, h, d) = {(T, N, h, d)}: `transpose(0, 1)` swapped the batch and the "
+        "tokens. Swap the tokens and the heads: `.transpose(1, 2)`.",
+    }
+
+
+@learner_check
 def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
     """Check ``split_heads(x, num_heads)``: (N, T, E) -> (N, h, T, d) with head i holding features i*d..(i+1)*d-1."""
 
@@ -129,6 +150,8 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
                     "dim 2. "
                     "Swap the token and head dimensions with `.transpose(1, 2)` to get (N, h, T, d)."
                 )
+            if tuple(answer.shape) in _split_shape_hints(N, T, h, d):
+                raise wrong(_split_shape_hints(N, T, h, d)[tuple(answer.shape)])
             expect_shape(
                 answer, (N, h, T, d), f"for x of shape (N, T, E) = {(N, T, E)}, split_heads(x, {h})", "(N, h, T, d)"
             )
@@ -160,6 +183,7 @@ def check_split_heads(split_heads: Callable[[Tensor, int], Tensor]) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 # Exercise 1b: merge the heads back (concatenate)
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_merge_heads(merge_heads: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``merge_heads(x)``: (N, h, T, d) -> (N, T, E), heads side by side in order 0..h-1."""
 
@@ -247,103 +271,114 @@ def reference_multi_head_attention(query, key, value, q_proj, k_proj, v_proj, ou
         return mha(query.double(), key.double(), value.double(), need_weights=False)[0]
 
 
+# The usual mistakes: hint (formatted with E, h, d) -> the switches of ``_reference_mha`` that reproduce it.
+_MHA_MISTAKES: dict[str, dict] = {
+    "the output projection is missing: after merging the heads, apply `out_proj` so the heads' results are mixed "
+    "into one (N, L, E) output.": dict(out_proj=False),
+    "the projections use the weight untransposed, `x @ W.weight + W.bias`: nn.Linear stores its weight as "
+    "(E_out, E_in) and computes `x @ W.weight.T + W.bias` (lesson 02, exercise 1). With square E x E weights "
+    "both run, but only the transposed one is the projection; or call the layer, `q_proj(query)`.": dict(
+        transposed="qkvo"
+    ),
+    "Q, K and V use their weights untransposed, `x @ W.weight + W.bias`: nn.Linear computes "
+    "`x @ W.weight.T + W.bias` (lesson 02, exercise 1); or call the layers, `q_proj(query)`.": dict(transposed="qkv"),
+    "the heads are split with reshape but no transpose, which mixes tokens and heads: "
+    "`view(N, T, h, d).transpose(1, 2)`.": dict(split="no transpose"),
+    "the heads are split AND merged with reshape but no transpose: `reshape(N, h, T, d)` and back `reshape(N, L, E)` "
+    "have the right shapes, but each 'head' gets features of several tokens, so the heads attend over mixed-up rows. "
+    "Split with `view(N, T, h, d).transpose(1, 2)` and merge with `.transpose(1, 2).reshape(N, L, E)`.": dict(
+        split="no transpose", merge="no transpose"
+    ),
+    "the heads are merged by reshaping (N, h, L, d) straight to (N, L, E), which mixes tokens and heads: "
+    "`.transpose(1, 2)` first, then reshape.": dict(merge="no transpose"),
+    "the heads are concatenated in the wrong order: keep heads 0..h-1 in order before `out_proj`.": dict(
+        merge="reversed"
+    ),
+    "the heads get interleaved features: split the last dimension as (h, d) so head i gets features "
+    "i*d..(i+1)*d-1.": dict(split="interleaved", merge="interleaved"),
+    "the scores are divided by √E (√{E}) instead of √d, the size of one head (√{d}).": dict(scale_by="E"),
+    "the scores are not scaled: divide Q Kᵀ by √d, d = E / h.": dict(scale_by="none"),
+    "the softmax runs over the queries: it must run over the keys, `dim=-1`.": dict(softmax_dim=-2),
+    "this is one wide head over all E features: split Q, K and V into h heads of d = E / h first.": dict(
+        one_head=True, scale_by="d_per_head"
+    ),
+    "this is one wide head scaled by √E: split Q, K and V into h heads of d = E / h first.": dict(one_head=True),
+    "the softmax runs over dim=1, the heads: with (N, h, L, S) scores each query's row over the keys is the LAST "
+    "dimension, `softmax(scores, dim=-1)`.": dict(softmax_dim=1),
+    "the scores are divided by √h (√{h}, the number of heads) instead of √d, the size of one head (√{d}).": dict(
+        scale_by="h"
+    ),
+    "the softmax is missing: turn each head's scaled scores into weights with `torch.softmax(scores, dim=-1)` "
+    "before multiplying by V.": dict(softmax=False),
+} | {
+    f"{name.upper()} is computed with `{other}_proj`: each of Q, K and V has its own projection, use `{name}_proj` "
+    f"for {name.upper()}.": {f"{name}_with": other}
+    for name, other in (("k", "q"), ("k", "v"), ("v", "q"), ("v", "k"))
+}
+
+# Mistakes that only cross-attention shows (with self-attention, query = key = value hides them).
+_CROSS_MISTAKES: dict[str, dict] = {
+    "V is computed from `key`: the values come from `value`, V = v_proj(value).": dict(v_from_key=True),
+    "keys and values are swapped: K = k_proj(key), V = v_proj(value).": dict(swap_kv=True),
+    "K and V are computed from `query`: that is self-attention. In cross-attention the queries come from `query`, "
+    "the keys and values from `key` and `value`: K = k_proj(key), V = v_proj(value).": dict(kv_from_query=True),
+}
+
+
+def _mha_table(query, key, value, proj, h: int, cross: bool) -> dict[str, Callable[[], Tensor]]:
+    """One case's mistakes, computed lazily, with their hints filled in for this case's sizes."""
+    E = query.size(-1)
+    mistakes = _MHA_MISTAKES | (_CROSS_MISTAKES if cross else {})
+    return {
+        hint.format(E=E, h=h, d=E // h): partial(_reference_mha, query, key, value, proj, h, **knobs)
+        for hint, knobs in mistakes.items()
+    }
+
+
+def _call_mha(multi_head_attention, query, key, value, proj, h: int, cross: bool) -> Tensor:
+    """The learner's output on copies of the inputs, refusing nn.MultiheadAttention and a tuple."""
+    with FunctionRecorder() as recorder:
+        try:
+            result = call_learner(multi_head_attention, query.clone(), key.clone(), value.clone(), *proj.values(), h)
+        except LearnerError as problem:
+            if cross and isinstance(problem.error, RuntimeError):
+                raise wrong(
+                    f"your code works for self-attention but not for cross-attention, where the queries (length "
+                    f"L = {query.size(1)}) and the keys/values (length S = {key.size(1)}) differ ({problem.error}). "
+                    "Use `key`/`value` for K and V and split each with its own length."
+                ) from None
+            raise
+    refuse_shortcuts(recorder, "multi-head attention", "project, split, attend per head, merge, `out_proj`.")
+    if isinstance(result, tuple):
+        raise wrong("return only the output tensor (N, L, E), not a tuple.")
+    answer = as_tensor(result, "the output")
+    expect_shape(answer, query.shape, "the output", "(N, L, E)")
+    return answer
+
+
+@learner_check
 def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> Verdict:
     """Check ``multi_head_attention(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads)``.
 
     query (N, L, E), key and value (N, S, E), four ``nn.Linear(E, E)`` projections -> output (N, L, E),
-    compared with ``torch.nn.MultiheadAttention`` holding the same weights.
+    compared with ``torch.nn.MultiheadAttention`` holding the same weights; a mistake is named only when
+    it explains the answer for self-attention and for cross-attention alike.
     """
 
     def body() -> str:
+        answers, expected, tables = [], [], []
         for index, (query, key, value, proj, h) in enumerate(_mha_cases()):
-            N, L, E = query.shape
-            expected = reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
             try:
-                result = call_learner(
-                    multi_head_attention,
-                    query.clone(),
-                    key.clone(),
-                    value.clone(),
-                    proj["q"],
-                    proj["k"],
-                    proj["v"],
-                    proj["o"],
-                    h,
-                )
-            except LearnerError as problem:
-                error = problem.error
-                if index == 1 and isinstance(error, RuntimeError):
-                    raise wrong(
-                        "your code works for self-attention but not for cross-attention, where the queries "
-                        f"(length L = {L}) "
-                        f"and the keys/values (length S = {key.size(1)}) differ ({error}). Use `key`/`value` for "
-                        "K and V "
-                        "and split each with its own length."
-                    ) from None
+                answer = _call_mha(multi_head_attention, query, key, value, proj, h, cross=index == 1)
+            except Exception:
+                if any(not close(a, e) for a, e in zip(answers, expected, strict=True)):
+                    break  # the self-attention case already shows the mistake: name it from there
                 raise
-            if isinstance(result, tuple):
-                raise wrong("return only the output tensor (N, L, E), not a tuple.")
-            answer = as_tensor(result, "the output")
-            expect_shape(answer, (N, L, E), "the output", "(N, L, E)")
-            if close(answer, expected):
-                continue
-            args = (query, key, value, proj, h)
-            mistakes = {
-                "the output projection is missing: after merging the heads, apply `out_proj` so the heads' results are "
-                "mixed into one (N, L, E) output.": _reference_mha(*args, out_proj=False),
-                "the heads are split with reshape but no transpose, which mixes tokens and heads: "
-                "`view(N, T, h, d).transpose(1, 2)`.": _reference_mha(*args, split="no transpose"),
-                "the heads are split AND merged with reshape but no transpose: `reshape(N, h, T, d)` and back "
-                "`reshape(N, L, E)` have the right shapes, but each 'head' gets features of several tokens, so the "
-                "heads attend over mixed-up rows. Split with `view(N, T, h, d).transpose(1, 2)` and merge with "
-                "`.transpose(1, 2).reshape(N, L, E)`.": _reference_mha(
-                    *args, split="no transpose", merge="no transpose"
-                ),
-                "the heads are merged by reshaping (N, h, L, d) straight to (N, L, E), which mixes tokens and heads: "
-                "`.transpose(1, 2)` first, then reshape.": _reference_mha(*args, merge="no transpose"),
-                "the heads are concatenated in the wrong order: keep heads 0..h-1 in order before "
-                "`out_proj`.": _reference_mha(*args, merge="reversed"),
-                "the heads get interleaved features: split the last dimension as (h, d) so head i gets features "
-                "i*d..(i+1)*d-1.": _reference_mha(*args, split="interleaved", merge="interleaved"),
-                f"the scores are divided by √E (√{E}) instead of √d, the size of one head (√{E // h}).": _reference_mha(
-                    *args, scale_by="E"
-                ),
-                "the scores are not scaled: divide Q Kᵀ by √d, d = E / h.": _reference_mha(*args, scale_by="none"),
-                "the softmax runs over the queries: it must run over the keys, `dim=-1`.": _reference_mha(
-                    *args, softmax_dim=-2
-                ),
-                "this is one wide head over all E features: split Q, K and V into h heads of d = E / h "
-                "first.": _reference_mha(*args, one_head=True, scale_by="d_per_head"),
-                "this is one wide head scaled by √E: split Q, K and V into h heads of d = E / h first.": _reference_mha(
-                    *args, one_head=True
-                ),
-            }
-            mistakes |= {
-                "the softmax runs over dim=1, the heads: with (N, h, L, S) scores each query's row over the keys "
-                "is the LAST dimension, `softmax(scores, dim=-1)`.": _reference_mha(*args, softmax_dim=1),
-                f"the scores are divided by √h (√{h}, the number of heads) instead of √d, the size of one head "
-                f"(√{E // h}).": _reference_mha(*args, scale_by="h"),
-                "the softmax is missing: turn each head's scaled scores into weights with "
-                "`torch.softmax(scores, dim=-1)` before multiplying by V.": _reference_mha(*args, softmax=False),
-            }
-            for name, other in (("k", "q"), ("k", "v"), ("v", "q"), ("v", "k")):
-                mistakes[
-                    f"{name.upper()} is computed with `{other}_proj`: each of Q, K and V has its own projection, "
-                    f"use `{name}_proj` for {name.upper()}."
-                ] = _reference_mha(*args, **{f"{name}_with": other})
-            if index == 1:
-                mistakes["V is computed from `key`: the values come from `value`, V = v_proj(value)."] = _reference_mha(
-                    *args, v_from_key=True
-                )
-                mistakes["keys and values are swapped: K = k_proj(key), V = v_proj(value)."] = _reference_mha(
-                    *args, swap_kv=True
-                )
-                mistakes[
-                    "K and V are computed from `query`: that is self-attention. In cross-attention the queries "
-                    "come from "
-                    "`query`, the keys and values from `key` and `value`: K = k_proj(key), V = v_proj(value)."
-                ] = _reference_mha(*args, kv_from_query=True)
-            raise diagnose(answer, mistakes, "the shape is right but the numbers differ from nn.MultiheadAttention's.")
-        return "the same output as nn.MultiheadAttention, for self-attention and for cross-attention with L != S."
+            answers.append(answer)
+            expected.append(reference_multi_head_attention(query, key, value, *proj.values(), h))
+            tables.append(_mha_table(query, key, value, proj, h, cross=index == 1))
+        if all(close(a, e) for a, e in zip(answers, expected, strict=True)):
+            return "the same output as nn.MultiheadAttention, for self-attention and for cross-attention with L != S."
+        raise diagnose_cases(answers, tables, "the shape is right but the numbers differ from nn.MultiheadAttention's.")
 
     return run_check("multi-head attention", body)

@@ -6,6 +6,7 @@ Shapes (batch first): N batch, L target length, S source length, E embedding siz
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -16,11 +17,13 @@ from course.exercises.feedback import (
     as_tensor,
     call_learner,
     close,
-    diagnose,
+    diagnose_cases,
     expect_shape,
+    learner_check,
     run_check,
     wrong,
 )
+from course.exercises.shortcuts import RULE
 from helpers.attention import causal_mask
 
 __all__ = ["StandInDropout", "check_decoder_layer_forward", "check_residual_block"]
@@ -52,70 +55,102 @@ def _bare_norm(t: Tensor) -> Tensor:
     return torch.nn.functional.layer_norm(t, t.shape[-1:])
 
 
-def _block_inputs() -> tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]:
+def _block_inputs() -> list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]]:
+    """Two blocks (E = 6 and E = 5), each with its own sublayer and a norm with non-trivial γ and β."""
     generator = torch.Generator().manual_seed(50)
-    E = 6
-    x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
-    weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
+    cases = []
+    for E, activation in ((6, torch.tanh), (5, torch.nn.functional.gelu)):
+        x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
+        weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
 
-    def sublayer(t: Tensor) -> Tensor:  # any function (N, L, E) -> (N, L, E) will do
-        return torch.tanh(t @ weight)
+        def sublayer(t: Tensor, weight=weight, activation=activation) -> Tensor:  # any (N, L, E) -> (N, L, E)
+            return activation(t @ weight)
 
-    norm = nn.LayerNorm(E, dtype=torch.float64)
-    with torch.no_grad():  # non-trivial scale and shift, so a missing norm is visible
-        norm.weight.copy_(1 + 0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
-        norm.bias.copy_(0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
-    return x, sublayer, norm
+        norm = nn.LayerNorm(E, dtype=torch.float64)
+        with torch.no_grad():  # non-trivial scale and shift, so a missing norm is visible
+            norm.weight.copy_(1 + 0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
+            norm.bias.copy_(0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
+        cases.append((x, sublayer, norm))
+    return cases
 
 
+_FORMULA = {
+    False: "post-norm (norm_first=False) is norm(x + sublayer(x))",
+    True: "pre-norm (norm_first=True) is x + sublayer(norm(x))",
+}
+
+# The usual mistakes for each setting of norm_first: hint -> the variant of ``_block`` it computes.
+_RESIDUAL_MISTAKES: dict[bool, dict[str, str]] = {
+    norm_first: {
+        f"with norm_first={norm_first} you computed the other variant: {_FORMULA[norm_first]}.": (
+            "post" if norm_first else "pre"
+        ),
+        f"the residual is missing: add the block's input x back; {_FORMULA[norm_first]}.": (
+            "no residual pre" if norm_first else "no residual post"
+        ),
+        f"the LayerNorm is missing: {_FORMULA[norm_first]}.": "no norm",
+        f"the sublayer's output is subtracted: a residual connection ADDS it; {_FORMULA[norm_first]}.": (
+            "subtracted pre" if norm_first else "subtracted post"
+        ),
+        "the normalisation has no γ and β: use the `norm` you are given, not a new LayerNorm or F.layer_norm "
+        f"without weights; {_FORMULA[norm_first]}.": ("bare norm pre" if norm_first else "bare norm post"),
+        # where the norm goes wrong, by variant: each hint names the line the learner wrote
+        **(
+            {
+                "the residual path carries the NORMALISED x: in pre-norm only the sublayer's input is normalised; "
+                "add the original x, x + sublayer(norm(x)), so the residual path stays a clean identity.": (
+                    "normed residual"
+                ),
+                "the sum is normalised as well: pre-norm normalises only the sublayer's input, "
+                "x + sublayer(norm(x)); the output is not normalised.": "norm twice",
+                "the sublayer's OUTPUT is normalised, `x + norm(sublayer(x))`: pre-norm normalises its INPUT, "
+                "x + sublayer(norm(x)).": "norm sublayer only",
+            }
+            if norm_first
+            else {
+                "only the sublayer's output is normalised, `x + norm(sublayer(x))`: post-norm normalises the SUM, "
+                "norm(x + sublayer(x)).": "norm sublayer only",
+                "the block's input is normalised before the sublayer as well: post-norm normalises only the SUM, "
+                "norm(x + sublayer(x)).": "norm twice",
+            }
+        ),
+    }
+    for norm_first in (False, True)
+}
+
+
+def _call_block(residual_block, x, sublayer, norm, norm_first: bool) -> Tensor:
+    try:
+        result = call_learner(residual_block, x.clone(), sublayer, norm, norm_first)
+    except LearnerError as problem:
+        if "mixed dtype" in str(problem.error):
+            raise wrong(
+                f"your code made a LayerNorm of its own ({problem.error}): use the `norm` you are given, "
+                "whose learned γ and β belong to the block."
+            ) from None
+        raise
+    answer = as_tensor(result, f"residual_block(..., norm_first={norm_first})")
+    expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first})", "(N, L, E)")
+    return answer
+
+
+@learner_check
 def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
     """Check ``residual_block(x, sublayer, norm, norm_first)`` -> (N, L, E) for both settings of norm_first."""
 
     def body() -> str:
-        x, sublayer, norm = _block_inputs()
-        for norm_first, right, other in [(False, "post", "pre"), (True, "pre", "post")]:
-            try:
-                result = call_learner(residual_block, x.clone(), sublayer, norm, norm_first)
-            except LearnerError as problem:
-                if "mixed dtype" in str(problem.error):
-                    raise wrong(
-                        f"your code made a LayerNorm of its own ({problem.error}): use the `norm` you are given, "
-                        "whose learned γ and β belong to the block."
-                    ) from None
-                raise
-            answer = as_tensor(result, f"residual_block(..., norm_first={norm_first})")
-            expect_shape(answer, x.shape, f"residual_block(x, ..., norm_first={norm_first})", "(N, L, E)")
+        cases = _block_inputs()
+        for norm_first, right in ((False, "post"), (True, "pre")):
+            answers = [_call_block(residual_block, *case, norm_first) for case in cases]
             with torch.no_grad():
-                expected = _block(x, sublayer, norm, right)
-                if close(answer, expected):
+                if all(close(a, _block(*case, right)) for a, case in zip(answers, cases, strict=True)):
                     continue
-                which = "post-norm (norm_first=False)" if not norm_first else "pre-norm (norm_first=True)"
-                formula = "norm(x + sublayer(x))" if not norm_first else "x + sublayer(norm(x))"
-                mistakes = {
-                    f"with norm_first={norm_first} you computed the other variant. {which} is {formula}.": _block(
-                        x, sublayer, norm, other
-                    ),
-                    f"the residual is missing: add the block's input x back, {formula}.": _block(
-                        x, sublayer, norm, "no residual post" if not norm_first else "no residual pre"
-                    ),
-                    f"the LayerNorm is missing: {which} is {formula}.": _block(x, sublayer, norm, "no norm"),
-                    "the residual path carries the NORMALISED x: in pre-norm only the sublayer's input is normalised; "
-                    "add the original x, x + sublayer(norm(x)), so the residual path stays a clean identity.": _block(
-                        x, sublayer, norm, "normed residual"
-                    ),
-                    "the sum is normalised as well: pre-norm normalises only the sublayer's input, "
-                    "x + sublayer(norm(x)); the output is not normalised.": _block(x, sublayer, norm, "norm twice"),
-                    "only the sublayer's output is normalised: post-norm normalises the SUM, norm(x + "
-                    "sublayer(x)).": _block(x, sublayer, norm, "norm sublayer only"),
-                    f"the sublayer's output is subtracted: a residual connection ADDS it, {formula}.": _block(
-                        x, sublayer, norm, "subtracted pre" if norm_first else "subtracted post"
-                    ),
-                    "the normalisation has no γ and β: use the `norm` you are given, not a new LayerNorm or "
-                    f"F.layer_norm without weights; {which} is {formula}.": _block(
-                        x, sublayer, norm, "bare norm pre" if norm_first else "bare norm post"
-                    ),
-                }
-            raise diagnose(answer, mistakes, f"the shape is right but the numbers differ from {which}, {formula}.")
+                tables = [
+                    {hint: _block(*case, variant) for hint, variant in _RESIDUAL_MISTAKES[norm_first].items()}
+                    for case in cases
+                ]
+            fallback = f"the shape is right but the numbers differ from what {_FORMULA[norm_first]}."
+            raise diagnose_cases(answers, tables, fallback)
         return "post-norm norm(x + sublayer(x)) and pre-norm x + sublayer(norm(x))."
 
     return run_check("residual block", body)
@@ -193,8 +228,6 @@ def _decoder_variant(
         return drop["dropout3"](layer.linear2(drop["dropout"](activation(layer.linear1(x)))))
 
     blocks = [(self_block, norms[1], 1), (cross_block, norms[2], 2), (ff_block, norms[3], 3)]
-    if mistake == "cross before self":
-        blocks[0], blocks[1] = (cross_block, layer.norm1, 1), (self_block, layer.norm2, 2)
     x = tgt
     for block, norm, i in blocks:
         pre_norm = mistake == "pre-norm"
@@ -203,120 +236,158 @@ def _decoder_variant(
     return x
 
 
+# The usual mistakes: hint -> the name ``_decoder_variant`` knows it by.
+_DECODER_MISTAKES: dict[str, str] = {
+    "the norms are applied first (pre-norm). This layer is post-norm (norm_first=False, PyTorch's default): "
+    "x = norm(x + block(x)).": "pre-norm",
+    "the causal mask is not used: pass `attn_mask=tgt_mask` to the self-attention, or each target token sees the "
+    "words after it.": "no causal mask",
+    "the causal mask is inverted: `tgt_mask` is already True where a key is BLOCKED (above the diagonal), the "
+    "convention of nn.MultiheadAttention's attn_mask; pass it as it is, `attn_mask=tgt_mask`. Inverted, each token "
+    "may look only at the tokens after it, and the last one at none (its row is NaN).": "inverted causal mask",
+    "the memory's padding mask is inverted: `memory_key_padding_mask` is True at padding, which is what "
+    "`key_padding_mask` expects; pass it as it is, without `~`.": "inverted memory padding",
+    "the memory's padding mask is not used: pass `key_padding_mask=memory_key_padding_mask` to the "
+    "cross-attention.": "no memory padding",
+    "the cross-attention attends over the target: its queries come from x, but its keys and values are the "
+    "encoder's `memory`.": "cross over target",
+    "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": "no residual 1",
+    "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, memory)).": (
+        "no residual 2"
+    ),
+    "the residual around the feed-forward network is missing: x = layer.norm3(x + feed_forward(x)).": "no residual 3",
+    "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": "no activation",
+    "no dropout is applied: each sub-block's output goes through its own dropout (dropout1, dropout2, dropout3) "
+    "before the residual sum, and the feed-forward network has `layer.dropout` after the activation.": "no dropouts",
+    "layer.dropout1 is missing: apply it to the self-attention's output before adding the residual.": "no dropout1",
+    "layer.dropout2 is missing: apply it to the cross-attention's output before adding the residual.": "no dropout2",
+    "layer.dropout3 is missing: apply it to the feed-forward output before adding the residual.": "no dropout3",
+    "the feed-forward network's inner dropout is missing: linear2(dropout(activation(linear1(x)))).": "no dropout",
+    "every sub-block uses layer.norm1: each has its own LayerNorm, norm1, norm2 and norm3 in turn.": (
+        "norm1 everywhere"
+    ),
+    "the cross-attention's block uses layer.norm1: its sum goes through layer.norm2.": "norm1 in block 2",
+    "the feed-forward block uses layer.norm1: its sum goes through layer.norm3.": "norm1 in block 3",
+    "the cross-attention's residual adds `tgt`, the layer's input: it must add its own input, the x that came out "
+    "of the self-attention block.": "residual from tgt 2",
+    "the feed-forward's residual adds `tgt`, the layer's input: it must add its own input, the x that came out of "
+    "the cross-attention block.": "residual from tgt 3",
+}
+
+_ORDER_HINT = (
+    "the sub-blocks are in the wrong order (your code called {called}): masked self-attention first, then "
+    "cross-attention over the memory, then the feed-forward network, each x = norm_i(x + dropout_i(block(x)))."
+)
+# The sub-blocks by the part each one starts with, and the line a learner writes for it.
+_SUB_BLOCKS = {
+    "self_attn": "the self-attention block, x = norm1(x + dropout1(self_attn(x, x, x, attn_mask=tgt_mask)[0]))",
+    "multihead_attn": "the cross-attention block, x = norm2(x + dropout2(multihead_attn(x, memory, memory, "
+    "key_padding_mask=memory_key_padding_mask)[0]))",
+    "linear1": "the feed-forward block, x = norm3(x + dropout3(linear2(dropout(activation(linear1(x))))))",
+}
+
+
+def _record_sub_blocks(layer: nn.TransformerDecoderLayer) -> tuple[list[tuple[str, Tensor]], Callable[[], None]]:
+    """Record (part, the tensor it was given) each time a sub-block's first part runs; returns the list and undo."""
+    seen: list[tuple[str, Tensor]] = []
+    handles = [
+        getattr(layer, name).register_forward_pre_hook(
+            lambda module, args, name=name: seen.append((name, args[0].detach().clone() if args else None))
+        )
+        for name in _SUB_BLOCKS
+    ]
+    return seen, lambda: [handle.remove() for handle in handles]
+
+
+def _first_wrong_sub_block(seen: list[tuple[str, Tensor]], reference: list[tuple[str, Tensor]]) -> str:
+    """The first sub-block whose result differs: the input of the part after it differs from the reference's."""
+    ours = dict(seen[::-1])  # the first call of each part
+    order = list(_SUB_BLOCKS)
+    for index, (name, given) in enumerate(reference):
+        if name in ours and not close(ours[name], given):
+            return order[max(index - 1, 0)] if index else order[0]
+    return order[-1]
+
+
+def _call_decoder(decoder_layer_forward, layer, tgt, memory, tgt_mask, memory_padding) -> Tensor:
+    """The learner's output, with hints for the usual errors (a tuple used as a tensor, a mask in the wrong place)."""
+    try:
+        result = call_learner(
+            decoder_layer_forward, layer, tgt.clone(), memory.clone(), tgt_mask.clone(), memory_padding.clone()
+        )
+    except LearnerError as problem:
+        message = str(problem.error)
+        if isinstance(problem.error, TypeError) and ("tuple" in message or "sequence" in message):
+            raise wrong(
+                "nn.MultiheadAttention returns a tuple (output, weights), and your code used the whole tuple as a "
+                f"tensor ({type(problem.error).__name__}: {message}). Take the output, "
+                "`layer.self_attn(x, x, x, ...)[0]` (and the same for `layer.multihead_attn`)."
+            ) from None
+        if "attn_mask" in message or "key_padding_mask" in message:
+            raise wrong(
+                f"a mask went to the wrong attention or argument ({message}). `tgt_mask` (L, L) is the "
+                "self-attention's `attn_mask`; `memory_key_padding_mask` (N, S) is the cross-attention's "
+                "`key_padding_mask`, and the cross-attention takes no causal mask."
+            ) from None
+        if isinstance(problem.error, RuntimeError) and "must match the size" in message:
+            raise wrong(
+                f"the shapes do not fit ({message}). The cross-attention's queries come from the decoder, its keys "
+                "and values from the memory: `layer.multihead_attn(x, memory, memory, ...)` returns one row per "
+                "target token, (N, L, E), which can be added to x."
+            ) from None
+        raise
+    if isinstance(result, tuple):
+        raise wrong("return only the layer's output tensor (N, L, E), not a tuple.")
+    answer = as_tensor(result, "the output")
+    expect_shape(answer, tgt.shape, "the output", "(N, L, E)")
+    return answer
+
+
+@learner_check
 def check_decoder_layer_forward(decoder_layer_forward: Callable[..., Tensor]) -> Verdict:
     """Check ``decoder_layer_forward(layer, tgt, memory, tgt_mask, memory_key_padding_mask)`` -> (N, L, E).
 
     ``layer`` is a batch-first, post-norm ``nn.TransformerDecoderLayer``; the answer must equal
     ``layer(tgt, memory, tgt_mask=..., memory_key_padding_mask=...)``, written with the layer's parts.
     The check swaps the layer's dropouts for stand-ins that scale by fixed factors, so it can tell
-    where each one was applied.
+    where each one was applied, and watches which part each sub-block starts with, so it can tell
+    their order and name the first sub-block that went wrong.
     """
 
     def body() -> str:
         layer, tgt, memory, tgt_mask, memory_padding = _decoder_inputs()
         called_whole_layer = []
         hook = layer.register_forward_pre_hook(lambda module, args: called_whole_layer.append(True))
+        seen, undo = _record_sub_blocks(layer)
         try:
-            result = call_learner(
-                decoder_layer_forward, layer, tgt.clone(), memory.clone(), tgt_mask.clone(), memory_padding.clone()
-            )
-        except LearnerError as problem:
-            message = str(problem.error)
-            if isinstance(problem.error, TypeError) and ("tuple" in message or "sequence" in message):
-                raise wrong(
-                    "nn.MultiheadAttention returns a tuple (output, weights), and your code used the whole tuple "
-                    f"as a tensor ({type(problem.error).__name__}: {message}). Take the output, "
-                    "`layer.self_attn(x, x, x, ...)[0]` (and the same for `layer.multihead_attn`)."
-                ) from None
-            if "attn_mask" in message or "key_padding_mask" in message:
-                raise wrong(
-                    f"a mask went to the wrong attention or argument ({message}). `tgt_mask` (L, L) is the "
-                    "self-attention's `attn_mask`; `memory_key_padding_mask` (N, S) is the cross-attention's "
-                    "`key_padding_mask`, and the cross-attention takes no causal mask."
-                ) from None
-            if isinstance(problem.error, RuntimeError) and "must match the size" in message:
-                raise wrong(
-                    f"the shapes do not fit ({message}). The cross-attention's queries come from the decoder, its "
-                    "keys and values from the memory: `layer.multihead_attn(x, memory, memory, ...)` returns one "
-                    "row per target token, (N, L, E), which can be added to x."
-                ) from None
-            raise
+            answer = _call_decoder(decoder_layer_forward, layer, tgt, memory, tgt_mask, memory_padding)
         finally:
             hook.remove()
+            undo()
         if called_whole_layer:
             raise wrong(
-                "you called the layer itself: write the three sub-blocks with its parts (layer.self_attn, ...)."
+                "you called the layer itself, which does this whole exercise in one call: write the three "
+                f"sub-blocks with its parts (layer.self_attn, ...). {RULE}"
             )
-        if isinstance(result, tuple):
-            raise wrong("return only the layer's output tensor (N, L, E), not a tuple.")
-        answer = as_tensor(result, "the output")
-        expect_shape(answer, tgt.shape, "the output", "(N, L, E)")
+        called = list(dict.fromkeys(name for name, _ in seen))
+        if called != list(_SUB_BLOCKS)[: len(called)]:
+            raise wrong(_ORDER_HINT.format(called=" -> ".join(called)))
         with torch.no_grad():
+            reference, undo = _record_sub_blocks(layer)
             expected = layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=memory_padding)
+            undo()
             if close(answer, expected):
                 return (
                     "masked self-attention, cross-attention over the memory, feed-forward; "
                     "each dropout, residual and norm in place."
                 )
-            variant = lambda mistake: _decoder_variant(layer, tgt, memory, tgt_mask, memory_padding, mistake)  # noqa: E731
-            mistakes = {
-                "the norms are applied first (pre-norm). This layer is post-norm (norm_first=False, PyTorch's "
-                "default): "
-                "x = norm(x + block(x)).": variant("pre-norm"),
-                "the causal mask is not used: pass `attn_mask=tgt_mask` to the self-attention, or each target token "
-                "sees the words after it.": variant("no causal mask"),
-                "the causal mask is inverted: `tgt_mask` is already True where a key is BLOCKED (above the diagonal), "
-                "the convention of nn.MultiheadAttention's attn_mask; pass it as it is, `attn_mask=tgt_mask`. "
-                "Inverted, each token may look only at the tokens after it, and the last one at none "
-                "(its row is NaN).": variant("inverted causal mask"),
-                "the memory's padding mask is inverted: `memory_key_padding_mask` is True at padding, which is "
-                "what `key_padding_mask` expects; pass it as it is, without `~`.": variant("inverted memory padding"),
-                "the memory's padding mask is not used: pass `key_padding_mask=memory_key_padding_mask` to the "
-                "cross-attention.": variant("no memory padding"),
-                "the cross-attention attends over the target: its queries come from x, but its keys and values are "
-                "the encoder's `memory`.": variant("cross over target"),
-                "the sub-blocks are in the wrong order: masked self-attention first, then cross-attention, then "
-                "feed-forward.": variant("cross before self"),
-                "the residual around the self-attention is missing: x = layer.norm1(x + self-attention(x)).": variant(
-                    "no residual 1"
-                ),
-                "the residual around the cross-attention is missing: x = layer.norm2(x + cross-attention(x, "
-                "memory)).": variant("no residual 2"),
-                "the residual around the feed-forward network is missing: x = layer.norm3(x + "
-                "feed_forward(x)).": variant("no residual 3"),
-                "the feed-forward network has no activation: linear2(dropout(activation(linear1(x)))).": variant(
-                    "no activation"
-                ),
-                "no dropout is applied: each sub-block's output goes through its own dropout (dropout1, dropout2, "
-                "dropout3) before the residual sum, and the feed-forward network has `layer.dropout` after the "
-                "activation.": variant("no dropouts"),
-                "layer.dropout1 is missing: apply it to the self-attention's output before adding the "
-                "residual.": variant("no dropout1"),
-                "layer.dropout2 is missing: apply it to the cross-attention's output before adding the "
-                "residual.": variant("no dropout2"),
-                "layer.dropout3 is missing: apply it to the feed-forward output before adding the residual.": variant(
-                    "no dropout3"
-                ),
-                "the feed-forward network's inner dropout is missing: "
-                "linear2(dropout(activation(linear1(x)))).": variant("no dropout"),
-                "every sub-block uses layer.norm1: each has its own LayerNorm, norm1, norm2 and norm3 in "
-                "turn.": variant("norm1 everywhere"),
-                "the cross-attention's block uses layer.norm1: its sum goes through layer.norm2.": variant(
-                    "norm1 in block 2"
-                ),
-                "the feed-forward block uses layer.norm1: its sum goes through layer.norm3.": variant(
-                    "norm1 in block 3"
-                ),
-                "the cross-attention's residual adds `tgt`, the layer's input: it must add its own input, the "
-                "x that came out of the self-attention block.": variant("residual from tgt 2"),
-                "the feed-forward's residual adds `tgt`, the layer's input: it must add its own input, the "
-                "x that came out of the cross-attention block.": variant("residual from tgt 3"),
-            }
-        raise diagnose(
-            answer,
-            mistakes,
-            "the shape is right but the numbers differ from nn.TransformerDecoderLayer's. Check each sub-block: "
-            "x = norm(x + dropout_i(block(x))).",
-        )
+            inputs = (layer, tgt, memory, tgt_mask, memory_padding)
+            table = {hint: partial(_decoder_variant, *inputs, mistake) for hint, mistake in _DECODER_MISTAKES.items()}
+            block = _SUB_BLOCKS[_first_wrong_sub_block(seen, reference)]
+            fallback = (
+                "the shape is right but the numbers differ from nn.TransformerDecoderLayer's. The first sub-block "
+                f"whose result differs is {block}."
+            )
+            raise diagnose_cases([answer], [table], fallback)
 
     return run_check("decoder layer forward", body)

@@ -1,19 +1,39 @@
-"""Seeing which torch functions the learner's code called, so a check can spot a forbidden shortcut.
+"""The one rule every exercise of lessons 01-05 states and every check applies: no shortcut, the asked type.
 
-Some exercises ask for a computation written out by hand (one-hot vectors times a table instead of
-indexing; ``x @ weight.T + bias`` instead of ``F.linear``). A shortcut gives the right numbers, so
-comparing numbers cannot tell; recording the calls can. ``FunctionRecorder`` is a
-``TorchFunctionMode``: while it is active, every torch function called from Python passes through it.
+``RULE`` is the sentence each exercise shows. Its two halves:
+
+- **No shortcut.** An exercise asks for a computation written out (one-hot vectors times a table; ``x @ weight.T +
+  bias``; softmax of masked scores). A library call that does the whole exercise in one go gives the right numbers,
+  so comparing numbers cannot tell; recording the calls can. Each check names its shortcuts (``SHORTCUTS``) and
+  refuses them, with the same message everywhere (``refuse_shortcuts``). Calls that do one earlier step (a softmax,
+  a projection in lesson 04) are the building blocks and stay allowed.
+- **The asked type.** A tensor the exercise asks for as boolean must be ``torch.bool``: not 0/1 integers, and not a
+  float mask of 0 and -inf (which some functions also accept, and which means the same, but is not what was asked).
+  ``expect_dtype`` says so, naming the dtype it got.
+
+``FunctionRecorder`` is a ``TorchFunctionMode`` (every torch function called from Python passes through it) that also
+watches Python calls (``sys.setprofile``), so it sees ``nn.MultiheadAttention.forward`` or a helper function too.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
+
+from course.exercises.feedback import wrong
+
+#: The rule, as each exercise of lessons 01-05 states it.
+RULE = (
+    "The rule of every exercise: write the step yourself with the operations it names. A library call that does "
+    "the whole exercise in one go is refused even when its numbers are right, and the result has the type the "
+    "exercise asks for (a boolean mask is `torch.bool`: not 0/1 integers, not a float mask)."
+)
 
 # Ways to pick rows out of a table without a matrix product, each with the name a hint shows.
 _ROW_LOOK_UPS = {
@@ -32,10 +52,54 @@ _ROW_LOOK_UPS = {
 _LINEAR = {F.linear: "`F.linear` (or `nn.Linear`)", torch._C._nn.linear: "`F.linear` (or `nn.Linear`)"}
 
 
-class FunctionRecorder(TorchFunctionMode):
-    """Records the torch functions called while active; ``watched`` is the tensor whose use matters.
+def _attention_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.attention
 
-    A call counts as using ``watched`` when one of its tensor arguments has the same shape and the
+    return {
+        F.scaled_dot_product_attention: "`F.scaled_dot_product_attention`",
+        helpers.attention.scaled_dot_product_attention: "`helpers.scaled_dot_product_attention`",
+    }
+
+
+def _multi_head_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.attention
+
+    return {
+        nn.MultiheadAttention.forward: "`nn.MultiheadAttention`",
+        F.multi_head_attention_forward: "`nn.MultiheadAttention` (or `F.multi_head_attention_forward`)",
+        torch._native_multi_head_attention: "`nn.MultiheadAttention`",
+        helpers.attention.MultiHeadAttention.forward: "`helpers.MultiHeadAttention`",
+    }
+
+
+def _padding_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.attention
+
+    return {helpers.attention.sdpa_mask_from_padding: "`helpers.sdpa_mask_from_padding`"}
+
+
+def _encoding_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.embeddings
+
+    return {helpers.embeddings.sinusoidal_positional_encoding: "`helpers.embeddings.sinusoidal_positional_encoding`"}
+
+
+#: Each exercise's shortcuts, by the exercise's name in its verdict; built on first use (helpers load lazily).
+SHORTCUTS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
+    "one-hot look-up": lambda: dict(_ROW_LOOK_UPS),
+    "sinusoidal positional encoding": _encoding_shortcuts,
+    "linear projection": lambda: dict(_LINEAR),
+    "attention weights": _attention_shortcuts,
+    "padding mask for F.scaled_dot_product_attention": _padding_shortcuts,
+    "masked attention": _attention_shortcuts,
+    "multi-head attention": _multi_head_shortcuts,
+}
+
+
+class FunctionRecorder(TorchFunctionMode):
+    """Records the torch functions and Python functions called while active; ``watched`` is a tensor whose use matters.
+
+    A torch call counts as using ``watched`` when one of its tensor arguments has the same shape and the
     same numbers (the learner may have made a copy, say with ``.float()``).
     """
 
@@ -43,6 +107,21 @@ class FunctionRecorder(TorchFunctionMode):
         super().__init__()
         self.watched = None if watched is None else watched.detach().clone()
         self.calls: list[tuple[Any, bool]] = []  # (function, whether it used the watched tensor)
+        self.python_calls: set[Any] = set()  # code objects of the Python functions entered
+        self._previous_profile: Any = None
+
+    def __enter__(self):
+        self._previous_profile = sys.getprofile()
+        sys.setprofile(self._profile)
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        sys.setprofile(self._previous_profile)
+        return super().__exit__(*exc_info)
+
+    def _profile(self, frame, event, arg) -> None:
+        if event == "call":
+            self.python_calls.add(frame.f_code)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -62,16 +141,37 @@ class FunctionRecorder(TorchFunctionMode):
                 return True
         return False
 
+    def called(self, functions: dict[Callable[..., Any], str], watched_only: bool = False) -> str:
+        """The name of the first of ``functions`` that was called ("" if none); ``watched_only``: on ``watched``."""
+        for func, used_watched in self.calls:
+            if func in functions and (used_watched or not watched_only):
+                return functions[func]
+        codes = {getattr(func, "__code__", None): name for func, name in functions.items()}
+        codes.pop(None, None)
+        for code in self.python_calls & codes.keys():
+            return codes[code]
+        return ""
+
     def looked_up_rows(self) -> str:
         """How the watched table's rows were picked without a product ("" if they were not)."""
-        for func, used_watched in self.calls:
-            if used_watched and func in _ROW_LOOK_UPS:
-                return _ROW_LOOK_UPS[func]
-        return ""
+        return self.called(_ROW_LOOK_UPS, watched_only=True)
 
     def called_linear(self) -> str:
         """The name of the one-call linear layer the code used ("" if none)."""
-        for func, _ in self.calls:
-            if func in _LINEAR:
-                return _LINEAR[func]
-        return ""
+        return self.called(_LINEAR)
+
+
+def refuse_shortcuts(recorder: FunctionRecorder, exercise: str, instead: str, watched_only: bool = False) -> None:
+    """Raise the rule's hint if the code called one of ``exercise``'s shortcuts; ``instead``: what to write."""
+    used = recorder.called(SHORTCUTS[exercise](), watched_only=watched_only)
+    if used:
+        raise wrong(
+            f"the numbers may be right, but your code calls {used}, which does this whole exercise in one call. "
+            f"{RULE} Here: {instead}"
+        )
+
+
+def expect_dtype(answer: Tensor, dtype: torch.dtype, name: str, how: str = "") -> None:
+    """Complain, naming the dtype received, unless ``answer`` has ``dtype``; ``how``: how to get there."""
+    if answer.dtype != dtype:
+        raise wrong(f"{name} should have dtype {dtype}, got dtype {answer.dtype}. {RULE}" + (f" {how}" if how else ""))

@@ -55,7 +55,7 @@ def attention_heatmap(
                 colour = "black" if value > vmin + 0.6 * (vmax - vmin) else "white"
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=colour, fontsize=8)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     return ax
 
 
@@ -236,7 +236,8 @@ def scaling_experiment_plot(
     sizes = list(head_sizes)
     left.plot(sizes, list(variance_unscaled), "o-", label="q · k (unscaled)")
     left.plot(sizes, list(variance_scaled), "s-", label="q · k / √d_k (scaled)")
-    left.plot(sizes, sizes, ":", color="grey", label="d_k (for reference)")
+    # drawn on top, wide and pale: the unscaled curve runs along it, and both must stay visible
+    left.plot(sizes, sizes, "-", color="grey", alpha=0.35, linewidth=7, zorder=1, label="d_k (for reference)")
     left.set_xscale("log", base=2)
     left.set_yscale("log", base=2)
     left.set_xlabel("head size d_k")
@@ -330,7 +331,7 @@ def head_split_diagram(num_tokens: int = 4, embed_dim: int = 8, num_heads: int =
 
     left, middle, right = axes
     matrix(left, 0, 0, T, E, lambda c: c // d)
-    left.set_title(f"Q = x W_q: (T, E) = ({T}, {E})\ncolour = head, number = token", fontsize=10)
+    left.set_title(f"Q = x W_qᵀ: (T, E) = ({T}, {E})\ncolour = head, number = token", fontsize=10)
     gap = 1.0
     for i in range(h):
         matrix(middle, i * (d + gap), 0, T, d, lambda c, i=i: i, label=f"head {i}")

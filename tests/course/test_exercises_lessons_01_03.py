@@ -7,16 +7,20 @@ hint that names it).
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_hint, not_attempted
 
+import helpers.attention
 from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
 from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
+from course.exercises.shortcuts import RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +199,8 @@ def test_cross_attention_inputs_not_attempted():
         (lambda t, s, q, k, v: (q(t), v(s), k(s)), "k was made with the wrong projection (v_proj)"),
         (lambda t, s, q, k, v: (k(t), k(s), v(s)), "q was made with the wrong projection (k_proj)"),
         (lambda t, s, q, k, v: [q(t), k(s)], "as a tuple"),
+        (lambda t, s, q, k, v: (q(t), k(s), s), "v is the source sentence itself, not projected"),
+        (lambda t, s, q, k, v: (t, k(s), v(s)), "q is the target sentence itself, not projected"),
         (lambda t, s, q, k, v: (q(t), k(s) * 2, v(s)), "not the numbers of `k_proj(source)`"),
     ],
 )
@@ -274,7 +280,22 @@ def masked_answer(
 
 def test_masked_attention_correct_passes():
     assert check_masked_attention(masked_answer()).passed
-    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)).passed
+
+
+@pytest.mark.parametrize(
+    "shortcut, named",
+    [
+        (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), "F.scaled_dot_product_attention"),
+        (lambda q, k, v, m: helpers.attention.scaled_dot_product_attention(q, k, v, attn_mask=m)[0], "helpers."),
+    ],
+)
+def test_masked_attention_one_call_shortcut_is_refused_by_the_rule(shortcut, named):
+    assert_hint(check_masked_attention(shortcut), named, RULE)
+
+
+def test_attention_weights_helper_shortcut_is_refused_by_the_rule():
+    verdict = check_attention_weights(lambda q, k: helpers.attention.scaled_dot_product_attention(q, k, k)[1])
+    assert_hint(verdict, "helpers.scaled_dot_product_attention", RULE)
 
 
 def test_masked_attention_not_attempted():
@@ -331,7 +352,6 @@ def test_checks_leave_the_global_random_state_alone():
     [
         lambda m: ~m[:, None, :],
         lambda m: (~m).unsqueeze(1),
-        lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf"))[:, None, :],  # a float mask is fine too
         lambda m: ~m[:, None, None, :][:, 0],
     ],
 )
@@ -349,8 +369,11 @@ def test_padding_to_attn_mask_not_attempted():
         (lambda m: m[:, None, :], "not inverted"),
         (lambda m: ~m[:, :, None], "wrong place"),
         (lambda m: ~m, "as if N were the query dimension"),
-        (lambda m: (~m).int()[:, None, :], "boolean mask"),
-        (lambda m: (~m).float()[:, None, :], "only 0 (keep) and -inf"),
+        (lambda m: (~m).int()[:, None, :], "dtype torch.int32"),
+        (lambda m: (~m).float()[:, None, :], "dtype torch.float32"),
+        # a float mask of 0 and -inf means the same to F.scaled_dot_product_attention, but a boolean was asked for
+        (lambda m: torch.zeros(m.shape).masked_fill(m, float("-inf"))[:, None, :], "float mask of 0 and -inf"),
+        (lambda m: helpers.attention.sdpa_mask_from_padding(m), "helpers.sdpa_mask_from_padding"),
         (lambda m: ~m[:, None, :].roll(1, dims=-1), "blocks the wrong keys"),
         (lambda m: ~m[None, :, :], "does not broadcast"),
         (lambda m: [1, 2], "return a tensor"),
@@ -397,7 +420,7 @@ def test_positional_encoding_divided_by_half_of_e():
     ],
 )
 def test_one_hot_lookup_forbidden_shortcut_is_named(shortcut, named):
-    assert_hint(check_one_hot_lookup(shortcut), "shortcut", named, "F.one_hot")
+    assert_hint(check_one_hot_lookup(shortcut), RULE, named, "F.one_hot")
 
 
 def test_one_hot_lookup_built_from_an_identity_matrix_is_no_shortcut():
@@ -418,7 +441,14 @@ def _with_linear_module(x, w, b):
 
 @pytest.mark.parametrize("shortcut", [lambda x, w, b: F.linear(x, w, b), _with_linear_module])
 def test_linear_projection_forbidden_shortcut_is_named(shortcut):
-    assert_hint(check_linear_projection(shortcut), "shortcut", "F.linear", "x @ weight.T + bias")
+    assert_hint(check_linear_projection(shortcut), RULE, "F.linear", "x @ weight.T + bias")
+
+
+def test_positional_encoding_helper_shortcut_is_refused_by_the_rule():
+    from helpers.embeddings import sinusoidal_positional_encoding
+
+    verdict = check_positional_encoding(lambda p, e: sinusoidal_positional_encoding(p, e))
+    assert_hint(verdict, RULE, "sinusoidal_positional_encoding")
 
 
 def test_linear_projection_with_addmm_or_matmul_is_fine():
@@ -587,11 +617,28 @@ def test_cross_attention_inputs_more_mistakes(wrong_answer, fragment):
 @pytest.mark.parametrize(
     "wrong_answer, fragment",
     [
-        # a float mask with -inf on the KEPT keys: the polarity, not the dtype, is the mistake
-        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "not inverted"),
+        # a float mask, whatever its polarity: the dtype is named first (the rule: the asked type)
+        (lambda m: torch.zeros(m.shape).masked_fill(~m, float("-inf"))[:, None, :], "dtype torch.float32"),
         (lambda m: (m == 1)[:, None, :], "not inverted"),
         (lambda m: (~m)[:, None, :].numpy(), "return a tensor"),
     ],
 )
 def test_padding_to_attn_mask_more_mistakes(wrong_answer, fragment):
     assert_hint(check_padding_to_attn_mask(wrong_answer), fragment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lessons 01-05: one rule for shortcuts and types, stated in every exercise
+# ---------------------------------------------------------------------------------------------
+_LESSONS_01_05 = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("0[1-5]_*.ipynb"))
+
+
+@pytest.mark.parametrize("lesson", _LESSONS_01_05, ids=lambda path: path.stem)
+def test_every_exercise_of_lessons_01_05_states_the_rule(lesson):
+    cells = json.loads(lesson.read_text(encoding="utf-8"))["cells"]
+    statements = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    statements = [text.split("### Exercise", 1)[1] for text in statements if "### Exercise" in text]
+    assert statements, f"{lesson.name} has no exercise"
+    core = RULE.split(": ", 1)[1].split(". ", 1)[0]  # "write the step yourself with the operations it names"
+    for text in statements:
+        assert "*The rule of every exercise:* " + core in " ".join(text.split()), text[:200]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import not_attempted
+from conftest import assert_hint, not_attempted
 from torch import Tensor, nn
 
 from course.exercises.lesson04 import (
@@ -25,6 +25,7 @@ from course.exercises.lesson05 import (
     check_decoder_layer_forward,
     check_residual_block,
 )
+from course.exercises.shortcuts import RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,7 +45,10 @@ SPLIT_MISTAKES = {
     "reshape without transpose": lambda x, h: x.reshape(x.size(0), h, x.size(1), x.size(2) // h),
     "transpose(1, 2)": lambda x, h: x.view(x.size(0), x.size(1), h, x.size(2) // h),  # forgot the transpose
     "interleaved": lambda x, h: x.view(x.size(0), x.size(1), x.size(2) // h, h).permute(0, 3, 1, 2),
-    "should have shape": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 3, 1),  # (N, h, d, T)
+    "last two dimensions are swapped": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 3, 1),
+    "you made d = ": lambda x, h: x.view(x.size(0), x.size(1), -1, h).transpose(1, 2),  # (N, d, T, h)
+    "swapped the batch and the tokens": lambda x, h: x.view(x.size(0), x.size(1), h, -1).transpose(0, 1),
+    "should have shape": lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 3, 2, 1),  # (N, d, h, T)
     "not in place": lambda x, h: split_right(x, h).flip(2),  # tokens reversed: no known mistake
 }
 
@@ -104,9 +108,13 @@ def mha(
     softmax_dim=-1,
     swap_kv=False,
     heads=None,
+    transposed="",
 ):
     """A learner-style implementation, with knobs that introduce one mistake at a time."""
     h = num_heads if heads is None else heads
+    if transposed:  # x @ W.weight + b: the weight used as stored, untransposed
+        q_proj, k_proj, v_proj, o = (lambda x, p=p: x @ p.weight + p.bias for p in (q_proj, k_proj, v_proj, out_proj))
+        out_proj = o if "o" in transposed else out_proj
     q, k, v = q_proj(query), k_proj(key), v_proj(value)
     if swap_kv:
         k, v = k_proj(value), v_proj(key)
@@ -135,7 +143,29 @@ MHA_MISTAKES = {
     "one wide head over all E features": dict(heads=1, scale=lambda E, d: math.sqrt(E / {8: 2, 12: 3}[E])),
     "one wide head scaled by √E": dict(heads=1),
     "keys and values are swapped": dict(swap_kv=True),
+    "weight untransposed, `x @ W.weight + W.bias`": dict(transposed="qkvo"),
+    "Q, K and V use their weights untransposed": dict(transposed="qkv"),
 }
+
+
+def _with_torch_module(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads, training=True):
+    E = query.size(-1)
+    module = torch.nn.MultiheadAttention(E, num_heads, batch_first=True).train(training)
+    with torch.no_grad():
+        module.in_proj_weight.copy_(torch.cat([q_proj.weight, k_proj.weight, v_proj.weight]))
+        module.in_proj_bias.copy_(torch.cat([q_proj.bias, k_proj.bias, v_proj.bias]))
+        module.out_proj.load_state_dict(out_proj.state_dict())
+    return module(query, key, value, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_mha_check_refuses_nn_multihead_attention_by_the_rule(training):
+    def answer(*args):
+        with torch.no_grad():  # eval mode and no grad: nn.MultiheadAttention takes its fast path
+            return _with_torch_module(*args, training=training)
+
+    verdict = check_multi_head_attention(answer)
+    assert_hint(verdict, "MultiheadAttention", RULE)
 
 
 @pytest.mark.parametrize("hint,knobs", list(MHA_MISTAKES.items()))
@@ -210,6 +240,12 @@ BLOCK_MISTAKES = {
     "carries the NORMALISED x": lambda x, s, n, first: n(x) + s(n(x)) if first else n(x + s(x)),
     "the sum is normalised as well": lambda x, s, n, first: n(x + s(n(x))) if first else n(x + s(x)),
     "only the sublayer's output is normalised": lambda x, s, n, first: x + s(n(x)) if first else x + n(s(x)),
+    # the pre-norm bug x + norm(sublayer(x)) is named as what the learner wrote, not as a post-norm slip
+    "the sublayer's OUTPUT is normalised": lambda x, s, n, first: x + n(s(x)) if first else n(x + s(x)),
+    "subtracted": lambda x, s, n, first: x - s(n(x)) if first else n(x - s(x)),
+    "has no γ and β": lambda x, s, n, first: (
+        x + s(F.layer_norm(x, x.shape[-1:])) if first else F.layer_norm(x + s(x), x.shape[-1:])
+    ),
     "differ from": lambda x, s, n, first: block_right(x, s, n, first) + 1,
 }
 
@@ -219,6 +255,12 @@ def test_residual_check_names_each_mistake(hint, block):
     verdict = check_residual_block(block)
     expected = "computed the other variant" if hint.startswith("ignores") else hint
     assert verdict.status == "wrong" and expected in verdict.message
+
+
+def test_residual_check_pre_norm_bug_is_not_called_a_post_norm_slip():
+    verdict = check_residual_block(lambda x, s, n, first: x + n(s(x)) if first else n(x + s(x)))
+    assert "norm_first=True" not in verdict.message or "pre-norm" in verdict.message
+    assert "post-norm normalises the SUM" not in verdict.message
 
 
 def test_residual_check_other_answers():
@@ -255,6 +297,19 @@ def decoder_right(layer, tgt, memory, tgt_mask, memory_key_padding_mask, *, mist
     if mistake == "cross first":
         x = layer.norm1(x + ca(x))
         x = layer.norm2(x + sa(x))
+    elif mistake == "cross first, norms kept with their block":
+        x = layer.norm2(x + ca(x))
+        x = layer.norm1(x + sa(x))
+    elif mistake == "feed-forward first":
+        x = layer.norm3(x + ff(x))
+        x = layer.norm1(x + sa(x))
+        return layer.norm2(x + ca(x))
+    elif mistake == "cross-attention doubled":
+        x = layer.norm1(x + sa(x))
+        x = layer.norm2(x + 2 * ca(x))
+    elif mistake == "self-attention scores from memory":
+        x = layer.norm1(x + drop("dropout1")(layer.self_attn(x, memory, memory, need_weights=False)[0]))
+        x = layer.norm2(x + ca(x))
     else:
         x = layer.norm1((0 if mistake == "no residual 1" else x) + sa(x))
         x = layer.norm2((0 if mistake == "no residual 2" else x) + ca(x))
@@ -267,6 +322,11 @@ DECODER_MISTAKES = {
     "no memory padding": "padding mask is not used",
     "cross over target": "attends over the target",
     "cross first": "wrong order",
+    "cross first, norms kept with their block": "wrong order",
+    "feed-forward first": "your code called linear1 -> self_attn -> multihead_attn",
+    # an unknown slip: the fallback names the first sub-block whose result differs, not the ones after it
+    "cross-attention doubled": "first sub-block whose result differs is the cross-attention block",
+    "self-attention scores from memory": "first sub-block whose result differs is the self-attention block",
     "no residual 1": "residual around the self-attention",
     "no residual 2": "residual around the cross-attention",
     "no residual 3": "residual around the feed-forward",
@@ -322,10 +382,10 @@ def test_mha_without_transpose_in_both_split_and_merge_is_named():
 
 
 def test_split_and_merge_wrong_shape_messages_read_cleanly():
-    split = check_split_heads(SPLIT_MISTAKES["should have shape"])  # (N, h, d, T)
+    split = check_split_heads(SPLIT_MISTAKES["should have shape"])  # (N, d, h, T): no named mistake
     assert split.message == (
         "for x of shape (N, T, E) = (2, 3, 8), split_heads(x, 4) should have shape (N, h, T, d) = (2, 4, 3, 2), "
-        "got (2, 4, 2, 3)"
+        "got (2, 2, 4, 3)"
     )
     merge = check_merge_heads(lambda x: x.permute(0, 2, 3, 1).reshape(x.size(0), -1, x.size(2)))  # (N, E, T)
     assert merge.message == (

@@ -102,7 +102,9 @@ RIGHT = {
     ),
     "masked attention": (
         check_masked_attention,
-        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        lambda q, k, v, m: (
+            torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), dim=-1) @ v
+        ),
     ),
     "padding mask": (check_padding_to_attn_mask, lambda m: ~m[:, None, :]),
     "split heads": (check_split_heads, lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2)),
@@ -270,8 +272,11 @@ def test_a_verdict_shows_once_in_a_notebook():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     cells = [
+        "import torch\n"
         "from course.exercises.lesson01 import check_positional_encoding\n"
-        "from helpers.embeddings import sinusoidal_positional_encoding as right",
+        "def right(p, e):  # written out: the helper itself is a shortcut the check refuses\n"
+        "    angle = torch.arange(p)[:, None] * 10000 ** (-torch.arange(0, e, 2) / e)\n"
+        "    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)",
         "check_positional_encoding(right)",
         "verdict = check_positional_encoding(lambda p, e: right(p, e) + 1)",
         "verdict",
@@ -295,8 +300,7 @@ _CHECK_MODULES = sorted(
     info.name for info in pkgutil.iter_modules(course.exercises.__path__) if info.name.startswith("lesson")
 )
 # Lessons whose checks their own engineers move onto @learner_check (the lead removes these marks after merging).
-_NOT_YET_GUARDED = {f"lesson0{n}": "branch l0105 applies @learner_check to lessons 01-05" for n in range(1, 6)}
-_NOT_YET_GUARDED["lesson06"] = "branch l06 applies @learner_check to lesson 06"
+_NOT_YET_GUARDED = {"lesson06": "branch l06 applies @learner_check to lesson 06"}
 
 
 def _public_checks():
