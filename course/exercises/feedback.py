@@ -1,5 +1,9 @@
 """What every exercise check shares: running the learner's code safely and printing one verdict.
 
+Every public check is decorated with ``@learner_check``: each callable the learner hands in reaches the
+check's body as a ``LearnerCode`` proxy whose every call goes through ``call_learner``, so no check can call
+the learner's code any other way (``tests/course/test_exercises_robustness.py`` holds every ``check_*`` to it).
+
 A check prints its verdict (graders and the student-copy tests read that line from stdout) and
 returns it. In a notebook the returned verdict does not show a second time, so a check cell is
 just ``check_x(x)``, without ``_ =``. A check runs inside ``torch.random.fork_rng()``: whatever
@@ -8,6 +12,8 @@ random numbers it or the learner's code draws, the notebook's random stream is u
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sysconfig
@@ -76,14 +82,90 @@ class LearnerError(Exception):
 def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call the learner's ``function``; any exception it raises becomes a ``LearnerError``.
 
-    ``NotImplementedError`` passes through unchanged: it means "not attempted yet".
+    ``NotImplementedError`` passes through unchanged: it means "not attempted yet". A function defined with
+    the wrong parameters is told so by name (a ``wrong`` verdict), before it runs.
     """
+    function = function._function if isinstance(function, LearnerCode) else function
+    _expect_signature(function, args, kwargs)
     try:
-        return function(*args, **kwargs)
+        result = function(*args, **kwargs)
     except NotImplementedError:
         raise
     except Exception as error:  # anything the learner's code does wrong is the learner's to fix
         raise LearnerError(error) from error
+    # An object made by the learner's class runs the learner's methods: it stays behind the proxy too.
+    return LearnerCode(result) if isinstance(function, type) and callable(result) else result
+
+
+def _expect_signature(function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    """Complain, naming the parameters, when ``function`` cannot take these arguments."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin or C function without a readable signature: let it run
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        name = getattr(function, "__name__", type(function).__name__)
+        given = f"{len(args)} argument{'s' if len(args) != 1 else ''}" + (
+            f" and the keywords {', '.join(kwargs)}" if kwargs else ""
+        )
+        raise wrong(
+            f"the exercise calls `{name}` with {given}, but it is defined as `{name}{signature}`: "
+            "keep the parameters the exercise's template gives."
+        ) from None
+
+
+class LearnerCode:
+    """A learner's callable (function, class or object) that can be called only through ``call_learner``.
+
+    Attributes are read through from the wrapped object; those that are callable (methods) come back wrapped
+    too, so ``module.forward(x)`` is as safe as ``module(x)``. ``isinstance`` sees the wrapped object's class.
+    """
+
+    __slots__ = ("_function",)
+
+    def __init__(self, function: Any) -> None:
+        object.__setattr__(self, "_function", function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return call_learner(self._function, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_function":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        value = getattr(self._function, name)
+        return LearnerCode(value) if callable(value) and not isinstance(value, type) else value
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # so that isinstance(proxy, nn.Module) holds for a learner's module
+        return type(self._function)
+
+    def __repr__(self) -> str:
+        return f"LearnerCode({self._function!r})"
+
+
+def learner_check(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    """Decorate a public ``check_*``: every callable argument reaches it as a ``LearnerCode`` proxy.
+
+    Tensors, numbers and other plain data pass unchanged. The decorated check is marked, and a test
+    requires the mark on every public check of ``course.exercises``.
+    """
+
+    @functools.wraps(check)
+    def guarded(*args: Any, **kwargs: Any) -> Verdict:
+        args = tuple(_guard(value) for value in args)
+        kwargs = {key: _guard(value) for key, value in kwargs.items()}
+        return check(*args, **kwargs)
+
+    guarded.__learner_check__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _guard(value: Any) -> Any:
+    if isinstance(value, LearnerCode | Tensor) or not callable(value):
+        return value
+    return LearnerCode(value)
 
 
 def run_check(exercise: str, body: Callable[[], str]) -> Verdict:

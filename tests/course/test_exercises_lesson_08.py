@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from course.exercises import check_previous_token_score as exported
@@ -152,3 +153,92 @@ def test_a_crash_in_the_learners_code_is_reported_as_theirs():
     for check in (check_stack_qkv, check_previous_token_score, check_similarity_scores):
         verdict = check(crashes)
         assert verdict.status == "wrong" and "your code raised IndexError" in verdict.message
+
+
+# --- every row of the checks' tables, written out as a learner would -------------------------------
+def _valid(m):
+    return (m[:, 1:] & m[:, :-1]).float()
+
+
+STACK_ANSWERS = {
+    "come back swapped": lambda wq, wk, wv, bq, bk, bv: (torch.cat([bq, bk, bv]), torch.cat([wq, wk, wv])),
+    "interleaved": lambda wq, wk, wv, bq, bk, bv: (
+        torch.stack([wq, wk, wv], dim=1).reshape(-1, wq.size(1)),
+        torch.cat([bq, bk, bv]),
+    ),
+    "transposed": lambda wq, wk, wv, bq, bk, bv: (torch.cat([wq.T, wk.T, wv.T]), torch.cat([bq, bk, bv])),
+}
+PREVIOUS_ANSWERS = {
+    "NEXT token": lambda w, m: (w.diagonal(1, -2, -1) * _valid(m)[:, None]).sum((0, 2)) / _valid(m).sum(),
+    "ITSELF": lambda w, m: (w.diagonal(0, -2, -1) * m[:, None]).sum((0, 2)) / m.sum(),
+    "two tokens back": lambda w, m: (
+        (w.diagonal(-2, -2, -1) * (m[:, 2:] & m[:, :-2])[:, None]).sum((0, 2)) / (m[:, 2:] & m[:, :-2]).sum()
+    ),
+    "wraps around": lambda w, m: (
+        (torch.roll(w, shifts=1, dims=-1).diagonal(0, -2, -1) * m[:, None]).sum((0, 2)) / m.sum()
+    ),
+    "padded positions are counted": lambda w, m: w.diagonal(-1, -2, -1).mean(dim=(0, 2)),
+    "no previous token": lambda w, m: (w.diagonal(-1, -2, -1) * _valid(m)[:, None]).sum((0, 2)) / m.sum(),
+    "averaged first": lambda w, m: (
+        (w.diagonal(-1, -2, -1) * _valid(m)[:, None]).sum(-1) / _valid(m).sum(-1)[:, None]
+    ).mean(0),
+    "a sum over the rows": lambda w, m: (w.diagonal(-1, -2, -1) * _valid(m)[:, None]).sum((0, 2)),
+}
+
+
+def _margin_answer(margin_of):
+    return lambda c: (margin_of(c), reference_similarity_scores(c)[1])
+
+
+def _accuracy_answer(hits_of, scale=1.0):
+    return lambda c: (reference_similarity_scores(c)[0], scale * float(hits_of(c).float().mean()))
+
+
+_P = lambda c: c.size(0)  # noqa: E731
+_OFF = lambda c: c.sum() - c.diagonal().sum()  # noqa: E731
+_ROWS = lambda c: c.argmax(1) == torch.arange(_P(c))  # noqa: E731
+_COLUMNS = lambda c: c.argmax(0) == torch.arange(_P(c))  # noqa: E731
+SIMILARITY_ANSWERS = {
+    "wrong sign": _margin_answer(lambda c: float(_OFF(c) / (_P(c) * (_P(c) - 1)) - c.diagonal().mean())),
+    "includes the diagonal": _margin_answer(lambda c: float(c.diagonal().mean() - c.mean())),
+    "divided by P²": _margin_answer(lambda c: float(c.diagonal().mean() - _OFF(c) / _P(c) ** 2)),
+    "a ratio": _margin_answer(lambda c: float(c.diagonal().mean() / (_OFF(c) / (_P(c) * (_P(c) - 1))))),
+    "upper triangle": _margin_answer(
+        lambda c: float(c.diagonal().mean() - c[torch.triu_indices(_P(c), _P(c), 1).unbind()].mean())
+    ),
+    "those are sums": _margin_answer(lambda c: float(c.diagonal().sum() - _OFF(c))),
+    "percentage": _accuracy_answer(_ROWS, scale=100.0),
+    "count of hits": lambda c: (reference_similarity_scores(c)[0], int(_ROWS(c).sum())),
+    "down the columns": _accuracy_answer(_COLUMNS),
+    "argmin": _accuracy_answer(lambda c: c.argmin(1) == torch.arange(_P(c))),
+    "row OR the column": _accuracy_answer(lambda c: _ROWS(c) | _COLUMNS(c)),
+    "row AND the column": _accuracy_answer(lambda c: _ROWS(c) & _COLUMNS(c)),
+}
+ANSWERS = [
+    (check_stack_qkv, STACK_ANSWERS),
+    (check_previous_token_score, PREVIOUS_ANSWERS),
+    (check_similarity_scores, SIMILARITY_ANSWERS),
+]
+
+
+@pytest.mark.parametrize(
+    "check,expected,answer",
+    [(check, hint, answer) for check, answers in ANSWERS for hint, answer in answers.items()],
+    ids=[hint for _, answers in ANSWERS for hint in answers],
+)
+def test_each_mistake_gets_its_own_hint(check, expected, answer):
+    assert expected in hint(check, answer)
+
+
+def test_every_lesson_08_mistake_table_is_tested():
+    from course.exercises import lesson08
+
+    tables = {
+        "PREVIOUS_MISTAKES": (check_previous_token_score, PREVIOUS_ANSWERS),
+        "MARGIN_MISTAKES": (check_similarity_scores, SIMILARITY_ANSWERS),
+        "ACCURACY_MISTAKES": (check_similarity_scores, SIMILARITY_ANSWERS),
+    }
+    for table, (check, answers) in tables.items():
+        messages = [check(answer).message for answer in answers.values()]
+        for text in getattr(lesson08, table):
+            assert any(text in message for message in messages), f"{table}: no test reaches {text[:60]!r}"
