@@ -319,22 +319,13 @@ def sentence_embeddings(model: PretrainedEncoder, input_ids: Tensor, attention_m
 class AttentionView:
     """One sentence's self-attention in every layer and head, for plots and explorers.
 
-    ``attention`` is (layers, h, T, T) over the sentence's T real tokens (no padding). ``source_tokens`` and
-    ``output_tokens`` (both the tokens: in self-attention queries and keys are the same sentence) let
-    lesson 06's ``helpers.viewing.widgets.cross_attention_explorer`` browse it unchanged.
+    ``attention`` is (layers, h, T, T) over the sentence's T real ``tokens`` (no padding): queries and keys
+    are the same tokens. ``helpers.viewing.widgets.attention_explorer`` browses a list of these.
     """
 
     source: str
     tokens: list[str]
     attention: Tensor
-
-    @property
-    def source_tokens(self) -> list[str]:
-        return self.tokens
-
-    @property
-    def output_tokens(self) -> list[str]:
-        return self.tokens
 
 
 @torch.no_grad()

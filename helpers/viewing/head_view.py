@@ -33,6 +33,7 @@ import functools
 import html
 import io
 import json
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,9 +42,9 @@ import anywidget
 import matplotlib.pyplot as plt
 import torch
 import traitlets
-from torch import Tensor
 
-from helpers.viewing.plotting import head_grid
+from helpers.viewing.plotting import head_grid, readable_panel_size
+from helpers.viewing.shapes import attention_inputs
 
 STATIC = Path(__file__).resolve().parent / "static"  # shipped as package data (pyproject.toml)
 KINDS = ("self", "causal", "cross")
@@ -54,41 +55,14 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 HEAD_VIEW_ID = "helpers.viewing.head_view.HeadView"
 _EXPORT_LINE = "export default { render };"
 _DECIMALS = 3  # weights travel rounded: enough for opacity and colour, and keeps notebooks small
+# layers x h x L x S weights one view may carry: 30 x 9 heads of 20 tokens (lesson 09's model) fit, with room;
+# 800 tokens (8 MB of JSON) do not.
+MAX_WEIGHTS = 250_000
 
 
 # ---------------------------------------------------------------------------------------------
 # The data: validated weights and tokens as the front end receives them
 # ---------------------------------------------------------------------------------------------
-def _stack_layers(weights) -> Tensor:
-    """(h, L, S), (layers, h, L, S) or a list over layers of (h, L, S) -> (layers, h, L, S) float64 CPU."""
-    if isinstance(weights, (list, tuple)):
-        if not weights:
-            raise ValueError("weights is an empty list: expected one (h, L, S) tensor per layer")
-        layers = [torch.as_tensor(w).detach() for w in weights]
-        for i, w in enumerate(layers):
-            if w.dim() != 3:
-                raise ValueError(
-                    f"layer {i} of the weights has shape {tuple(w.shape)}; each layer must be (h, L, S) "
-                    "(for recorded (N, h, L, S) weights pick one sentence, e.g. w[0])"
-                )
-            if w.shape != layers[0].shape:
-                raise ValueError(
-                    f"every layer must have the same (h, L, S) shape: layer 0 is {tuple(layers[0].shape)}, "
-                    f"layer {i} is {tuple(w.shape)}"
-                )
-        stacked = torch.stack(layers)
-    else:
-        stacked = torch.as_tensor(weights).detach()
-        if stacked.dim() == 3:
-            stacked = stacked.unsqueeze(0)
-        if stacked.dim() != 4:
-            raise ValueError(
-                f"expected weights of shape (h, L, S), (layers, h, L, S) or a list of (h, L, S), got shape "
-                f"{tuple(stacked.shape)} (for recorded (N, h, L, S) weights pick one sentence, e.g. w[0])"
-            )
-    return stacked.double().cpu()
-
-
 def head_view_data(
     weights,
     query_tokens: Sequence[str],
@@ -107,23 +81,19 @@ def head_view_data(
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    stacked = _stack_layers(weights)
+    if kind == "cross" and key_tokens is None:
+        raise ValueError("cross-attention needs key_tokens: the source tokens the queries look at")
+    stacked, query_tokens, key_tokens = attention_inputs(weights, query_tokens, key_tokens)
+    stacked = stacked.double()
     layers, heads, L, S = stacked.shape
-    query_tokens = [str(t) for t in query_tokens]
-    if key_tokens is None:
-        if kind == "cross":
-            raise ValueError("cross-attention needs key_tokens: the source tokens the queries look at")
-        key_tokens = query_tokens
-    key_tokens = [str(t) for t in key_tokens]
-    if len(query_tokens) != L or len(key_tokens) != S:
-        raise ValueError(
-            f"weights of shape (layers, h, L, S) = {(layers, heads, L, S)} need L = {L} query tokens and "
-            f"S = {S} key tokens, got {len(query_tokens)} and {len(key_tokens)}"
-        )
     if kind != "cross" and L != S:
         raise ValueError(f"{kind} attention has as many keys as queries (L = S), got L = {L}, S = {S}")
-    if heads == 0 or L == 0 or S == 0:
-        raise ValueError(f"nothing to show: weights have shape (layers, h, L, S) = {(layers, heads, L, S)}")
+    if stacked.numel() > MAX_WEIGHTS:
+        raise ValueError(
+            f"{layers} layers x {heads} heads x {L} queries x {S} keys = {stacked.numel():,} weights is more than "
+            f"the head view's limit of {MAX_WEIGHTS:,} (the page would carry megabytes and redraw slowly): "
+            "show fewer layers (weights[a:b]), fewer heads or a shorter sentence"
+        )
     if not torch.isfinite(stacked).all():
         raise ValueError("weights contain NaN or infinity (a query whose keys are all masked gives NaN rows)")
     if stacked.min() < -1e-6 or stacked.max() > 1 + 1e-6:
@@ -253,16 +223,33 @@ def head_view(
 # ---------------------------------------------------------------------------------------------
 # Static fallbacks: a PNG, and a self-contained HTML fragment for exported pages
 # ---------------------------------------------------------------------------------------------
+FALLBACK_LABEL_SIZE = 9  # points; at the PNG's 80 dpi, 10 pixels
+
+
 def fallback_figure(state: dict):
-    """The layer × head grid of heatmaps for ``state`` (as ``head_view_data`` returns it)."""
+    """The static stand-in for ``state`` (as ``head_view_data`` returns it), readable on its own.
+
+    One layer (the one the view shows first) with every head, wrapped into rows of at most 4 panels, each
+    panel sized from the token count so that no token label overlaps another; the title says which layer of
+    how many, since the interactive view is where the others are.
+    """
     weights = torch.tensor(state["weights"], dtype=torch.float32)  # (layers, h, L, S)
+    layers, heads, L, S = weights.shape
+    layer = int(state.get("layer", 0))
     heading = {"self": "self-attention", "causal": "masked self-attention", "cross": "cross-attention"}
+    title = state.get("title") or heading[state["kind"]]
+    if layers > 1:
+        names = state.get("layer_names") or [f"layer {i}" for i in range(layers)]
+        title = f"{title}: {names[layer]} ({layer + 1} of {layers} layers; the interactive view shows them all)"
     return head_grid(
-        weights,
+        weights[layer],
         state["query_tokens"],
         state["key_tokens"],
-        title=state.get("title") or heading[state["kind"]],
-        panel_size=max(1.6, min(3.0, 0.16 * max(weights.shape[-2:]))),
+        title=title,
+        columns=min(4, math.ceil(math.sqrt(heads))),
+        labels="all",
+        label_size=FALLBACK_LABEL_SIZE,
+        panel_size=max(2.4, readable_panel_size(max(L, S), FALLBACK_LABEL_SIZE)),
     )
 
 
@@ -270,14 +257,32 @@ def fallback_png(state: dict) -> str:
     """``fallback_figure`` as a base64 PNG, the form notebooks store images in."""
     fig = fallback_figure(state)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=72)
+    fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _script_safe_json(value) -> str:
-    # "</" would end the <script> element early; "<\/" is the same string to JSON.parse.
-    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+# Characters that mean something to the HTML parser inside <script> ("</script>", "<!--" with "<script",
+# "-->"), or end a JavaScript line (U+2028, U+2029), written as JSON escapes: JSON.parse reads the same string.
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_safe_json(value) -> str:
+    """``value`` as JSON that can sit inside an HTML <script> element whatever its strings hold."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.translate(str.maketrans(_SCRIPT_ESCAPES))
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+def png_img(data) -> str:
+    """An <img> of base64 PNG ``data`` (as notebooks store it); anything that is not base64 is left out."""
+    text = "".join(data) if isinstance(data, list) else str(data)
+    if not _BASE64.fullmatch(text):
+        return '<p class="widget-snapshot-missing">(an image that was not valid base64 was left out)</p>'
+    compact = html.escape("".join(text.split()), quote=True)  # base64 holds no quote; escaped all the same
+    return f'<img src="data:image/png;base64,{compact}">'
 
 
 def standalone_html(state: dict) -> str:
@@ -299,7 +304,7 @@ def standalone_html(state: dict) -> str:
         "<script>\n(function () {\n"
         f"{script}\n"
         "var el = document.currentScript.parentElement;\n"
-        f"render({{ model: staticModel({_script_safe_json(data)}), el: el }});\n"
+        f"render({{ model: staticModel({script_safe_json(data)}), el: el }});\n"
         "})();\n</script>\n</div>"
     )
 
@@ -326,7 +331,7 @@ def _snapshot_html(model_id: str, models: dict) -> str:
         for output in model.get("outputs", []):
             data = output.get("data", {})
             if "image/png" in data:
-                parts.append(f'<img src="data:image/png;base64,{data["image/png"]}">')
+                parts.append(png_img(data["image/png"]))
             elif output.get("output_type") == "stream":
                 parts.append(f"<pre>{html.escape(''.join(output.get('text', '')))}</pre>")
             elif "text/plain" in data:

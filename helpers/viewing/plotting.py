@@ -15,13 +15,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from helpers.viewing.shapes import attention_inputs, layers_of_heads
+
 CMAP = "viridis"
 
 
 def attention_heatmap(
     weights: Tensor,
     query_tokens: Sequence[str],
-    key_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
     ax: Axes | None = None,
     title: str | None = None,
     vmin: float = 0.0,
@@ -31,20 +33,17 @@ def attention_heatmap(
 ) -> Axes:
     """Draw one (L, S) attention matrix: queries on the y axis, keys on the x axis.
 
-    ``annotate`` writes each weight in its cell (for small examples a learner checks by hand).
+    ``key_tokens`` None: self-attention, the keys are the query tokens. ``annotate`` writes each weight in
+    its cell (for small examples a learner checks by hand).
     """
-    weights = _as_2d(weights)
+    stacked, query_tokens, key_tokens = attention_inputs(_as_2d(weights), query_tokens, key_tokens)
+    weights = stacked[0, 0]
     L, S = weights.shape
-    if len(query_tokens) != L or len(key_tokens) != S:
-        raise ValueError(
-            f"weights of shape (L, S) = {(L, S)} need {L} query tokens and {S} key tokens, "
-            f"got {len(query_tokens)} and {len(key_tokens)}"
-        )
     if ax is None:
         _, ax = plt.subplots(figsize=(0.5 * S + 2.5, 0.45 * L + 1.5))
     image = ax.imshow(weights.numpy(), cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(S), list(key_tokens), rotation=60, ha="right", rotation_mode="anchor")
-    ax.set_yticks(range(L), list(query_tokens))
+    ax.set_xticks(range(S), key_tokens, rotation=60, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(L), query_tokens)
     ax.set_xlabel("keys (attended to)")
     ax.set_ylabel("queries")
     if title:
@@ -60,48 +59,101 @@ def attention_heatmap(
     return ax
 
 
+LABELS = ("outer", "all", "none")
+
+
+def _pick(indices, count: int, what: str) -> list[int]:
+    if indices is None:
+        return list(range(count))
+    picked = [int(i) for i in indices]
+    if not picked or any(not -count <= i < count for i in picked):
+        raise ValueError(f"{what} must be a non-empty list of indices in 0..{count - 1}, got {list(indices)}")
+    return [i % count for i in picked]
+
+
+def readable_panel_size(num_tokens: int, label_size: float = 8.0) -> float:
+    """The side in inches of a heatmap panel whose ``num_tokens`` token labels of ``label_size`` points don't
+    overlap (one label every 1.25 label heights), at least 1.6 inches."""
+    return max(1.6, 1.25 * label_size * num_tokens / 72)
+
+
 def head_grid(
     weights: Tensor,
     query_tokens: Sequence[str],
-    key_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
     row_label: str = "layer",
     title: str | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
-    panel_size: float = 2.6,
+    panel_size: float | None = 2.6,
+    *,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+    columns: int | None = None,
+    labels: str = "outer",
+    label_size: float = 7.0,
 ) -> Figure:
-    """Draw every head: (h, L, S) as one row, or (layers, h, L, S) as a layer x head grid.
+    """Draw every head: (h, L, S) as one row, (layers, h, L, S) as a layer x head grid (any shape of
+    ``helpers.viewing.shapes``). All panels share one colour scale and one colour bar.
 
-    All panels share one colour scale and one colour bar, so heads can be compared by eye.
+    ``layers`` / ``heads``: the indices to show (fewer, larger panels). ``columns``: wrap the panels into
+    rows of at most this many (panels are then read left to right, top to bottom). ``labels``: token
+    labels on the "outer" panels (left column, bottom of each column), on "all" panels, or "none" (an
+    overview of many heads, where labels could not be read anyway). ``panel_size`` in inches; None sizes
+    it from the token count so that the ``label_size``-point labels do not overlap.
     """
-    weights = weights.detach().float().cpu()
-    if weights.dim() == 3:
-        weights = weights.unsqueeze(0)
-    if weights.dim() != 4:
-        raise ValueError(f"head_grid expects (h, L, S) or (layers, h, L, S) weights, got shape {tuple(weights.shape)}")
-    rows, heads, L, S = weights.shape
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
+    stacked, query_tokens, key_tokens = attention_inputs(weights, query_tokens, key_tokens)
+    layer_ids = _pick(layers, stacked.shape[0], "layers")
+    head_ids = _pick(heads, stacked.shape[1], "heads")
+    L, S = stacked.shape[-2:]
+    panels = [(r, h) for r in layer_ids for h in head_ids]  # (layer, head) in reading order
+    one_row = stacked.shape[0] == 1
+    if columns is None:
+        columns = len(head_ids)
+    if columns < 1:
+        raise ValueError(f"columns must be at least 1, got {columns}")
+    columns = min(columns, len(panels))
+    rows = -(-len(panels) // columns)
+    if panel_size is None:
+        panel_size = readable_panel_size(max(L, S), label_size)
     fig, axes = plt.subplots(
-        rows, heads, figsize=(panel_size * heads + 1.0, panel_size * rows + 0.6), squeeze=False, constrained_layout=True
+        rows,
+        columns,
+        figsize=(panel_size * columns + 1.0, panel_size * rows + 0.6),
+        squeeze=False,
+        constrained_layout=True,
     )
-    for r in range(rows):
-        for h in range(heads):
-            ax = axes[r][h]
-            image = ax.imshow(weights[r, h].numpy(), cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto")
-            ax.set_xticks(range(S), list(key_tokens) if r == rows - 1 else [], rotation=90, fontsize=7)
-            ax.set_yticks(range(L), list(query_tokens) if h == 0 else [], fontsize=7)
-            heading = f"head {h}" if rows == 1 else f"{row_label} {r}, head {h}"
-            ax.set_title(heading, fontsize=9)
-            if h == 0:
-                ax.set_ylabel("queries", fontsize=8)
-            if r == rows - 1:
-                ax.set_xlabel("keys (attended to)", fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    for index, (r, h) in enumerate(panels):
+        row, column = divmod(index, columns)
+        ax = axes[row][column]
+        image = ax.imshow(stacked[r, h].numpy(), cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto")
+        bottom = index + columns >= len(panels)  # no panel below this one
+        show_x = labels == "all" or (labels == "outer" and bottom)
+        show_y = labels == "all" or (labels == "outer" and column == 0)
+        ax.set_xticks(range(S), key_tokens if show_x else [], rotation=90, fontsize=label_size)
+        ax.set_yticks(range(L), query_tokens if show_y else [], fontsize=label_size)
+        if labels == "none":
+            ax.set_xticks([])
+            ax.set_yticks([])
+        heading = f"head {h}" if one_row else f"{row_label} {r}, head {h}"
+        ax.set_title(heading, fontsize=label_size + 2)
+        if column == 0:
+            ax.set_ylabel("queries", fontsize=label_size + 1)
+        if bottom:
+            ax.set_xlabel("keys (attended to)", fontsize=label_size + 1)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.remove()  # no empty frames, and the figure counts only the panels drawn
+    fig.colorbar(image, ax=list(axes.flat)[: len(panels)], shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)
     return fig
 
 
 def _as_2d(weights: Tensor) -> Tensor:
+    if weights is None:
+        raise ValueError("weights is None: expected one 2-D matrix")
     weights = torch.as_tensor(weights).detach().float().cpu()
     if weights.dim() != 2:
         raise ValueError(f"expected one (L, S) attention matrix, got shape {tuple(weights.shape)}")
@@ -412,33 +464,76 @@ def layer_head_tables(
     columns: int = 2,
     shared_scale: tuple[float, float] | None = None,
     panel_size: tuple[float, float] = (5.6, 2.6),
+    share: Sequence[str] | None = None,
 ) -> Figure:
     """One heatmap per (layers, h) table of per-head numbers: layers down the y axis, heads along the x axis.
 
     ``tables`` maps a panel title to its table. Each panel gets its own colour bar (scores, entropies and
-    costs have different units) unless ``shared_scale=(vmin, vmax)`` puts all on one scale.
+    costs have different units), except: ``shared_scale=(vmin, vmax)`` puts every panel on that scale;
+    ``share`` names the panels (titles) that share one scale, from their common minimum to maximum (e.g.
+    the mean weights of several roles, not the entropy beside them), each labelled "shared scale".
     """
     if not tables:
         raise ValueError("layer_head_tables needs at least one table")
-    shapes = {tuple(torch.as_tensor(t).shape) for t in tables.values()}
+    tables = {title: torch.as_tensor(t).detach().float().cpu() for title, t in tables.items()}
+    shapes = {tuple(t.shape) for t in tables.values()}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
         raise ValueError(f"every table must be one (layers, h) matrix of the same shape, got shapes {sorted(shapes)}")
+    if columns < 1:
+        raise ValueError(f"columns must be at least 1, got {columns}")
+    shared = list(share or [])
+    unknown = [name for name in shared if name not in tables]
+    if unknown:
+        raise ValueError(f"share names panels that are not in tables: {unknown}; the titles are {list(tables)}")
+    if shared and shared_scale:
+        raise ValueError("give either shared_scale (every panel) or share (some panels), not both")
+    if shared:
+        together = torch.stack([tables[name] for name in shared])
+        group_scale = (float(together.min()), float(together.max()))
     layers, heads = next(iter(shapes))
     rows = -(-len(tables) // columns)
     fig, axes = plt.subplots(
         rows, columns, figsize=(panel_size[0] * columns, panel_size[1] * rows), squeeze=False, constrained_layout=True
     )
-    vmin, vmax = shared_scale if shared_scale else (None, None)
     for ax, (title, table) in zip(axes.flat, tables.items(), strict=False):
-        image = ax.imshow(torch.as_tensor(table).detach().float().cpu().numpy(), cmap=CMAP, vmin=vmin, vmax=vmax)
+        vmin, vmax = shared_scale if shared_scale else group_scale if title in shared else (None, None)
+        image = ax.imshow(table.numpy(), cmap=CMAP, vmin=vmin, vmax=vmax)
         ax.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
         ax.set_yticks(range(layers), [str(layer) for layer in range(layers)], fontsize=7)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.set_title(title, fontsize=10)
-        fig.colorbar(image, ax=ax, shrink=0.9)
+        fig.colorbar(image, ax=ax, shrink=0.9, label="shared scale" if title in shared or shared_scale else None)
     for ax in list(axes.flat)[len(tables) :]:
         ax.axis("off")
+    return fig
+
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration in seconds as a short label in the largest unit under it: 0.0021 -> "2.1 ms", 3e-5 -> "30 µs"."""
+    if seconds == 0:
+        return "0 s"
+    for scale, unit in _TIME_UNITS:
+        if abs(seconds) >= scale or unit == "ns":
+            return f"{seconds / scale:.3g} {unit}"
+
+
+def seconds_axis(ax: Axes, axis: str = "y", log: bool = True) -> Axes:
+    """Label a time axis holding seconds in readable units (µs, ms, s), with ticks at 1, 10, 100 of a unit
+    on a log scale (``log``) instead of powers of two of seconds."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    if axis not in ("x", "y"):
+        raise ValueError(f'axis must be "x" or "y", got {axis!r}')
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    if log:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log", base=10)
+        target.set_major_locator(LogLocator(base=10))
+    target.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value)))
+    return ax
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,7 +545,7 @@ LABEL_SIZE = 10  # tick labels in points: still readable when a notebook shrinks
 def readable_head_grid(
     weights: Tensor,
     query_tokens: Sequence[str],
-    key_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
     title: str | None = None,
     row_label: str = "layer",
     query_label: str = "queries",
@@ -462,11 +557,7 @@ def readable_head_grid(
     Token labels sit on the outer panels only (the left column and the bottom row), which every panel shares.
     The colour scale runs from 0 to ``vmax`` (1 unless stated).
     """
-    weights = torch.as_tensor(weights).detach().float().cpu()
-    if weights.dim() == 3:
-        weights = weights.unsqueeze(0)
-    if weights.dim() != 4:
-        raise ValueError(f"expected (h, L, S) or (layers, h, L, S) weights, got shape {tuple(weights.shape)}")
+    weights = layers_of_heads(weights)
     rows, heads = weights.shape[:2]
     panel = min(2.9, 10.0 / heads)
     fig = head_grid(weights, query_tokens, key_tokens, row_label=row_label, title=title, vmax=vmax, panel_size=panel)

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from helpers.viewing.plotting import attention_heatmap
+from helpers.viewing.shapes import attention_inputs, layers_of_heads
 
 # ---------------------------------------------------------------------------------------------
 # Lesson 03: how d_k and a temperature change the sharpness of attention
@@ -92,53 +93,53 @@ def temperature_explorer():
 
 
 # ---------------------------------------------------------------------------------------------
-# Lesson 04 (and 06): browse attention heads one at a time
+# Lessons 04, 06 and 08: browse attention heads one at a time
 # ---------------------------------------------------------------------------------------------
-def _as_layers_of_heads(weights: Tensor) -> Tensor:
-    """(h, L, S) or (layers, h, L, S) -> (layers, h, L, S), detached on the CPU."""
-    weights = torch.as_tensor(weights).detach().float().cpu()
-    if weights.dim() == 3:
-        weights = weights.unsqueeze(0)
-    if weights.dim() != 4:
-        raise ValueError(f"expected (h, L, S) or (layers, h, L, S) attention weights, got shape {tuple(weights.shape)}")
-    return weights
+_DEFAULT_DRAWN_ABOVE = "The figure for these settings is drawn above; move a control to redraw it here."
 
 
-def head_figure(weights: Tensor, query_tokens, key_tokens, layer: int = 0, head: int = 0) -> Figure:
-    """One head's (L, S) weights from ``weights`` (h, L, S) or (layers, h, L, S), with token labels.
-
-    Drawn on the fixed 0-1 scale, so switching heads never changes the colours' meaning.
-    """
-    weights = _as_layers_of_heads(weights)
-    layers, heads = weights.shape[:2]
+def head_figure(weights: Tensor, query_tokens, key_tokens=None, layer: int = 0, head: int = 0) -> Figure:
+    """One head's (L, S) weights, with token labels. ``weights``: any shape ``helpers.viewing.shapes``
+    accepts; ``key_tokens`` None: self-attention. Drawn on the fixed 0-1 scale, so switching heads never
+    changes the colours' meaning."""
+    stacked, query_tokens, key_tokens = attention_inputs(weights, query_tokens, key_tokens)
+    layers, heads, L, S = stacked.shape
     if not (0 <= layer < layers and 0 <= head < heads):
         raise ValueError(f"layer must be in 0..{layers - 1} and head in 0..{heads - 1}, got layer={layer}, head={head}")
-    L, S = weights.shape[2:]
     fig, ax = plt.subplots(figsize=(0.45 * S + 2.8, 0.4 * L + 1.6), constrained_layout=True)
     where = f"layer {layer}, head {head}" if layers > 1 else f"head {head}"
-    attention_heatmap(weights[layer, head], query_tokens, key_tokens, ax=ax, title=where)
+    attention_heatmap(stacked[layer, head], query_tokens, key_tokens, ax=ax, title=where)
     return fig
 
 
-def show_head(weights: Tensor, query_tokens, key_tokens, layer: int = 0, head: int = 0) -> Tensor:
+def show_head(weights: Tensor, query_tokens, key_tokens=None, layer: int = 0, head: int = 0) -> Tensor:
     """The head browser's callback: draw ``head_figure`` and return the (L, S) weights it shows."""
     head_figure(weights, query_tokens, key_tokens, layer, head)
     plt.show()
-    return _as_layers_of_heads(weights)[layer, head]
+    return layers_of_heads(weights)[layer, head]
 
 
-def head_browser(weights: Tensor, query_tokens, key_tokens):
-    """Sliders for the layer and the head that redraw one head's heatmap.
+def head_browser(weights: Tensor, query_tokens, key_tokens=None, *, draw_default: bool = True):
+    """Sliders for the layer and the head that redraw one head's heatmap (``weights`` as ``head_figure``).
 
-    Children, in order: the layer slider (only for (layers, h, L, S) weights with several layers),
-    the head slider, then the output area; ``ui.result`` holds the (L, S) weights drawn last.
+    Children, in order: the layer slider (only with several layers), the head slider, then the output
+    area; ``ui.result`` holds the (L, S) weights drawn last. ``draw_default=False``: the output area starts
+    with a note instead of the figure (when the lesson draws that figure just above: saved once, not twice).
     """
     import ipywidgets as widgets
 
-    stacked = _as_layers_of_heads(weights)
+    stacked, query_tokens, key_tokens = attention_inputs(weights, query_tokens, key_tokens)
     layers, heads = stacked.shape[:2]
+    pending = [not draw_default]
+
+    def update(layer, head):
+        if pending and pending.pop():
+            print(_DEFAULT_DRAWN_ABOVE)
+            return stacked[layer, head]
+        return show_head(stacked, query_tokens, key_tokens, layer, head)
+
     return widgets.interactive(
-        lambda layer, head: show_head(stacked, query_tokens, key_tokens, layer, head),
+        update,
         layer=widgets.IntSlider(value=0, min=0, max=layers - 1, description="layer")
         if layers > 1
         else widgets.fixed(0),
@@ -147,40 +148,91 @@ def head_browser(weights: Tensor, query_tokens, key_tokens):
 
 
 # ---------------------------------------------------------------------------------------------
-# Lesson 06: explore a translator's cross-attention, sentence by sentence
+# Lessons 06 and 08: explore attention sentence by sentence
 # ---------------------------------------------------------------------------------------------
-def show_cross_attention(translations, sentence: int = 0, layer: int = 0, head: int = 0) -> Tensor:
-    """The translation explorer's callback: draw one head's cross-attention for one translated sentence.
+def _example(item) -> tuple:
+    """``(weights, query_tokens, key_tokens)`` of one explorer item, which is one of:
 
-    ``translations`` is a list of ``helpers.models.translation.Translation`` (anything with ``attention``
-    (layers, h, T, S), ``source_tokens`` (S labels) and ``output_tokens`` (T labels)). Output tokens
-    are on the y axis (the queries), source tokens on the x axis; returns the (T, S) weights drawn.
+    - such a triple (``key_tokens`` None for self-attention);
+    - an object with ``attention`` and ``tokens`` (self-attention over its tokens, such as
+      ``helpers.models.pretrained.AttentionView``);
+    - a ``helpers.models.translation.Translation``: its cross-attention, output tokens reading source tokens.
     """
-    if not 0 <= sentence < len(translations):
-        raise ValueError(f"sentence must be in 0..{len(translations) - 1}, got {sentence}")
-    chosen = translations[sentence]
-    if chosen.attention is None:
-        raise ValueError("this translation carries no attention: translate it with translate_with_attention")
-    head_figure(chosen.attention, chosen.output_tokens, chosen.source_tokens, layer, head)
-    plt.show()
-    return _as_layers_of_heads(chosen.attention)[layer, head]
+    if isinstance(item, (tuple, list)):
+        if len(item) != 3:
+            raise ValueError(f"an explorer item is (weights, query_tokens, key_tokens), got {len(item)} values")
+        return tuple(item)
+    if hasattr(item, "attention") and hasattr(item, "tokens"):
+        return item.attention, item.tokens, None
+    if all(hasattr(item, name) for name in ("attention", "output_tokens", "source_tokens")):
+        if item.attention is None:
+            raise ValueError("this translation carries no attention: translate it with translate_with_attention")
+        return item.attention, item.output_tokens, item.source_tokens
+    raise ValueError(
+        "an explorer item is (weights, query_tokens, key_tokens), an object with attention and tokens, or a "
+        f"Translation; got a {type(item).__name__}"
+    )
 
 
-def cross_attention_explorer(translations):
-    """A sentence menu and layer and head sliders over translated sentences' cross-attention.
+def _label(item, index: int, query_tokens) -> str:
+    source = getattr(item, "source", None)
+    return str(source) if source else f"{index}: " + " ".join(query_tokens[:12])
 
-    Children, in order: sentence (a drop-down of the German sources), layer, head, then the output
-    area; ``ui.result`` holds the (T, S) weights drawn last.
+
+def show_attention(examples, sentence: int = 0, layer: int = 0, head: int = 0) -> Tensor:
+    """The attention explorer's callback: draw one head of one example; returns the (L, S) weights drawn.
+
+    ``examples``: a list of ``(weights, query_tokens, key_tokens)`` triples (``weights`` any shape
+    ``helpers.viewing.shapes`` accepts, ``key_tokens`` None for self-attention), of objects with
+    ``attention`` and ``tokens`` (self-attention, e.g. ``helpers.models.pretrained.AttentionView``), or of
+    translations (``helpers.models.translation.Translation``: output tokens on the y axis, source tokens on
+    the x axis).
+    """
+    if not 0 <= sentence < len(examples):
+        raise ValueError(f"sentence must be in 0..{len(examples) - 1}, got {sentence}")
+    weights, query_tokens, key_tokens = _example(examples[sentence])
+    return show_head(weights, query_tokens, key_tokens, layer, head)
+
+
+def attention_explorer(examples, labels=None, *, draw_default: bool = True):
+    """A sentence menu and layer and head sliders over several examples' attention (``show_attention``'s).
+
+    ``labels``: one menu entry per example (default: a translation's source sentence, else its first
+    query tokens). Children, in order: sentence, layer, head, then the output area; the layer starts on
+    the last layer; ``ui.result`` holds the (L, S) weights drawn last. ``draw_default=False``: the output
+    area starts with a note instead of the figure (when the lesson draws it just above).
     """
     import ipywidgets as widgets
 
-    if not translations:
-        raise ValueError("cross_attention_explorer needs at least one translation")
-    layers, heads = _as_layers_of_heads(translations[0].attention).shape[:2]
+    if not examples:
+        raise ValueError("attention_explorer needs at least one example")
+    checked = []
+    for index, item in enumerate(examples):
+        stacked, query_tokens, key_tokens = attention_inputs(*_example(item))
+        checked.append((stacked, query_tokens, key_tokens))
+        if stacked.shape[:2] != checked[0][0].shape[:2]:
+            raise ValueError(
+                f"every example needs the same (layers, h): example 0 has {tuple(checked[0][0].shape[:2])}, "
+                f"example {index} has {tuple(stacked.shape[:2])}"
+            )
+    if labels is None:
+        labels = [_label(item, i, q) for i, (item, (_, q, _)) in enumerate(zip(examples, checked, strict=True))]
+    labels = [str(label) for label in labels]
+    if len(labels) != len(checked):
+        raise ValueError(f"got {len(labels)} labels for {len(checked)} examples")
+    layers, heads = checked[0][0].shape[:2]
+    pending = [not draw_default]
+
+    def update(sentence, layer, head):
+        if pending and pending.pop():
+            print(_DEFAULT_DRAWN_ABOVE)
+            return checked[sentence][0][layer, head]
+        return show_attention(checked, sentence, layer, head)
+
     return widgets.interactive(
-        lambda sentence, layer, head: show_cross_attention(translations, sentence, layer, head),
+        update,
         sentence=widgets.Dropdown(
-            options=[(t.source, i) for i, t in enumerate(translations)],
+            options=[(label, i) for i, label in enumerate(labels)],
             value=0,
             description="sentence",
             layout=widgets.Layout(width="95%"),
@@ -188,3 +240,8 @@ def cross_attention_explorer(translations):
         layer=widgets.IntSlider(value=layers - 1, min=0, max=layers - 1, description="layer", continuous_update=False),
         head=widgets.IntSlider(value=0, min=0, max=heads - 1, description="head", continuous_update=False),
     )
+
+
+# Lesson 06's names for the same explorer over translations' cross-attention.
+show_cross_attention = show_attention
+cross_attention_explorer = attention_explorer

@@ -6,6 +6,7 @@ What the JavaScript does with that state is tested in a real browser (tests/test
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import tomllib
 from pathlib import Path
@@ -38,7 +39,7 @@ def softmax_weights(*shape, seed=0):
 
 def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens():
     weights = softmax_weights(2, 3, 5, 5)  # (layers, h, L, S)
-    view = helpers.viewing.head_view(weights, TOKENS)
+    view = helpers.head_view(weights, TOKENS)
     assert isinstance(view, HeadView)
     assert (view.kind, view.query_tokens, view.key_tokens) == ("self", TOKENS, TOKENS)
     assert view.layer_names == ["layer 0", "layer 1"]
@@ -55,12 +56,12 @@ def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens
 
 def test_a_list_of_layers_and_a_single_layer_are_accepted():
     layers = [softmax_weights(4, 6, 5, seed=s) for s in range(3)]  # each (h, L, S)
-    view = helpers.viewing.head_view(layers, TARGET, TOKENS, kind="cross", layer_names=["dec 0", "dec 1", "dec 2"])
+    view = helpers.head_view(layers, TARGET, TOKENS, kind="cross", layer_names=["dec 0", "dec 1", "dec 2"])
     assert view.shape() == (3, 4, 6, 5)
     torch.testing.assert_close(
         torch.tensor(view.weights[2], dtype=torch.float64), layers[2].double(), atol=5e-4, rtol=0
     )
-    assert helpers.viewing.head_view(softmax_weights(2, 5, 5), TOKENS).shape() == (1, 2, 5, 5)
+    assert helpers.head_view(softmax_weights(2, 5, 5), TOKENS).shape() == (1, 2, 5, 5)
 
 
 def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
@@ -68,7 +69,7 @@ def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
     mha = nn.MultiheadAttention(8, 2, batch_first=True)
     x = torch.randn(1, 5, 8)
     _, weights = mha(x, x, x, average_attn_weights=False)  # (N, h, L, S)
-    view = helpers.viewing.head_view(weights[0], TOKENS)
+    view = helpers.head_view(weights[0], TOKENS)
     torch.testing.assert_close(
         torch.tensor(view.weights[0], dtype=torch.float64), weights[0].double().detach(), atol=5e-4, rtol=0
     )
@@ -77,11 +78,17 @@ def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
 @pytest.mark.parametrize(
     ("weights", "query_tokens", "key_tokens", "kind", "message"),
     [
-        (softmax_weights(5, 5), TOKENS, None, "self", r"expected weights of shape \(h, L, S\)"),
+        (softmax_weights(5), TOKENS, None, "self", r"expected weights of shape \(L, S\), \(h, L, S\)"),
         (softmax_weights(1, 2, 3, 5, 5), TOKENS, None, "self", "pick one sentence"),
         ([softmax_weights(2, 5, 5), softmax_weights(3, 5, 5)], TOKENS, None, "self", "same .* shape"),
         ([], TOKENS, None, "self", "empty list"),
-        (softmax_weights(2, 5, 5), TOKENS[:4], None, "self", "need L = 5 query tokens"),
+        (None, TOKENS, None, "self", "weights is None"),
+        ([softmax_weights(2, 5, 5), [[0.5] * 5] * 5], TOKENS, None, "self", "mixes tensors and plain lists"),
+        (softmax_weights(2, 5, 5), TOKENS[:4], None, "self", "query_tokens has 4 tokens; the weights need 5"),
+        (softmax_weights(2, 5, 5), None, None, "self", "query_tokens is None"),
+        (softmax_weights(2, 5, 5), "Eine Mutter und ihr Sohn", None, "self", "query_tokens is one string"),
+        (softmax_weights(2, 5, 5), ["Eine", None, "und", "ihr", "Sohn"], None, "self", r"query_tokens\[1\] is None"),
+        (softmax_weights(2, 6, 5), TARGET, [1, 2, 3, 4, 5], "cross", r"key_tokens\[0\] is 1 \(int\)"),
         (softmax_weights(2, 6, 5), TARGET, None, "cross", "cross-attention needs key_tokens"),
         (softmax_weights(2, 6, 5), TARGET, TOKENS, "self", r"L = S"),
         (softmax_weights(2, 5, 5), TOKENS, None, "causal", "zero above the diagonal"),
@@ -92,7 +99,7 @@ def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
 )
 def test_bad_input_gets_a_clear_error(weights, query_tokens, key_tokens, kind, message):
     with pytest.raises(ValueError, match=message):
-        helpers.viewing.head_view(weights, query_tokens, key_tokens, kind=kind)
+        helpers.head_view(weights, query_tokens, key_tokens, kind=kind)
 
 
 def test_layer_names_must_match_the_layers():
@@ -103,12 +110,12 @@ def test_layer_names_must_match_the_layers():
 def test_causal_weights_are_accepted_when_the_future_is_masked():
     future = torch.ones(5, 5, dtype=torch.bool).triu(diagonal=1)
     scores = torch.randn(2, 5, 5).masked_fill(future, float("-inf"))
-    view = helpers.viewing.head_view(torch.softmax(scores, dim=-1), TOKENS, kind="causal")
+    view = helpers.head_view(torch.softmax(scores, dim=-1), TOKENS, kind="causal")
     assert torch.tensor(view.weights, dtype=torch.float64).triu(diagonal=1).abs().max() == 0
 
 
 def test_selection_is_validated_like_the_front_end_expects():
-    view = helpers.viewing.head_view(softmax_weights(2, 3, 5, 5), TOKENS)
+    view = helpers.head_view(softmax_weights(2, 3, 5, 5), TOKENS)
     view.layer, view.head, view.view = 1, 2, "grid"
     assert (view.layer, view.head, view.view) == (1, 2, "grid")
     for name, value in [("layer", 2), ("head", 3), ("head", -2), ("view", "3d")]:
@@ -117,8 +124,8 @@ def test_selection_is_validated_like_the_front_end_expects():
 
 
 def test_text_repr_is_stable_for_nbval_and_the_bundle_carries_a_png_fallback():
-    view = helpers.viewing.head_view(softmax_weights(2, 4, 6, 5), TARGET, TOKENS, kind="cross")
-    again = helpers.viewing.head_view(softmax_weights(2, 4, 6, 5, seed=1), TARGET, TOKENS, kind="cross")
+    view = helpers.head_view(softmax_weights(2, 4, 6, 5), TARGET, TOKENS, kind="cross")
+    again = helpers.head_view(softmax_weights(2, 4, 6, 5, seed=1), TARGET, TOKENS, kind="cross")
     expected = "HeadView(kind='cross', layers=2, heads=4, queries=6, keys=5)"
     assert repr(view) == repr(again) == expected  # shapes only: no address, no id, no numbers
     data, _ = view._repr_mimebundle_()
@@ -127,18 +134,37 @@ def test_text_repr_is_stable_for_nbval_and_the_bundle_carries_a_png_fallback():
     assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
 
 
-def test_fallback_figure_is_the_layer_by_head_grid():
-    view = helpers.viewing.head_view(softmax_weights(2, 3, 5, 5), TOKENS)
+def test_fallback_figure_shows_the_first_layer_readably_and_says_which():
+    view = helpers.head_view(softmax_weights(2, 3, 5, 5), TOKENS, layer_names=["enc 0", "enc 1"])
     fig = view.figure()
-    # 2 x 3 heatmaps and one shared colour bar
-    assert len(fig.axes) == 2 * 3 + 1
-    assert [ax.get_title() for ax in fig.axes[:3]] == ["layer 0, head 0", "layer 0, head 1", "layer 0, head 2"]
+    assert len(fig.axes) == 3 + 1  # the shown layer's 3 heads and one shared colour bar
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["head 0", "head 1", "head 2"]
+    assert "enc 0 (1 of 2 layers" in fig._suptitle.get_text()
+    # every panel labelled, at 9 points, and large enough that its 5 labels do not overlap
+    for ax in fig.axes[:3]:
+        assert [t.get_text() for t in ax.get_yticklabels()] == TOKENS
+        assert all(t.get_fontsize() >= 9 for t in ax.get_xticklabels() + ax.get_yticklabels())
     png = base64.b64decode(fallback_png(view.state()))
     assert png.startswith(b"\x89PNG") and len(png) > 5_000
 
 
+@pytest.mark.parametrize("tokens", [13, 30])
+def test_fallback_panels_grow_with_the_token_count_so_labels_never_overlap(tokens):
+    names = [f"w{i}" for i in range(tokens)]
+    view = helpers.head_view(softmax_weights(1, 4, tokens, tokens), names)
+    fig = view.figure()
+    fig.canvas.draw()
+    for ax in fig.axes[:4]:
+        boxes = [t.get_window_extent() for t in ax.get_yticklabels()]
+        assert len(boxes) == tokens
+        assert all(not a.overlaps(b) for a, b in itertools.pairwise(boxes))
+    png = base64.b64decode(fallback_png(view.state()))
+    width = int.from_bytes(png[16:20], "big")
+    assert width >= 2 * 2.4 * 80  # 4 heads as 2 x 2 panels of at least 2.4 inches at 80 dpi
+
+
 def test_standalone_html_embeds_the_script_and_the_data_without_any_remote_reference():
-    view = helpers.viewing.head_view(softmax_weights(1, 2, 5, 5), ["</script>", *TOKENS[1:]])
+    view = helpers.head_view(softmax_weights(1, 2, 5, 5), ["</script>", *TOKENS[1:]])
     page = standalone_html(view.state())
     assert "export default { render };" not in page  # a classic inline script, not a module
     assert "staticModel(" in page and "render(" in page
@@ -151,7 +177,7 @@ def test_standalone_html_embeds_the_script_and_the_data_without_any_remote_refer
 def test_package_data_ships_the_static_files():
     # A non-editable install only carries files that pyproject.toml lists as package data.
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    listed = {path for pattern in package_data["helpers"] for path in (ROOT / "helpers").glob(pattern)}
+    listed = {path for pattern in package_data["helpers.viewing"] for path in STATIC.parent.glob(pattern)}
     assert {STATIC / "head_view.js", STATIC / "head_view.css"} <= listed
 
 
@@ -234,3 +260,35 @@ def test_importing_helpers_does_not_import_nbconvert():
     code = "import sys, helpers; print('nbconvert' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_nested_list_of_numbers_is_one_array_not_a_list_of_layers():
+    weights = softmax_weights(3, 5, 5)  # (h, L, S)
+    view = helpers.head_view(weights.tolist(), TOKENS)
+    assert view.shape() == (1, 3, 5, 5)
+    assert torch.allclose(torch.tensor(view.weights, dtype=torch.float32), weights[None], atol=5e-4)
+
+
+def test_too_many_weights_are_refused_with_the_limit():
+    from helpers.viewing.head_view import MAX_WEIGHTS
+
+    tokens = [f"t{i}" for i in range(800)]
+    with pytest.raises(ValueError, match=f"limit of {MAX_WEIGHTS:,}"):
+        helpers.head_view(torch.full((1, 800, 800), 1 / 800), tokens)
+
+
+def test_a_30_layer_9_head_causal_view_builds_and_draws_its_fallback_quickly():
+    import time
+
+    tokens = [f"tok{i}" for i in range(20)]
+    scores = torch.randn(30, 9, 20, 20, generator=torch.Generator().manual_seed(0))
+    weights = scores.masked_fill(torch.ones(20, 20, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    start = time.perf_counter()
+    view = helpers.head_view(weights, tokens, kind="causal", view="grid")
+    built = time.perf_counter() - start
+    png = base64.b64decode(fallback_png(view.state()))
+    drawn = time.perf_counter() - start
+    assert view.shape() == (30, 9, 20, 20)
+    assert built < 3.0, f"building took {built:.1f} s"
+    assert drawn < 15.0, f"building and drawing the fallback took {drawn:.1f} s"  # the old 270-panel grid: ~40 s
+    assert len(png) < 400_000  # one layer's 9 heads, not 270 panels

@@ -60,7 +60,7 @@ def test_readable_head_grid_keeps_labels_legible_at_page_width():
     assert all(t.get_fontsize() >= 10 for ax in panels for t in ax.get_xticklabels() + ax.get_yticklabels())
     plt.close(fig)
     with pytest.raises(ValueError, match="weights"):
-        readable_head_grid(torch.rand(3, 3), ["a"] * 3, ["b"] * 3)
+        readable_head_grid(torch.rand(3), ["a"] * 3, ["b"] * 3)
 
 
 def test_layer_head_heatmap_writes_every_number_and_labels_its_colour_bar():
@@ -117,3 +117,50 @@ def test_the_three_attentions_are_drawn_one_row_each():
     assert panels[8].title.get_text().startswith("cross")
     assert len(panels[8].get_xticklabels()) == S and len(panels[4].get_xticklabels()) == T
     plt.close(fig)
+
+
+# --- one explorer for every lesson: (weights, query_tokens, key_tokens) --------------------------
+def test_attention_explorer_takes_triples_and_self_attention_views_alike():
+    from helpers.models.pretrained import AttentionView
+    from helpers.viewing.widgets import attention_explorer, show_attention
+
+    tokens = ["[CLS]", "a", "dog", "[SEP]"]
+    weights = torch.rand(3, 2, 4, 4).softmax(-1)  # (layers, h, T, T)
+    view = AttentionView("a dog", tokens, weights)
+    assert torch.equal(show_attention([view], layer=2, head=1), weights[2, 1])
+    assert torch.equal(show_attention([(weights, tokens, None)], layer=0, head=1), weights[0, 1])
+    ui = attention_explorer([view, (weights.flip(-1), tokens, tokens)])
+    sentence, layer, head = ui.children[:3]
+    assert [label for label, _ in sentence.options] == ["a dog", "1: [CLS] a dog [SEP]"]
+    sentence.value, layer.value, head.value = 1, 1, 0
+    assert torch.equal(ui.result, weights.flip(-1)[1, 0])
+    plt.close("all")
+    with pytest.raises(ValueError, match=r"same \(layers, h\)"):
+        attention_explorer([view, (weights[0], tokens, None)])
+    with pytest.raises(ValueError, match="query_tokens has 3 tokens"):
+        attention_explorer([(weights, tokens[:3], None)])
+    with pytest.raises(ValueError, match="got a str"):
+        attention_explorer(["not an example"])
+
+
+def test_the_lesson_06_names_are_the_same_explorer():
+    from helpers.viewing import widgets
+
+    assert widgets.cross_attention_explorer is widgets.attention_explorer
+    assert widgets.show_cross_attention is widgets.show_attention
+
+
+def test_draw_default_false_keeps_the_first_figure_out_of_the_widget_state():
+    from helpers.viewing.widgets import attention_explorer
+
+    items = translations()
+    plt.close("all")
+    attention_explorer(items)
+    assert len(plt.get_fignums()) == 1  # by default the explorer draws its first figure
+    plt.close("all")
+    ui = attention_explorer(items, draw_default=False)
+    assert plt.get_fignums() == []  # nothing drawn, so nothing saved in the output widget's state
+    assert torch.equal(ui.result, items[0].attention[1, 0])  # the result is there all the same
+    ui.children[2].value = 3
+    assert len(plt.get_fignums()) == 1 and torch.equal(ui.result, items[0].attention[1, 3])
+    plt.close("all")

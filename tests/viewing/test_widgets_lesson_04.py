@@ -38,8 +38,8 @@ def test_head_figure_accepts_one_layer_and_rejects_bad_choices():
     with pytest.raises(ValueError, match=r"head in 0\.\.2"):
         head_figure(weights, TOKENS_Q, TOKENS_K, head=3)
     with pytest.raises(ValueError, match="expected"):
-        head_figure(weights[0], TOKENS_Q, TOKENS_K)
-    with pytest.raises(ValueError, match="query tokens"):
+        head_figure(weights[0, 0], TOKENS_Q, TOKENS_K)
+    with pytest.raises(ValueError, match="query_tokens"):
         head_figure(weights, TOKENS_Q[:2], TOKENS_K)
 
 
