@@ -46,10 +46,9 @@ from helpers.tools.files import TEMPORARY_SUFFIX
 
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
-#: multi30k: real captions need sub-words (BPE) and a wider model. Tuned for 10-60 minutes on one CPU core
-#: (benchmarks/RESULTS.md, "Multi30k"): 4,000 sub-words rather than 6,000 (13 % more steps in the same time, as
-#: good a score), the output layer tied to the English embedding, and a shorter warm-up to a higher peak, since a
-#: 30-minute run has only about 1,500 steps.
+#: multi30k: real captions need sub-words (BPE) and a wider model, sized for 10-60 minutes on one CPU core: 4,000
+#: sub-words, the output layer tied to the English embedding, a short warm-up to a high peak (a 30-minute run has
+#: about 1,500 steps). How these were chosen: benchmarks/RESULTS.md, "Multi30k".
 PRESETS: dict[str, TranslationConfig] = {
     "captions": replace(LESSON_CONFIG, eval_every=500),
     "multi30k": TranslationConfig(

@@ -148,7 +148,7 @@ def test_multi30k_trains_evaluates_and_translates_from_the_shared_folder(tmp_pat
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 12: bad input is refused before anything loads, with a message
+# Bad input is refused before anything loads, with a message
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("options", "expected"),
