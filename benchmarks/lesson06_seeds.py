@@ -44,25 +44,29 @@ from helpers.models.translation import (  # noqa: E402
 )
 from helpers.models.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
 from helpers.models.translation.evaluation import crossing_example, reference_word_attention  # noqa: E402
+from helpers.models.translation.inspection import attention_maps  # noqa: E402
+from helpers.models.translation.model import ablated_heads  # noqa: E402
+from helpers.models.translation.translator import Translator  # noqa: E402
 
 RUNNING_EXAMPLE = "Eine Mutter und ihr kleiner Sohn genießen einen schönen Tag im Freien."
 ABLATION_SENTENCES = 200  # the lesson silences each head on the first 200 test sentences
+ENCODER_SENTENCES = 100  # encoder heads' attention measured on the first 100 test sentences
 
 
 # The source files that decide what training produces (the measuring code in evaluation.py is left out).
 MODEL_SOURCES = [
     "attention.py",
-    "batching.py",
-    "data.py",
+    "data/batching.py",
+    "data/corpus.py",
     "embeddings.py",
     "layers.py",
-    "tokenization.py",
-    "translation/config.py",
-    "translation/decoding.py",
-    "translation/model.py",
-    "translation/pipeline.py",
-    "translation/training.py",
-    "translation/translator.py",
+    "data/tokenization.py",
+    "models/translation/config.py",
+    "models/translation/decoding.py",
+    "models/translation/model.py",
+    "models/translation/pipeline.py",
+    "models/translation/training.py",
+    "models/translation/translator.py",
 ]
 
 
@@ -133,6 +137,110 @@ def measure(seed: int, threads: int, steps: int = LESSON_STEPS) -> dict:
         "last_layer_aligns_better_on_average": bool(accuracy[-1].mean() > accuracy[0].mean()),
         "every_last_layer_head_beats_the_baseline": bool(accuracy[-1].min() > report.diagonal_baseline),
     }
+
+
+def _without_source_bos(translator: Translator) -> Translator:
+    """The variant measured against the lesson's model: the German side without ``<bos>`` (``w1 ... <eos>``)."""
+    tokenizer = translator.source_tokenizer
+    encode_batch = tokenizer.encode_batch
+    tokenizer.encode_batch = (
+        lambda texts, add_special=True: [  # what fit trains on, too
+            ids[1:] if add_special else ids for ids in encode_batch(texts, add_special)
+        ]
+    )
+    return translator
+
+
+def measure_encoder(seed: int, threads: int, source_bos: bool, steps: int = LESSON_STEPS) -> dict:
+    """Train the lesson's model (or its variant without the source ``<bos>``) and measure its encoder heads.
+
+    Per encoder head, over the first ``ENCODER_SENTENCES`` test sentences: the mean weight a query puts on the
+    key its head's queries favour most (the sink's share), on the first source position, on the query itself,
+    and on its neighbours; then test BLEU on ``ABLATION_SENTENCES`` sentences with every encoder head silenced.
+    """
+    torch.set_num_threads(threads)
+    train, val, test = (load_corpus("captions", split) for split in ("train", "val", "test"))
+    config = replace(LESSON_CONFIG, seed=seed)
+    translator = build_translator(train, config, device="cpu")
+    if not source_bos:
+        translator = _without_source_bos(translator)
+    fit(translator, train, val, steps=steps, progress=False)
+    scores, _ = evaluate(translator, test)
+    h, layers = config.heads, config.encoder_layers
+    sink = torch.zeros(layers, h)
+    first = torch.zeros(layers, h)
+    itself = torch.zeros(layers, h)
+    neighbours = torch.zeros(layers, h)
+    for sentence in test.de[:ENCODER_SENTENCES]:
+        weights = attention_maps(translator, sentence).encoder  # (layers, h, S, S)
+        S = weights.size(-1)
+        sink += weights.mean(dim=-2).amax(dim=-1) / ENCODER_SENTENCES
+        first += weights[..., 0].mean(dim=-1) / ENCODER_SENTENCES
+        itself += weights.diagonal(dim1=-2, dim2=-1).mean(dim=-1) / ENCODER_SENTENCES
+        near = weights.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1) + weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(
+            -1
+        )
+        neighbours += near / S / ENCODER_SENTENCES
+    subset = range(ABLATION_SENTENCES)
+    full = evaluate(translator, test, indices=subset)[0].bleu
+    with ablated_heads(translator.model, {(layer, k) for layer in range(layers) for k in range(h)}, "encoder"):
+        silenced = evaluate(translator, test, indices=subset)[0].bleu
+    rounded = lambda t: [[round(float(x), 3) for x in row] for row in t]  # noqa: E731
+    return {
+        "seed": seed,
+        "threads": threads,
+        "source_bos": source_bos,
+        "test_bleu": scores.bleu,
+        "sink_share": rounded(sink),
+        "first_position_share": rounded(first),
+        "self_share": rounded(itself),
+        "neighbour_share": rounded(neighbours),
+        "bleu_200": full,
+        "bleu_200_encoder_heads_silenced": silenced,
+    }
+
+
+def encoder_table(runs: list[dict]) -> str:
+    """Markdown table of the encoder measurements, the lesson's model against the variant without source <bos>."""
+
+    def span(values, fmt="{:.2f}"):
+        return f"{fmt.format(min(values))} – {fmt.format(max(values))}"
+
+    lines = [
+        "| quantity (over runs; per head: lowest – highest head) | with source `<bos>` | without |",
+        "|---|---|---|",
+    ]
+    groups = [[r for r in runs if r["source_bos"]], [r for r in runs if not r["source_bos"]]]
+
+    def cell(group, key):
+        if not group:
+            return "–"
+        values = [x for r in group for row in r[key] for x in row]
+        return span(values)
+
+    lines.append(
+        "| runs (seed x threads) | "
+        + " | ".join(", ".join(f"{r['seed']}x{r['threads']}" for r in g) or "–" for g in groups)
+        + " |"
+    )
+    for key, name in [
+        ("sink_share", "weight on each head's favourite key"),
+        ("first_position_share", "weight on the first source position"),
+        ("self_share", "weight on the query itself"),
+        ("neighbour_share", "weight on the two neighbours"),
+    ]:
+        lines.append(f"| {name} | {cell(groups[0], key)} | {cell(groups[1], key)} |")
+    for key, name in [
+        ("test_bleu", "test BLEU"),
+        ("bleu_200", "BLEU, first 200 test sentences"),
+        ("bleu_200_encoder_heads_silenced", "the same with every encoder head silenced"),
+    ]:
+        values = [
+            " – ".join(f"{v:.1f}" for v in (min(r[key] for r in g), max(r[key] for r in g))) if g else "–"
+            for g in groups
+        ]
+        lines.append(f"| {name} | {values[0]} | {values[1]} |")
+    return "\n".join(lines)
 
 
 def crossing_followed(translator, corpus, k: int, link: tuple[int, int]) -> bool:
@@ -218,7 +326,16 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=ROOT / "benchmarks" / "lesson06_seeds.jsonl")
     parser.add_argument("--table", action="store_true", help="print the table from the log, train nothing")
     parser.add_argument("--steps", type=int, default=LESSON_STEPS, help="training steps (only to smoke-test)")
+    parser.add_argument(
+        "--encoder",
+        action="store_true",
+        help="measure the encoder heads instead (attention sink, ablation), with and without the source <bos>; "
+        "log: benchmarks/lesson06_encoder.jsonl unless --log is given",
+    )
     args = parser.parse_args()
+    if args.encoder:
+        encoder_sweep(args)
+        return
     done = []
     if args.log.exists():
         done = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
@@ -249,6 +366,34 @@ def main() -> None:
     runs = [r for r in done if r["seed"] in args.seeds and r["threads"] in args.threads]
     if runs:
         print(table(sorted(runs, key=lambda r: (r["threads"], r["seed"]))))
+
+
+def encoder_sweep(args: argparse.Namespace) -> None:
+    log = (
+        args.log
+        if args.log != ROOT / "benchmarks" / "lesson06_seeds.jsonl"
+        else ROOT / "benchmarks" / "lesson06_encoder.jsonl"
+    )
+    current = fingerprint()
+    done = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    done = [r for r in done if r.get("fingerprint") == current]
+    if not args.table:
+        for threads in args.threads:
+            for seed in args.seeds:
+                for source_bos in (True, False):
+                    key = (seed, threads, source_bos)
+                    if any((r["seed"], r["threads"], r["source_bos"]) == key for r in done):
+                        continue
+                    print(f"seed {seed}, {threads} thread(s), source <bos> {source_bos}", file=sys.stderr, flush=True)
+                    start = time.perf_counter()
+                    result = measure_encoder(seed, threads, source_bos, args.steps)
+                    result["wall_s"], result["fingerprint"] = round(time.perf_counter() - start, 1), current
+                    with open(log, "a") as handle:
+                        handle.write(json.dumps(result) + "\n")
+                    done.append(result)
+    runs = [r for r in done if r["seed"] in args.seeds and r["threads"] in args.threads]
+    if runs:
+        print(encoder_table(sorted(runs, key=lambda r: (r["threads"], r["seed"]))))
 
 
 if __name__ == "__main__":

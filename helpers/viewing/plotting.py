@@ -577,12 +577,19 @@ def attention_kinds_figure(maps, layer: int = -1, encoder_layer: int = -1, title
 
     ``maps`` is a ``helpers.models.translation.inspection.AttentionMaps``. Rows: the encoder's self-attention
     (source over source, (S, S)), the decoder's masked self-attention (each position over the positions read
-    so far, (T, T)), and its cross-attention (each position over the source, (T, S)); one colour scale.
+    so far, (T, T)), rows labelled by the token read, and its cross-attention (each position over the source,
+    (T, S)), rows labelled by the token produced there, as every cross-attention figure of the course; one colour scale.
     """
     rows = [
         (maps.encoder[encoder_layer], maps.source_tokens, maps.source_tokens, "encoder self", "encoder self-attention"),
-        (maps.decoder[layer], maps.read_tokens, maps.read_tokens, "decoder self", "decoder masked self-att.\n(read)"),
-        (maps.cross[layer], maps.read_tokens, maps.source_tokens, "cross", "cross-attention\n(decoder read)"),
+        (
+            maps.decoder[layer],
+            maps.read_tokens,
+            maps.read_tokens,
+            "decoder self",
+            "decoder masked self-att.\n(token read)",
+        ),
+        (maps.cross[layer], maps.output_tokens, maps.source_tokens, "cross", "cross-attention\n(token produced)"),
     ]
     heads = maps.cross.shape[1]
     panel = min(2.9, 10.0 / heads)

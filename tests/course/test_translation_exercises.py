@@ -157,17 +157,72 @@ def test_alignment_accuracy_more_mistakes_get_their_own_hints():
     assert check_alignment_accuracy(lambda a, g: torch.tensor(reference_alignment_accuracy(a, g))).passed
 
 
-def test_every_hint_of_the_alignment_case_is_reachable():
-    """Each listed mistake gives its own number on the check's example, distinct from the right answer."""
-    from course.exercises.lesson06 import _alignment_case, _mistakes
+def test_every_hint_of_the_alignment_cases_is_reachable():
+    """Over the check's cases each listed mistake gives its own numbers, distinct from the right answer's."""
+    from course.exercises.lesson06 import ALIGNMENT_MISTAKES, _alignment_cases
 
-    attention, gold = _alignment_case()
-    results = list(_mistakes(attention, gold).values())
-    right = reference_alignment_accuracy(attention, gold)
-    values = [round(v, 6) for v in [right, 100 * right, *results]]
-    assert len(set(values)) == len(values), values
-    for values_along in (attention, attention.T):  # no ties for argmax, along either axis
-        assert all(int((line == line.max()).sum()) == 1 for line in values_along)
+    cases = _alignment_cases()
+    right = [reference_alignment_accuracy(attention, gold) for attention, gold in cases]
+    rows = [right, [100 * r for r in right]]
+    rows += [[mistake(attention, gold) for attention, gold in cases] for mistake in ALIGNMENT_MISTAKES.values()]
+    keys = [tuple(round(v, 6) for v in row) for row in rows]
+    assert len(set(keys)) == len(keys), keys
+    assert len(ALIGNMENT_MISTAKES) >= 5
+    for attention, gold in cases:  # a tie in a row only where every tie-break gives the same verdict
+        partners = {}
+        for i, j in gold:
+            partners.setdefault(j, set()).add(i)
+        for j, row in enumerate(attention):
+            tied = {int(i) for i in (row == row.max()).nonzero()}
+            assert len(tied) == 1 or tied <= partners.get(j, set()) or not tied & partners.get(j, set()), (j, tied)
+
+
+def test_alignment_accuracy_with_a_plain_dict_is_not_a_false_pass():
+    def last_partner(attention, gold):  # {j: i} keeps only the last gold partner of each English word
+        partners = {j: i for i, j in gold}
+        predicted = attention.argmax(dim=1)
+        return sum(int(predicted[j]) == i for j, i in partners.items()) / len(partners)
+
+    hint = hint2(last_partner)
+    assert "LAST gold partner" in hint and "set" in hint
+
+
+def test_alignment_accuracy_threshold_and_argmin_get_their_own_hints():
+    def threshold(attention, gold):  # weight > 0.5 instead of the argmax
+        partners = partners_of(gold)
+        return sum(bool((attention[j, sorted(ps)] > 0.5).any()) for j, ps in partners.items()) / len(partners)
+
+    def argmin(attention, gold):
+        predicted, partners = attention.argmin(dim=1), partners_of(gold)
+        return sum(int(predicted[j]) in ps for j, ps in partners.items()) / len(partners)
+
+    hint = hint2(threshold)
+    assert "passes 0.5" in hint and "wrong axis" not in hint
+    assert "LEAST" in hint2(argmin)
+
+
+def test_alignment_accuracy_right_on_one_case_only_names_the_case():
+    from course.exercises.lesson06 import _alignment_cases
+
+    first = _alignment_cases()[0][0]
+
+    def only_first_case(attention, gold):
+        if attention.shape == first.shape:
+            return reference_alignment_accuracy(attention, gold)
+        return 0.123
+
+    assert "on case 2 of 3" in hint2(only_first_case)
+
+
+def test_teacher_forcing_integer_mask_is_told_its_dtype():
+    for dtype in (torch.int64, torch.int32, torch.uint8):
+
+        def integer_mask(tgt, dtype=dtype):
+            L = tgt.size(1) - 1
+            return tgt[:, :-1], tgt[:, 1:], torch.ones(L, L, dtype=dtype).triu(1)
+
+        hint = hint_for(integer_mask)
+        assert f"dtype is {dtype}" in hint and "torch.bool" in hint, hint
 
 
 def test_teacher_forcing_float_mask_of_ones_is_told_it_is_added():

@@ -116,6 +116,10 @@ def test_the_three_attentions_are_drawn_one_row_each():
     assert panels[4].title.get_text().startswith("decoder self")
     assert panels[8].title.get_text().startswith("cross")
     assert len(panels[8].get_xticklabels()) == S and len(panels[4].get_xticklabels()) == T
+    # rows: decoder self-attention by the token read, cross-attention by the token produced (as in every figure)
+    assert [t.get_text() for t in panels[4].get_yticklabels()] == maps.read_tokens
+    assert [t.get_text() for t in panels[8].get_yticklabels()] == maps.output_tokens
+    assert "produced" in panels[8].get_ylabel() and "read" in panels[4].get_ylabel()
     plt.close(fig)
 
 

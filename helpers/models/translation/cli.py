@@ -30,23 +30,25 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 
 from helpers.data.corpus import ParallelCorpus, load_corpus, missing_multi30k_files
 from helpers.models.translation import distributed
-from helpers.models.translation.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from helpers.models.translation.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from helpers.models.translation.config import LESSON_CONFIG, TranslationConfig
 from helpers.models.translation.evaluation import evaluate
 from helpers.models.translation.pipeline import build_translator, fit
+from helpers.models.translation.training import check_training_state
+from helpers.tools.files import TEMPORARY_SUFFIX
 
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
-#: multi30k: real captions need sub-words (BPE) and a wider model. Tuned for 10-60 minutes on one CPU core
-#: (benchmarks/RESULTS.md, "Multi30k"): 4,000 sub-words rather than 6,000 (13 % more steps in the same time, as
-#: good a score), the output layer tied to the English embedding, and a shorter warm-up to a higher peak, since a
-#: 30-minute run has only about 1,500 steps.
+#: multi30k: real captions need sub-words (BPE) and a wider model, sized for 10-60 minutes on one CPU core: 4,000
+#: sub-words, the output layer tied to the English embedding, a short warm-up to a high peak (a 30-minute run has
+#: about 1,500 steps). How these were chosen: benchmarks/RESULTS.md, "Multi30k".
 PRESETS: dict[str, TranslationConfig] = {
     "captions": replace(LESSON_CONFIG, eval_every=500),
     "multi30k": TranslationConfig(
@@ -68,6 +70,7 @@ PRESETS: dict[str, TranslationConfig] = {
     ),
 }
 CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi30k"}
+DEFAULT_CORPUS = "captions"
 #: The smallest vocabulary that holds a word besides the four special tokens (<pad>, <bos>, <eos>, <unk>).
 MIN_VOCAB_SIZE = 5
 
@@ -137,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         return args.run(args)
+    except KeyboardInterrupt:
+        _interrupted(args)
+        return 130
     except PermissionError as error:
         print(f"error: permission denied: {error.filename or error}", file=sys.stderr)
     except FileNotFoundError as error:  # before OSError: ours carry a message that says what to do
@@ -147,6 +153,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CommandLineError, CheckpointError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
     return 2
+
+
+def _interrupted(args: argparse.Namespace) -> None:
+    """One line after Ctrl-C: where the run's last saved state is, and the command that continues it."""
+    if args.command != "train":
+        print("interrupted", file=sys.stderr)
+        return
+    if not distributed.ranks_from_environment().is_main:
+        return  # rank 0 speaks for all
+    state = resume_path(args.out)
+    if state.is_file():
+        print(f"interrupted: continue with `--resume {state}` (the state saved last)", file=sys.stderr)
+    else:
+        print(
+            f"interrupted before a resume state was saved (every --save-minutes and at each validation); "
+            f"nothing to continue from {state}",
+            file=sys.stderr,
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,8 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--corpus",
         choices=sorted(CORPUS_NAMES),
-        default="captions",
-        help="'captions' (alias 'course'): the course's own corpus; 'multi30k': real captions",
+        default=None,
+        help="'captions' (the default; alias 'course'): the course's own corpus; 'multi30k': real captions",
     )
     train.add_argument(
         "--data-dir",
@@ -200,7 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         type=Path,
         help="checkpoint file to write (the best weights; checked before training); the run's state for --resume "
-        "goes beside it, in OUT's name with .resume before the suffix",
+        "goes beside it, in OUT's name with .resume before the suffix. An existing file is replaced only if it is "
+        "a checkpoint of this course (or with --force)",
+    )
+    train.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --out file even if it is not a checkpoint of this course",
     )
     train.add_argument(
         "--resume",
@@ -214,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_float,
         default=5.0,
         help="write the resume state at least this often (default 5), so that a killed run loses little",
+    )
+    train.add_argument(
+        "--rank-timeout",
+        type=positive_float,
+        default=distributed.COLLECTIVE_TIMEOUT.total_seconds() / 60,
+        help="under torchrun: minutes a process waits for the others before it gives up with a message "
+        f"(default {distributed.COLLECTIVE_TIMEOUT.total_seconds() / 60:g}; must exceed the longest validation)",
     )
     train.add_argument(
         "--accumulate",
@@ -311,14 +348,18 @@ def _add_download(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _train_config(args: argparse.Namespace) -> TranslationConfig:
-    """The preset with the options given; raises ValueError for a combination that cannot work."""
-    overrides = {
+def _overrides(args: argparse.Namespace) -> dict:
+    """The model and training settings given on the command line (those left out are None)."""
+    return {
         field: value
         for field, value in vars(args).items()
         if field in TranslationConfig.__dataclass_fields__ and value is not None
     }
-    return replace(PRESETS[CORPUS_NAMES[args.corpus]], **overrides)
+
+
+def _train_config(args: argparse.Namespace) -> TranslationConfig:
+    """The preset with the options given; raises ValueError for a combination that cannot work."""
+    return replace(PRESETS[CORPUS_NAMES[args.corpus or DEFAULT_CORPUS]], **_overrides(args))
 
 
 def check_writable(path: Path) -> None:
@@ -343,6 +384,70 @@ def check_writable(path: Path) -> None:
         raise CommandLineError(f"cannot write checkpoint {path}: {reason}") from None
 
 
+def check_out(out: Path, resume: Path | None = None, force: bool = False) -> None:
+    """Refuse an ``--out`` that training would harm, then probe that it can be written (:func:`check_writable`).
+
+    Refused: anything that exists and is not a regular file (a device such as /dev/null, a pipe), an existing file
+    that is not a checkpoint of this course (unless ``force``), and the ``resume`` file itself (the best weights
+    written over it would drop the run's state).
+    """
+    if resume is not None and out.resolve() == resume.resolve():
+        suggestion = out.with_name(out.name.replace(".resume", "")) if ".resume" in out.name else None
+        raise CommandLineError(
+            f"--out {out} is the --resume file: the best weights written there would drop the run's state; give the "
+            f"checkpoint's own name{f' ({suggestion})' if suggestion else ''}"
+        )
+    if out.exists() and not out.is_dir():
+        if not out.is_file():
+            raise CommandLineError(
+                f"--out {out} exists and is not a regular file (a device, a pipe or a socket); refusing to replace "
+                "it with a checkpoint: give a file name"
+            )
+        if not force:
+            try:
+                read_checkpoint(out)
+            except (CheckpointError, OSError):
+                raise CommandLineError(
+                    f"--out {out} exists and is not a checkpoint of this course; refusing to replace it (give "
+                    "another name, or add --force to replace it)"
+                ) from None
+    check_writable(out)
+
+
+def remove_stale_parts(out: Path) -> list[Path]:
+    """Remove the temporary files that a killed save of ``out`` or of its resume state left behind; say so."""
+    names = (out.name, resume_path(out).name)
+    folder = out.parent
+    stale = sorted(
+        path
+        for name in names
+        for path in (folder.glob(f".{name}.*{TEMPORARY_SUFFIX}") if folder.is_dir() else [])
+        if path.is_file()
+    )
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        print(
+            f"removed {len(stale)} temporary file(s) left by an interrupted save: {', '.join(p.name for p in stale)}",
+            file=sys.stderr,
+        )
+    return stale
+
+
+def _check_info(info: object) -> tuple[str, str | None, int | None]:
+    """(corpus, data folder, limit) from a resume file's ``info``, checked; raises ValueError naming the field."""
+    if not isinstance(info, dict):
+        raise ValueError("the resume file has no 'info' dict saying which corpus the run trains on")
+    corpus, data_dir, limit = info.get("corpus"), info.get("data_dir"), info.get("limit")
+    if corpus not in set(CORPUS_NAMES.values()):
+        raise ValueError(f"info 'corpus' must be one of {sorted(set(CORPUS_NAMES.values()))}, got {corpus!r}")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise ValueError(f"info 'data_dir' must be a folder name or None, got {data_dir!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"info 'limit' must be a positive integer or None, got {limit!r}")
+    return corpus, data_dir, limit
+
+
 def _load(corpus_name: str, split: str, data_dir: str | None, download: bool) -> ParallelCorpus:
     """Load one split; missing Multi30k files get advice in command-line terms."""
     if corpus_name == "multi30k" and not download:
@@ -360,12 +465,21 @@ def _load(corpus_name: str, split: str, data_dir: str | None, download: bool) ->
 def run_train(args: argparse.Namespace) -> int:
     ranks = distributed.ranks_from_environment()  # several under torchrun, else one
     device = distributed.choose_device(args.device, ranks)
-    distributed.start(ranks, device)
+    timeout = timedelta(minutes=args.rank_timeout)
+    distributed.start(ranks, device, timeout)
     finished = False
     try:
         status = _train(args, ranks, device)
         finished = True
         return status
+    except RuntimeError as error:
+        if not distributed.timed_out(error):
+            raise
+        raise CommandLineError(
+            f"rank {ranks.rank}: another training process did not answer for {args.rank_timeout:g} minutes "
+            f"(--rank-timeout): it stopped or hung; the run ends here, continue with `--resume "
+            f"{resume_path(args.out)}`"
+        ) from None
     finally:
         distributed.stop(finished)
 
@@ -376,24 +490,26 @@ def resume_path(out: Path) -> Path:
 
 
 def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.device) -> int:
-    overrides = {
-        field: value
-        for field, value in vars(args).items()
-        if field in TranslationConfig.__dataclass_fields__ and value is not None
-    }
-    check_writable(args.out)  # before minutes of loading and an hour of training
+    check_out(args.out, args.resume, args.force)  # before minutes of loading and an hour of training
+    if ranks.is_main:
+        remove_stale_parts(args.out)
     resume = None
     if args.resume is not None:
-        given = sorted(overrides) + [flag for flag in ("steps", "epochs", "minutes", "limit") if getattr(args, flag)]
+        flags = ("steps", "epochs", "minutes", "limit", "corpus", "data_dir")
+        given = sorted(_overrides(args)) + [flag for flag in flags if getattr(args, flag) is not None]
         if given:
             raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
         translator, payload = load_checkpoint(args.resume, device=device)
         if "training" not in payload:
             raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
-        resume, info = payload["training"], payload["info"]
-        corpus_name, data_dir, limit = info["corpus"], info["data_dir"], info.get("limit")
+        resume, info = payload["training"], payload.get("info")
+        try:
+            check_training_state(resume)
+            corpus_name, data_dir, limit = _check_info(info)
+        except ValueError as error:
+            raise CheckpointError(f"{args.resume}: {error}") from None
     else:
-        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus], args.data_dir, args.limit
+        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus or DEFAULT_CORPUS], args.data_dir, args.limit
     train_corpus = _limited(_load(corpus_name, "train", data_dir, args.download), limit)
     val_corpus = _load(corpus_name, "val", data_dir, args.download)
     if resume is None:

@@ -61,14 +61,17 @@ def choose_device(choice: str, ranks: Ranks = Ranks()) -> torch.device:
     return torch.device("cuda", ranks.local_rank % torch.cuda.device_count())
 
 
-def start(ranks: Ranks, device: torch.device) -> None:
-    """Join the process group when torchrun started several ranks (gloo on the CPU, NCCL on GPUs)."""
+def start(ranks: Ranks, device: torch.device, timeout: timedelta = COLLECTIVE_TIMEOUT) -> None:
+    """Join the process group when torchrun started several ranks (gloo on the CPU, NCCL on GPUs).
+
+    ``timeout``: how long a rank waits for the others at a collective before it raises (see :func:`timed_out`).
+    """
     if not ranks.distributed or dist.is_initialized():
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world_size, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(backend, rank=ranks.rank, world_size=ranks.world_size, timeout=timeout)
 
 
 def stop(finished: bool = True) -> None:
@@ -90,3 +93,10 @@ def current_ranks() -> Ranks:
     if dist.is_available() and dist.is_initialized():
         return Ranks(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     return Ranks()
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a collective that gave up waiting for another rank (a rank stopped or hung)."""
+    return isinstance(error, RuntimeError) and any(
+        word in str(error).lower() for word in ("timed out", "timeout", "time out")
+    )

@@ -123,23 +123,33 @@ class Seq2SeqTransformer(nn.Module):
 
 
 @contextmanager
-def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]]) -> Iterator[None]:
-    """Silence cross-attention heads ``{(layer, head), ...}`` for the duration of a block.
+def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]], attention: str = "cross") -> Iterator[None]:
+    """Silence heads ``{(layer, head), ...}`` for the duration of a block.
 
-    A head's output enters the layer only through its d columns of the output projection
-    (``out_proj.weight[:, head*d:(head+1)*d]``), so zeroing those columns removes exactly that
-    head's contribution and nothing else. The weights are restored afterwards, even on error.
+    ``attention``: ``"cross"`` (the decoder's cross-attention, the default), ``"decoder"`` (its masked
+    self-attention) or ``"encoder"`` (the encoder's self-attention). A head's output enters the layer only
+    through its d columns of the output projection (``out_proj.weight[:, head*d:(head+1)*d]``), so zeroing
+    those columns removes exactly that head's contribution and nothing else. The weights are restored
+    afterwards, even on error.
     """
     d = model.config.d_model // model.config.heads
+    layers = {
+        "cross": [layer.multihead_attn for layer in model.decoder_layers],
+        "decoder": [layer.self_attn for layer in model.decoder_layers],
+        "encoder": [layer.self_attn for layer in model.transformer.encoder.layers],
+    }
+    if attention not in layers:
+        raise ValueError(f"attention must be 'cross', 'decoder' or 'encoder', got {attention!r}")
+    modules = layers[attention]
     saved = []
     with torch.no_grad():
         for layer_index, head in sorted(heads):
-            if not (0 <= layer_index < model.config.decoder_layers and 0 <= head < model.config.heads):
+            if not (0 <= layer_index < len(modules) and 0 <= head < model.config.heads):
                 raise ValueError(
-                    f"(layer, head) must lie in [0, {model.config.decoder_layers}) x [0, {model.config.heads}), "
+                    f"(layer, head) must lie in [0, {len(modules)}) x [0, {model.config.heads}), "
                     f"got {(layer_index, head)}"
                 )
-            weight = model.decoder_layers[layer_index].multihead_attn.out_proj.weight  # (E, E)
+            weight = modules[layer_index].out_proj.weight  # (E, E)
             columns = slice(head * d, (head + 1) * d)
             saved.append((weight, columns, weight[:, columns].clone()))
             weight[:, columns] = 0.0
@@ -153,7 +163,7 @@ def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]]) -> Ite
 
 def on_torch_layers(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
     """A copy of ``model`` whose ``transformer`` is ``nn.Transformer`` (torch's layers and ``nn.MultiheadAttention``),
-    loaded with the same weights: the model as it was built before it used the course's own attention.
+    loaded with the same weights: the reference the course's own layers are compared with.
 
     The two compute the same function (the tests check outputs, gradients and decoding), so this twin is the
     reference for tests and for benchmarks that compare the course's attention with torch's.

@@ -13,7 +13,7 @@ import copy
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -23,10 +23,10 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from helpers.data.batching import make_batches
+from helpers.data.batching import Batch, make_batches
 from helpers.data.tokenization import PAD_ID
 from helpers.models.translation.config import TranslationConfig
-from helpers.models.translation.distributed import current_ranks
+from helpers.models.translation.distributed import Ranks, current_ranks
 from helpers.models.translation.model import Seq2SeqTransformer
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), both with BOS ... EOS
@@ -143,6 +143,176 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimiser step measured: its mean loss over its batches and the real target tokens it read."""
+
+    loss: float
+    tokens: int
+
+
+def epoch_batches(examples: Sequence[Example], config: TranslationConfig, epoch: int) -> list[Batch]:
+    """The batches of pass ``epoch`` (0, 1, ...) over ``examples``, in the order the training loop takes them.
+
+    A new order of batches (and of equal-length pairs) every epoch, repeatable from ``config.seed``.
+    """
+    src_ids, tgt_ids = [src for src, _ in examples], [tgt for _, tgt in examples]
+    return make_batches(src_ids, tgt_ids, config.batch_tokens, shuffle=True, seed=config.seed * 100_003 + epoch)
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[Batch],
+    config: TranslationConfig,
+    lr: float,
+    precision: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> StepResult:
+    """One optimiser step: forward, loss, backward over ``batches`` (gradients averaged), clip, update.
+
+    ``model`` maps (src (N, S), tgt_in (N, L)) to logits (N, L, V); it may be wrapped in
+    ``DistributedDataParallel``, which then averages the gradients over ranks during the last backward.
+    ``lr``: this step's learning rate. ``precision()``: the context the forward runs in (autocast on a GPU).
+    """
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
+    loss_sum, tokens = 0.0, 0
+    for i, batch in enumerate(batches):
+        src, tgt = batch.src.to(device), batch.tgt.to(device)
+        tgt_in, tgt_out = teacher_forcing(tgt)  # (N, L) each
+        with _gradient_sync(model, last=i == len(batches) - 1):
+            with precision():
+                loss = translation_loss(model(src, tgt_in), tgt_out, config.label_smoothing)
+            (loss / len(batches)).backward()
+        loss_sum += float(loss.detach())
+        tokens += int(tgt_out.ne(PAD_ID).sum())
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+    optimizer.step()
+    return StepResult(loss_sum / len(batches), tokens)
+
+
+def _gradient_sync(model: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager:
+    """DDP averages gradients during the backward of a step's last batch only; the others skip it."""
+    if isinstance(model, DistributedDataParallel) and not last:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def make_optimizer(model: torch.nn.Module, config: TranslationConfig) -> torch.optim.AdamW:
+    """AdamW with the transformer's usual betas; ``fused`` (one kernel for every parameter) on CPU and CUDA."""
+    device = next(model.parameters()).device
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=config.lr,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        weight_decay=config.weight_decay,
+        fused=device.type in ("cpu", "cuda"),
+    )
+
+
+def _precision(device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """bf16 autocast on a GPU (about twice the matmul speed, no loss scaling needed); full precision elsewhere."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def _step_batches(
+    examples: Sequence[Example], config: TranslationConfig, per_step: int, first: int, accumulate: int, start: tuple
+) -> Iterator[tuple[int, int, list[Batch]]]:
+    """From ``start`` = (epoch, position) on, for each step: its (epoch, position after it, this rank's batches).
+
+    A step takes ``per_step`` consecutive batches of the epoch; this rank's share starts ``first`` batches in.
+    """
+    epoch, position = start
+    while True:
+        batches = epoch_batches(examples, config, epoch)
+        for group in range(position, len(batches) // per_step):
+            begin = group * per_step + first
+            yield epoch, group + 1, batches[begin : begin + accumulate]
+        epoch, position = epoch + 1, 0
+
+
+def _over_ranks(result: StepResult, ranks: Ranks, device: torch.device) -> StepResult:
+    """The step's mean loss and total tokens over all ranks (for the history and the log)."""
+    if not ranks.distributed:
+        return result
+    totals = torch.tensor([result.loss, float(result.tokens)], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return StepResult(float(totals[0]) / ranks.world_size, int(totals[1]))
+
+
+def _agreed(finished: bool, ranks: Ranks, device: torch.device) -> bool:
+    """Rank 0's answer, on every rank: with a time budget, so that all ranks stop at one step."""
+    flag = torch.tensor([float(finished)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+class _Reporter:
+    """A progress bar in a terminal or notebook; in a log file, one summary line every ``every_minutes``."""
+
+    def __init__(self, clock: _Clock, speaking: bool, step: int, every_minutes: float) -> None:
+        self.clock, self.every = clock, every_minutes * 60
+        self.lines = speaking and not _terminal()
+        by_steps = clock.total_steps is not None
+        self.bar = tqdm(
+            total=clock.total_steps if by_steps else round(clock.budget),
+            initial=step if by_steps else round(clock.elapsed()),
+            disable=not (speaking and _terminal()),
+            unit="step" if by_steps else "s",
+            desc="training",
+        )
+        self.last = time.perf_counter()
+
+    def step(self, step: int, loss: float, history: TrainingHistory, logged: bool) -> None:
+        if logged:
+            self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history.tokens_per_second:.0f}")
+        if self.clock.total_steps is not None:
+            self.bar.update(1)
+        else:
+            self.bar.n = min(round(self.clock.elapsed()), self.bar.total)
+            self.bar.refresh()
+
+    def due(self, now: float) -> bool:
+        if self.lines and now - self.last >= self.every:
+            self.last = now
+            return True
+        return False
+
+    def line(self, step: int, loss: float, history: TrainingHistory) -> None:
+        best = f" | val BLEU best {history.best_score:.1f} @ {history.best_step}" if history.val_steps else ""
+        of = f"/{self.clock.total_steps}" if self.clock.total_steps is not None else ""
+        print(
+            f"step {step}{of} | loss {loss:.3f} | {history.tokens_per_second:,.0f} tok/s{best} | "
+            f"{_minutes(self.clock.elapsed())} elapsed, {_minutes(self.clock.seconds_left(step))} left",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self, step: int, history: TrainingHistory) -> None:
+        self.bar.close()
+        if self.lines and history.losses:
+            self.line(step, history.losses[-1], history)
+
+
+def _length(
+    steps: int | None, epochs: int | None, minutes: float | None, config: TranslationConfig, batches: int, per_step: int
+) -> tuple[int | None, float | None]:
+    """(total steps, budget in seconds): what ends the run; at most one of steps, epochs, minutes is given."""
+    if sum(x is not None for x in (steps, epochs, minutes)) > 1:
+        raise ValueError(
+            f"give at most one of steps, epochs, minutes; got steps={steps}, epochs={epochs}, minutes={minutes}"
+        )
+    if steps is None and epochs is None and minutes is None:
+        steps = config.steps
+    total_steps = steps if steps is not None else (epochs * (batches // per_step) if epochs else None)
+    return total_steps, minutes * 60.0 if minutes is not None else None
+
+
 def train(
     model: Seq2SeqTransformer,
     examples: Sequence[Example],
@@ -161,7 +331,7 @@ def train(
     state_every_minutes: float = 5.0,
     report_every_minutes: float = 1.0,
 ) -> TrainingHistory:
-    """Train ``model`` in place and leave it holding the best validated weights.
+    """Train ``model`` in place with :func:`train_step` and leave it holding the best validated weights.
 
     Stop after ``steps`` optimiser steps, or ``epochs`` passes over ``examples``, or ``minutes`` of
     wall-clock time (give at most one; default ``config.steps``). ``validate(model) -> score``
@@ -180,64 +350,34 @@ def train(
     ``train(..., resume=state)`` continues that run to the same end as if it had never stopped.
     """
     ranks = current_ranks()
-    if sum(x is not None for x in (steps, epochs, minutes)) > 1:
-        raise ValueError(
-            f"give at most one of steps, epochs, minutes; got steps={steps}, epochs={epochs}, minutes={minutes}"
-        )
     if not examples:
         raise ValueError("no training examples")
     if accumulate < 1:
         raise ValueError(f"accumulate must be at least 1, got {accumulate}")
-    if steps is None and epochs is None and minutes is None:
-        steps = config.steps
     device = next(model.parameters()).device
-    src_ids, tgt_ids = [src for src, _ in examples], [tgt for _, tgt in examples]
     per_step = accumulate * ranks.world_size  # batches in one optimiser step, over all ranks
-    batches_per_epoch = len(make_batches(src_ids, tgt_ids, config.batch_tokens, shuffle=False))
+    batches_per_epoch = len(epoch_batches(examples, config, 0))
     if batches_per_epoch < per_step:
         raise ValueError(
             f"{batches_per_epoch} batches per epoch cannot feed {per_step} batches a step "
             f"({ranks.world_size} processes x accumulate {accumulate}): use fewer processes or smaller batches"
         )
-    total_steps = steps if steps is not None else (epochs * (batches_per_epoch // per_step) if epochs else None)
-    budget = minutes * 60.0 if minutes is not None else None
-    # fused: one kernel updates every parameter; on the lesson's small model it saves about 8 % of each step
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=config.lr,
-        betas=(0.9, 0.98),
-        eps=1e-9,
-        weight_decay=config.weight_decay,
-        fused=device.type in ("cpu", "cuda"),
-    )
+    total_steps, budget = _length(steps, epochs, minutes, config, batches_per_epoch, per_step)
+    optimizer = make_optimizer(model, config)
     net = DistributedDataParallel(model) if ranks.distributed else model  # DDP averages gradients over ranks
     history, best_state = TrainingHistory(), None
     step, epoch, position, elapsed_before = 0, 0, 0, 0.0
     if resume is not None:
+        check_training_state(resume, per_step)
         optimizer.load_state_dict(resume["optimizer"])
-        history = TrainingHistory(**resume["history"])
-        best_state = resume["best_weights"]
+        history, best_state = TrainingHistory(**resume["history"]), resume["best_weights"]
         step, epoch, position = resume["step"], resume["epoch"], resume["position"]
         total_steps, budget, elapsed_before = resume["total_steps"], resume["budget"], resume["elapsed"]
-        if resume["batches_per_step"] != per_step:
-            raise ValueError(
-                f"the run being resumed took {resume['batches_per_step']} batches a step; this one would take "
-                f"{per_step} (processes x accumulate must stay the same)"
-            )
     clock = _Clock(total_steps, budget, elapsed_before)
     cpu_start = time.process_time() - history.cpu_seconds
-    speaking = progress and ranks.is_main
-    bar = tqdm(
-        total=total_steps if total_steps is not None else round(budget),
-        initial=step if total_steps is not None else round(elapsed_before),
-        disable=not (speaking and _terminal()),
-        unit="step" if total_steps is not None else "s",
-        desc="training",
-    )
-    last_report = last_state = time.perf_counter()
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    )  # bf16 on GPUs: about twice the matmul speed, and no loss scaling needed (unlike fp16)
+    reporter = _Reporter(clock, progress and ranks.is_main, step, report_every_minutes)
+    precision = _precision(device)
+    last_state = time.perf_counter()
 
     def training_state() -> dict:
         history.seconds, history.cpu_seconds = clock.elapsed(), time.process_time() - cpu_start
@@ -268,85 +408,37 @@ def train(
             if on_best is not None:
                 on_best(model, history)
 
-    def report(loss: float) -> None:
-        best = f" | val BLEU best {history.best_score:.1f} @ {history.best_step}" if history.val_steps else ""
-        of = f"/{total_steps}" if total_steps is not None else ""
-        print(
-            f"step {step}{of} | loss {loss:.3f} | {history.tokens_per_second:,.0f} tok/s{best} | "
-            f"{_minutes(clock.elapsed())} elapsed, {_minutes(clock.seconds_left(step))} left",
-            file=sys.stderr,
-            flush=True,
-        )
-
     finished = clock.finished(step)
+    schedule = _step_batches(examples, config, per_step, ranks.rank * accumulate, accumulate, (epoch, position))
     model.train()
     while not finished:
-        # a new order of batches (and of equal-length pairs) every epoch, repeatable from the seed
-        batches = make_batches(src_ids, tgt_ids, config.batch_tokens, shuffle=True, seed=config.seed * 100_003 + epoch)
-        for group in range(position, len(batches) // per_step):
-            first = group * per_step + ranks.rank * accumulate
-            mine = batches[first : first + accumulate]  # this rank's share of the step's batches
-            torch.manual_seed(dropout_seed(config, step, ranks.rank))
-            for param_group in optimizer.param_groups:
-                param_group["lr"] = config.lr * learning_rate_factor(step, clock.progress(step), config)
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum, tokens = 0.0, 0
-            for i, batch in enumerate(mine):
-                src, tgt = batch.src.to(device), batch.tgt.to(device)
-                tgt_in, tgt_out = teacher_forcing(tgt)  # (N, L) each
-                # DDP averages gradients during the backward of the last batch only
-                last = i == len(mine) - 1
-                sync = net.no_sync() if ranks.distributed and not last else contextlib.nullcontext()
-                with sync:
-                    with autocast:
-                        loss = translation_loss(net(src, tgt_in), tgt_out, config.label_smoothing)
-                    (loss / len(mine)).backward()
-                loss_sum += float(loss.detach())
-                tokens += int(tgt_out.ne(PAD_ID).sum())
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            optimizer.step()
-            step, position = step + 1, group + 1
-            loss_mean = loss_sum / len(mine)
-            if ranks.distributed:  # the step's loss and tokens over all ranks, for the history and the log
-                totals = torch.tensor([loss_mean, float(tokens)], dtype=torch.float64, device=device)
-                dist.all_reduce(totals)
-                loss_mean, tokens = float(totals[0]) / ranks.world_size, int(totals[1])
-            history.steps_done = step
-            history.target_tokens += tokens
-            history.seconds = clock.elapsed()
-            if step % log_every == 0 or step == 1:
-                history.steps.append(step)
-                history.losses.append(round(loss_mean, 4))
-                bar.set_postfix(loss=f"{loss_mean:.3f}", tok_s=f"{history.tokens_per_second:.0f}")
-            if total_steps is not None:
-                bar.update(1)
-            else:
-                bar.n = min(round(clock.elapsed()), bar.total)
-                bar.refresh()
-            validated = bool(config.eval_every and step % config.eval_every == 0)
-            if validated:
-                run_validation()
-            finished = clock.finished(step)
-            if ranks.distributed and budget is not None:  # rank 0's clock decides, so all stop at one step
-                flag = torch.tensor([float(finished)], device=device)
-                dist.broadcast(flag, src=0)
-                finished = bool(flag.item())
-            now = time.perf_counter()
-            if speaking and not _terminal() and now - last_report >= report_every_minutes * 60:
-                report(loss_mean)
-                last_report = now
-            if on_state is not None and ranks.is_main and (validated or now - last_state >= state_every_minutes * 60):
-                on_state(training_state())
-                last_state = now
-            if finished:
-                break
-        else:
-            epoch, position = epoch + 1, 0
+        epoch, position, mine = next(schedule)  # this rank's share of the step's batches
+        torch.manual_seed(dropout_seed(config, step, ranks.rank))
+        lr = config.lr * learning_rate_factor(step, clock.progress(step), config)
+        result = _over_ranks(train_step(net, optimizer, mine, config, lr, precision), ranks, device)
+        step += 1
+        history.steps_done, history.seconds = step, clock.elapsed()
+        history.target_tokens += result.tokens
+        logged = step % log_every == 0 or step == 1
+        if logged:
+            history.steps.append(step)
+            history.losses.append(round(result.loss, 4))
+        reporter.step(step, result.loss, history, logged)
+        validated = bool(config.eval_every and step % config.eval_every == 0)
+        if validated:
+            run_validation()
+        finished = clock.finished(step)
+        if ranks.distributed and budget is not None:
+            finished = _agreed(finished, ranks, device)
+        now = time.perf_counter()
+        if reporter.due(now):
+            reporter.line(step, result.loss, history)
+        if on_state is not None and ranks.is_main and (validated or now - last_state >= state_every_minutes * 60):
+            on_state(training_state())
+            last_state = now
     if not history.val_steps or history.val_steps[-1] != step:
         run_validation()
-    bar.close()
-    if speaking and not _terminal() and history.losses:
-        report(history.losses[-1])
+    reporter.close(step, history)
     if on_state is not None and ranks.is_main:
         on_state(training_state())
     if best_state is not None:
@@ -355,3 +447,56 @@ def train(
     history.seconds = clock.elapsed()
     history.cpu_seconds = time.process_time() - cpu_start
     return history
+
+
+#: The fields of a training state and the types each must have (checked before a run resumes from it).
+STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "step": (int,),
+    "epoch": (int,),
+    "position": (int,),
+    "elapsed": (int, float),
+    "total_steps": (int, type(None)),
+    "budget": (int, float, type(None)),
+    "batches_per_step": (int,),
+    "optimizer": (dict,),
+    "history": (dict,),
+    "best_weights": (dict, type(None)),
+}
+
+
+def check_training_state(state: object, batches_per_step: int | None = None) -> None:
+    """Raise ValueError naming the field unless ``state`` is a training state :func:`train` can resume.
+
+    ``batches_per_step``: the run resuming it must take as many batches a step (processes x accumulate).
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"the training state must be a dict, got {type(state).__name__}")
+    missing = sorted(set(STATE_FIELDS) - set(state))
+    if missing:
+        raise ValueError(f"the training state lacks {', '.join(missing)}")
+    for name, kinds in STATE_FIELDS.items():
+        value = state[name]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(f"training state field {name!r} has a {type(value).__name__}: {value!r}")
+    for name in ("step", "epoch", "position", "elapsed"):
+        if state[name] < 0 or (name == "elapsed" and not math.isfinite(state[name])):
+            raise ValueError(f"training state field {name!r} must be a finite number >= 0, got {state[name]}")
+    if state["batches_per_step"] < 1:
+        raise ValueError(f"training state field 'batches_per_step' must be at least 1, got {state['batches_per_step']}")
+    if (state["total_steps"] is None) == (state["budget"] is None):
+        raise ValueError("a training state ends by exactly one of total_steps and budget")
+    for name in ("total_steps", "budget"):
+        value = state[name]
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"training state field {name!r} must be positive, got {value}")
+    if state["total_steps"] is not None and state["step"] > state["total_steps"]:
+        raise ValueError(f"training state step {state['step']} is past its end, total_steps {state['total_steps']}")
+    try:
+        TrainingHistory(**state["history"])
+    except TypeError as error:
+        raise ValueError(f"training state field 'history' is not a TrainingHistory: {error}") from None
+    if batches_per_step is not None and state["batches_per_step"] != batches_per_step:
+        raise ValueError(
+            f"the run being resumed took {state['batches_per_step']} batches a step; this one would take "
+            f"{batches_per_step} (processes x accumulate must stay the same)"
+        )

@@ -360,6 +360,23 @@ def test_ablating_every_cross_attention_head_cuts_the_decoder_off_from_the_sourc
         pass
 
 
+def test_ablating_every_encoder_head_leaves_each_source_token_to_itself():
+    model = tiny_model(seed=2)
+    src = random_source(N=1, seed=1)
+    changed = src.clone()
+    changed[0, 2] = 4 if int(src[0, 2]) != 4 else 5  # another word at position 2 only
+    everything = {(layer, head) for layer in range(model.config.encoder_layers) for head in range(model.config.heads)}
+    with torch.no_grad():
+        mixed = (model.encode(src)[0] - model.encode(changed)[0]).abs().amax(dim=-1)  # (1, S)
+        with ablated_heads(model, everything, attention="encoder"):
+            alone = (model.encode(src)[0] - model.encode(changed)[0]).abs().amax(dim=-1)
+    others = [s for s in range(src.size(1)) if s != 2]
+    assert mixed[0, others].min() > 1e-4  # self-attention carries the change to every other token
+    assert alone[0, others].max() < 1e-6 and alone[0, 2] > 1e-4  # silenced: each token sees only itself
+    with pytest.raises(ValueError, match="'cross', 'decoder' or 'encoder'"), ablated_heads(model, set(), "memory"):
+        pass
+
+
 # ---------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------

@@ -366,3 +366,119 @@ def test_module_docstring_and_help_use_the_venv_python_and_no_shared_folder(caps
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--download" in capsys.readouterr().out
+
+
+# --- --out and --resume never destroy what is not theirs -----------------------------------------------------
+
+
+def test_out_that_exists_and_is_not_a_checkpoint_is_kept_unless_forced(tmp_path, capsys, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    _refuse_training(monkeypatch)
+    assert main(["train", "--out", str(notes), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {notes} exists and is not a checkpoint of this course" in err and "--force" in err
+    assert notes.read_text() == "my notes"
+    monkeypatch.undo()
+    assert main(["train", "--out", str(notes), "--force", "--steps", "1", "--limit", "50", *TINY]) == 0
+    assert load_checkpoint(notes)[1]["metrics"]["steps"] == 1
+
+
+def test_out_that_is_a_checkpoint_of_the_course_is_replaced(checkpoint, tmp_path):
+    out = tmp_path / "again.pt"
+    out.write_bytes(checkpoint.read_bytes())
+    cli.check_out(out)  # no complaint: a checkpoint is what training writes
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_out_that_is_not_a_regular_file_is_refused(force, tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    for out in (Path(os.devnull), pipe):
+        assert main(["train", "--out", str(out), "--steps", "1", *(["--force"] if force else [])]) == 2
+        assert f"--out {out} exists and is not a regular file" in capsys.readouterr().err
+    assert Path(os.devnull).is_char_device() and stat.S_ISFIFO(pipe.stat().st_mode)
+
+
+def test_out_equal_to_resume_is_refused_and_the_state_kept(checkpoint, tmp_path, capsys):
+    state = tmp_path / "captions.resume.pt"
+    state.write_bytes(checkpoint.with_name("captions.resume.pt").read_bytes())
+    before = state.read_bytes()
+    assert main(["train", "--resume", str(state), "--out", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert "is the --resume file" in err and str(tmp_path / "captions.pt") in err
+    assert state.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("options", "named"), [(["--corpus", "captions"], "corpus"), (["--data-dir", "data/captions"], "data_dir")]
+)
+def test_resume_refuses_a_corpus_or_data_folder(options, named, checkpoint, tmp_path, capsys):
+    state = checkpoint.with_name("captions.resume.pt")
+    assert main(["train", "--resume", str(state), "--out", str(tmp_path / "r.pt"), *options]) == 2
+    assert f"--resume continues a run as it was set up; drop {named}" in capsys.readouterr().err
+
+
+def _crafted_resume(checkpoint, tmp_path, training=None, info=None) -> Path:
+    payload = torch.load(checkpoint.with_name("captions.resume.pt"), weights_only=True)
+    payload["training"].update(training or {})
+    payload["info"].update(info or {})
+    path = tmp_path / "crafted.resume.pt"
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("training", "info", "expected"),
+    [
+        ({"step": -1}, None, "training state field 'step' must be a finite number >= 0, got -1"),
+        ({"position": "3"}, None, "training state field 'position' has a str"),
+        ({"total_steps": -5}, None, "training state field 'total_steps' must be positive"),
+        (None, {"limit": 0}, "info 'limit' must be a positive integer or None, got 0"),
+        (None, {"corpus": "wmt"}, "info 'corpus' must be one of"),
+    ],
+)
+def test_a_crafted_resume_file_is_refused_naming_its_field(training, info, expected, checkpoint, tmp_path, capsys):
+    crafted = _crafted_resume(checkpoint, tmp_path, training, info)
+    assert main(["train", "--resume", str(crafted), "--out", str(tmp_path / "crafted.pt")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {crafted}: {expected}" in err and "--limit" not in err
+    assert not (tmp_path / "crafted.pt").exists()
+
+
+def test_ctrl_c_prints_one_line_with_the_command_that_continues(tmp_path, capsys, monkeypatch):
+    real_save = cli.save_checkpoint
+
+    def save_then_interrupt(path, translator, metrics=None, info=None, training=None):
+        real_save(path, translator, metrics, info, training=training)
+        if training is not None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "save_checkpoint", save_then_interrupt)
+    out = tmp_path / "run.pt"
+    assert main(["train", "--out", str(out), "--steps", "4", "--eval-every", "2", "--limit", "50", *TINY]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"interrupted: continue with `--resume {tmp_path / 'run.resume.pt'}` (the state saved last)"
+    assert not any("Traceback" in line for line in err)
+
+
+def test_ctrl_c_before_any_state_says_there_is_nothing_to_continue(tmp_path, capsys, monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "fit", interrupt)
+    assert main(["train", "--out", str(tmp_path / "run.pt"), "--steps", "4", "--limit", "50", *TINY]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before a resume state was saved" in err and "Traceback" not in err
+
+
+def test_temporary_files_of_a_killed_save_are_removed_at_the_next_start(tmp_path, capsys):
+    out = tmp_path / "run.pt"
+    stale = [tmp_path / ".run.pt.k1ll3d.part", tmp_path / ".run.resume.pt.x9.part"]
+    other = tmp_path / ".notes.txt.ab.part"  # not ours: kept
+    for path in [*stale, other]:
+        path.write_bytes(b"half a checkpoint")
+    assert main(["train", "--out", str(out), "--steps", "1", "--limit", "50", *TINY]) == 0
+    assert not any(path.exists() for path in stale) and other.exists()
+    assert "removed 2 temporary file(s) left by an interrupted save" in capsys.readouterr().err

@@ -118,7 +118,7 @@ def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
     assert cli.main(["train", "--corpus", "captions", "--limit", "200", "--steps", "2", "--out", str(out), *TINY]) == 0
     assert cli.main(["train", "--resume", str(tmp_path / "run.resume.pt"), "--out", str(out), "--lr", "0.1"]) == 2
     assert "--resume continues a run as it was set up; drop lr" in capsys.readouterr().err
-    assert cli.main(["train", "--resume", str(out), "--out", str(out)]) == 2  # the best-weights file has no state
+    assert cli.main(["train", "--resume", str(out), "--out", str(tmp_path / "other.pt")]) == 2  # best weights: no state
     assert "holds no training state" in capsys.readouterr().err
 
 
@@ -184,36 +184,53 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
         torch.testing.assert_close(ddp.model.state_dict()[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
 
 
-FAILING_RANK = """
-import sys
+# A rank whose training step misbehaves at step 2: the loop looks ``train_step`` up in its module at every step.
+MISBEHAVING_RANK = """
+import os, signal, sys
 from helpers.models.translation import cli, training
-real_train = training.train
-def failing_train(*args, **kwargs):
+real_step = training.train_step
+steps = []
+def misbehaving_step(*args, **kwargs):
     import torch.distributed as dist
-    if dist.get_rank() == 1:
-        raise RuntimeError("rank 1 fails on purpose")
-    return real_train(*args, **kwargs)
-cli.fit.__globals__["train"] = failing_train
-sys.exit(cli.main(sys.argv[1:]))
+    steps.append(1)
+    if dist.get_rank() == 1 and len(steps) == 2:
+        if sys.argv[1] == "fail":
+            raise RuntimeError("rank 1 fails on purpose")
+        os.kill(os.getpid(), signal.SIGSTOP)  # stops without dying, as a suspended or swapped-out process does
+    return real_step(*args, **kwargs)
+training.train_step = misbehaving_step
+sys.exit(cli.main(sys.argv[2:]))
 """
+
+
+def _misbehaving_run(tmp_path, how: str, *options: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "misbehaving_rank.py"
+    script.write_text(MISBEHAVING_RANK)
+    args = ["--threads", "1", "--device", "cpu", "train", "--corpus", "captions", "--limit", "200", *options]
+    return subprocess.run(
+        [*TORCHRUN, str(script), how, *args, "--steps", "50", *TINY, "--out", str(tmp_path / "run.pt")],
+        capture_output=True,
+        text=True,
+        timeout=240,  # rank 0 would otherwise wait for rank 1 at its next all-reduce for COLLECTIVE_TIMEOUT
+        env=_environment(),
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this PyTorch build has no torch.distributed")
 def test_a_failing_rank_stops_the_others_instead_of_leaving_them_waiting(tmp_path):
-    script = tmp_path / "failing_rank.py"
-    script.write_text(FAILING_RANK)
-    args = ["--threads", "1", "--device", "cpu", "train", "--corpus", "captions", "--limit", "200"]
-    run = subprocess.run(
-        [*TORCHRUN, str(script), *args, "--steps", "50", *TINY, "--out", str(tmp_path / "run.pt")],
-        capture_output=True,
-        text=True,
-        timeout=240,  # rank 0 would otherwise wait for rank 1 at its first all-reduce for COLLECTIVE_TIMEOUT
-        env=_environment(),
-        cwd=ROOT,
-    )
+    run = _misbehaving_run(tmp_path, "fail")
     assert run.returncode != 0
     assert "rank 1 fails on purpose" in run.stderr
     assert not (tmp_path / "run.pt").exists()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this PyTorch build has no torch.distributed")
+def test_a_stopped_rank_makes_rank_0_give_up_with_a_message(tmp_path):
+    run = _misbehaving_run(tmp_path, "stop", "--rank-timeout", "0.15")
+    assert run.returncode != 0
+    assert "rank 0: another training process did not answer for 0.15 minutes (--rank-timeout)" in run.stderr
+    assert f"continue with `--resume {tmp_path / 'run.resume.pt'}`" in run.stderr
 
 
 def test_device_choice_is_checked():
