@@ -37,8 +37,11 @@ sys.path.insert(0, str(ROOT))
 from helpers.analysis.circuits import (  # noqa: E402  (after the path set-up above)
     AttentionOnlyTransformer,
     composition_scores,
+    corrupt_first_copy,
     head_hooks,
+    patching_map,
     repeated_batch,
+    repeated_log_prob,
     repeated_loss,
     train_induction,
 )
@@ -51,10 +54,11 @@ LESSON = {
     "num_heads": 4,
     "lengths": [4, 12],
     "lr": 3e-3,
-    "steps": 1500,
-    "control_steps": 1500,
+    "repeated_only": True,
+    "steps": 1200,
+    "control_steps": 1200,
     "trap_length": 8,
-    "trap_steps": 600,
+    "trap_steps": 400,
     "every": 50,
 }
 
@@ -73,28 +77,36 @@ def one_run(seed: int, threads: int) -> dict:
 
     torch.manual_seed(seed)
     model = AttentionOnlyTransformer(V, E, h, 2, T)
-    history = train_induction(model, c["steps"], lengths=lengths, lr=c["lr"], seed=seed, every=c["every"])
+    kwargs = {"lengths": lengths, "lr": c["lr"], "seed": seed, "repeated_only": c["repeated_only"]}
+    history = train_induction(model, c["steps"], every=c["every"], **kwargs)
     test = repeated_batch(512, T, V, lengths, torch.Generator().manual_seed(1000 + seed))
     previous, induction = history.previous[-1][0], history.induction[-1][1]
     p, i = int(previous.argmax()), int(induction.argmax())
     weakest_other = min((k for k in range(h) if k != p), key=lambda k: float(previous[k]))
     k_scores = composition_scores(model, "K")
     rank = int((k_scores.flatten() > k_scores[p, i]).sum()) + 1
+    inductive = [k for k in range(h) if float(induction[k]) > 0.3]
+    looking_back = [k for k in range(h) if float(previous[k]) > 0.2]
+    corrupted = corrupt_first_copy(test, V, torch.Generator().manual_seed(7))
+    recovered = patching_map(
+        model, model.output_projections(), h, test.ids, corrupted, lambda logits: repeated_log_prob(logits, test)
+    )
 
     torch.manual_seed(seed)
     control = AttentionOnlyTransformer(V, E, h, 1, T)
-    control_history = train_induction(control, c["control_steps"], lengths=lengths, lr=c["lr"], seed=seed, every=500)
+    control_history = train_induction(control, c["control_steps"], every=500, **kwargs)
 
     torch.manual_seed(seed)
     trap = AttentionOnlyTransformer(V, E, h, 2, T)
     fixed = (c["trap_length"], c["trap_length"])
-    trap_history = train_induction(trap, c["trap_steps"], lengths=fixed, lr=c["lr"], seed=seed, every=100)
+    trap_history = train_induction(trap, c["trap_steps"], every=100, **{**kwargs, "lengths": fixed})
     return {
         "seed": seed,
         "threads": threads,
         "settings": c,
         "phase_change_step": history.first_step_below(math.log(V) / 2),
-        "loss_at_plateau_check": history.loss[history.steps.index(300)] if 300 in history.steps else None,
+        "loss_at_step_100": history.loss[history.steps.index(100)],
+        "loss_at_step_300": history.loss[history.steps.index(300)],
         "final_loss": loss_on(model, test),
         "previous_head": p,
         "previous_score": float(previous[p]),
@@ -104,6 +116,16 @@ def one_run(seed: int, threads: int) -> dict:
         "loss_without_previous": loss_on(model, test, [(0, p)]),
         "loss_without_induction": loss_on(model, test, [(1, i)]),
         "loss_without_other_layer0": loss_on(model, test, [(0, weakest_other)]),
+        "induction_heads_above_0.3": len(inductive),
+        "loss_without_all_induction_heads": loss_on(model, test, [(1, k) for k in inductive]),
+        "previous_heads_above_0.2": len(looking_back),
+        "loss_without_all_previous_heads": loss_on(model, test, [(0, k) for k in looking_back]),
+        "loss_without_layer0": loss_on(model, test, [(0, k) for k in range(h)]),
+        "patch_recovered_induction": float(recovered[1, i]),
+        "patch_recovered_previous": float(recovered[0, p]),
+        "patch_induction_is_max": bool(recovered[1, i] == recovered.max()),
+        "patch_max_is_layer1": bool(recovered[1].max() == recovered.max()),
+        "patch_recovered_layer1_sum": float(recovered[1].sum()),
         "k_composition_pair": float(k_scores[p, i]),
         "k_composition_rank": rank,
         "k_composition_median": float(k_scores.median()),
@@ -120,7 +142,9 @@ def one_run(seed: int, threads: int) -> dict:
 def table(runs: list[dict]) -> str:
     def span(key, digits=2):
         values = [r[key] for r in runs if r[key] is not None]
-        return f"{min(values):.{digits}f} – {max(values):.{digits}f}"
+        missing = len(runs) - len(values)
+        text = f"{min(values):.{digits}f} – {max(values):.{digits}f}" if values else "–"
+        return text + (f" (never in {missing} runs)" if missing else "")
 
     n = len(runs)
     chance = math.log(LESSON["vocab_size"])
@@ -131,7 +155,8 @@ def table(runs: list[dict]) -> str:
         ),
         ("chance loss ln V", f"{chance:.2f}"),
         ("phase change: first step with loss < ln V / 2", span("phase_change_step", 0)),
-        ("loss at step 300 (plateau)", span("loss_at_plateau_check")),
+        ("loss at step 100", span("loss_at_step_100")),
+        ("loss at step 300", span("loss_at_step_300")),
         ("final loss on repeated tokens", span("final_loss")),
         ("best layer-1 induction score, step 0", span("induction_score_step0")),
         ("best layer-1 induction score, end", span("induction_score")),
@@ -139,6 +164,16 @@ def table(runs: list[dict]) -> str:
         ("loss, previous-token head zeroed", span("loss_without_previous")),
         ("loss, induction head zeroed", span("loss_without_induction")),
         ("loss, weakest other layer-0 head zeroed", span("loss_without_other_layer0")),
+        ("layer-1 heads with induction score > 0.3", span("induction_heads_above_0.3", 0)),
+        ("loss, all those heads zeroed", span("loss_without_all_induction_heads")),
+        ("layer-0 heads with previous-token score > 0.2", span("previous_heads_above_0.2", 0)),
+        ("loss, all those heads zeroed", span("loss_without_all_previous_heads")),
+        ("loss, every layer-0 head zeroed", span("loss_without_layer0")),
+        ("patching: recovered by the best induction head", span("patch_recovered_induction")),
+        ("patching: recovered by the previous-token head", span("patch_recovered_previous")),
+        ("patching: best induction head recovers the most", f"{sum(r['patch_induction_is_max'] for r in runs)} of {n}"),
+        ("patching: the most is in layer 1", f"{sum(r['patch_max_is_layer1'] for r in runs)} of {n}"),
+        ("patching: layer-1 heads' sum", span("patch_recovered_layer1_sum")),
         ("K-composition of the pair", span("k_composition_pair")),
         ("K-composition, median of all pairs", span("k_composition_median")),
         ("the pair has the largest K-composition", f"{sum(r['k_composition_rank'] == 1 for r in runs)} of {n}"),

@@ -35,6 +35,7 @@ __all__ = [
     "PhaseChange",
     "RepeatedBatch",
     "composition_scores",
+    "corrupt_first_copy",
     "duplicate_token_score",
     "head_hooks",
     "head_scores",
@@ -44,6 +45,7 @@ __all__ = [
     "previous_token_score",
     "record_head_outputs",
     "repeated_batch",
+    "repeated_log_prob",
     "repeated_loss",
     "train_induction",
 ]
@@ -159,6 +161,21 @@ class AttentionOnlyTransformer(nn.Module):
             all_weights.append(weights)
         logits = self.unembed(x)
         return (logits, all_weights) if need_weights else logits
+
+
+def corrupt_first_copy(batch: RepeatedBatch, vocab_size: int, generator: torch.Generator | None = None) -> Tensor:
+    """``batch.ids`` (N, T) with each row's first copy replaced by fresh random tokens: nothing left to copy."""
+    ids = batch.ids.clone()
+    for n, (start, length) in enumerate(zip(batch.start.tolist(), batch.length.tolist(), strict=True)):
+        ids[n, start : start + length] = torch.randint(vocab_size, (length,), generator=generator)
+    return ids
+
+
+def repeated_log_prob(logits: Tensor, batch: RepeatedBatch) -> Tensor:
+    """Mean log-probability of the predictable next tokens (higher is better): logits (N, T, V) -> ()."""
+    keep = batch.predictable[:, :-1]
+    chosen = logits[:, :-1].log_softmax(-1).gather(-1, batch.ids[:, 1:, None])[..., 0]  # (N, T - 1)
+    return chosen[keep].mean()
 
 
 def repeated_loss(logits: Tensor, batch: RepeatedBatch) -> Tensor:
@@ -422,11 +439,13 @@ def train_induction(
     seed: int = 0,
     every: int = 100,
     eval_size: int = 256,
+    repeated_only: bool = False,
 ) -> PhaseChange:
     """Train on fresh repeated batches for a fixed number of steps (AdamW; next-token loss on every position).
 
     Every ``every`` steps (and at step 0) the model is measured on one fixed batch of ``eval_size`` sequences
-    drawn with the same ``lengths``. The model is left in eval mode.
+    drawn with the same ``lengths``. With ``repeated_only`` the training loss counts only the predictable
+    targets (the random ones teach nothing but add noise). The model is left in eval mode.
     """
     V, T = model.embed.num_embeddings, model.max_len
     generator = torch.Generator().manual_seed(seed)
@@ -443,9 +462,12 @@ def train_induction(
             history.previous.append(previous)
         if step == steps:
             break
-        ids = repeated_batch(batch_size, T, V, lengths, generator).ids
-        logits = model(ids)
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+        batch = repeated_batch(batch_size, T, V, lengths, generator)
+        logits = model(batch.ids)
+        if repeated_only:
+            loss = repeated_loss(logits, batch)
+        else:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.ids[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
