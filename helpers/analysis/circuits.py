@@ -41,6 +41,7 @@ __all__ = [
     "head_scores",
     "induction_score",
     "mean_head_outputs",
+    "output_projections",
     "patching_map",
     "previous_token_score",
     "record_head_outputs",
@@ -372,15 +373,15 @@ def patching_map(
     clean: Tensor,
     corrupted: Tensor,
     metric: Callable[[Tensor], Tensor],
-    layers: Iterable[int] | None = None,
+    heads: Iterable[tuple[int, int]] | None = None,
 ) -> Tensor:
     """Activation patching, one head at a time: run ``corrupted`` with one head's output taken from the run
     on ``clean`` and report how much of the metric comes back.
 
     ``metric`` maps logits (N, T, V) to a number (higher = better). Entry [layer, head] is
     (metric patched − metric corrupted) / (metric clean − metric corrupted): 1 means that head alone
-    restores the clean behaviour, 0 that it does nothing. ``layers`` limits the layers patched (the others
-    are NaN). Returns (n_layers, h).
+    restores the clean behaviour, 0 that it does nothing. ``heads`` limits the (layer, head) pairs patched
+    (one forward pass each; the others are NaN). Returns (n_layers, h).
     """
     if clean.shape != corrupted.shape:
         raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} must have one shape")
@@ -388,12 +389,24 @@ def patching_map(
         clean_metric = float(metric(_logits(model(clean))))
     corrupted_metric = float(metric(_logits(model(corrupted))))
     result = torch.full((len(projections), num_heads), float("nan"))
-    for layer in range(len(projections)) if layers is None else layers:
-        for head in range(num_heads):
-            with head_hooks(projections, num_heads, [(layer, head)], recorded):
-                patched = float(metric(_logits(model(corrupted))))
-            result[layer, head] = (patched - corrupted_metric) / (clean_metric - corrupted_metric)
+    everything = [(layer, head) for layer in range(len(projections)) for head in range(num_heads)]
+    for layer, head in everything if heads is None else heads:
+        with head_hooks(projections, num_heads, [(layer, head)], recorded):
+            patched = float(metric(_logits(model(corrupted))))
+        result[layer, head] = (patched - corrupted_metric) / (clean_metric - corrupted_metric)
     return result
+
+
+def output_projections(model: nn.Module) -> list[nn.Module]:
+    """Every submodule named ``out_proj``, in the order of the model's layers: where ``head_hooks`` attach.
+
+    Works for this module's ``AttentionOnlyTransformer`` and for ``helpers.gpt.GPT`` (lesson 09's SmolLM2),
+    whose attention's output projection takes the heads' outputs side by side, (N, T, h·d).
+    """
+    found = [module for name, module in model.named_modules() if name.split(".")[-1] == "out_proj"]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no submodule named out_proj")
+    return found
 
 
 def _logits(output: Tensor | tuple) -> Tensor:

@@ -15,6 +15,7 @@ from helpers.analysis.circuits import (
     head_scores,
     induction_score,
     mean_head_outputs,
+    output_projections,
     patching_map,
     previous_token_score,
     record_head_outputs,
@@ -256,8 +257,15 @@ def test_patching_map_is_the_recovered_fraction_of_the_metric():
         m_patched = metric(model(corrupted))
     expected = (m_patched - m_corrupted) / (m_clean - m_corrupted)
     assert result[1, 3].item() == pytest.approx(expected.item(), rel=1e-4)
-    only_last = patching_map(model, projections, 4, clean, corrupted, metric, layers=[1])
-    assert torch.isnan(only_last[0]).all() and torch.allclose(only_last[1], result[1])
+    some = patching_map(model, projections, 4, clean, corrupted, metric, heads=[(1, 3), (0, 2)])
+    assert torch.isnan(some).sum() == 6 and some[1, 3] == result[1, 3] and some[0, 2] == result[0, 2]
+
+
+def test_output_projections_finds_each_layers_out_proj_in_order():
+    model = small_model(layers=3)
+    assert output_projections(model) == model.output_projections()
+    with pytest.raises(ValueError, match="no submodule named out_proj"):
+        output_projections(nn.Linear(2, 2))
 
 
 # --- training -------------------------------------------------------------------------------
