@@ -185,3 +185,24 @@ def test_patch_hook_mistakes_get_specific_hints():
 
 def test_patch_hook_not_attempted():
     assert check_patch_hook(not_attempted).status == "not attempted"
+
+
+# --- the lesson and its benchmark train the same models -------------------------------------------
+def test_the_benchmark_measures_the_lessons_settings():
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("lesson10_seeds", root / "benchmarks" / "lesson10_seeds.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    cells = json.loads((root / "notebooks" / "10_induction_heads.ipynb").read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+    c = benchmark.LESSON
+    assert f"V, T, E, H = {c['vocab_size']}, {c['seq_len']}, {c['embed_dim']}, {c['num_heads']}" in source
+    assert f"LENGTHS = ({c['lengths'][0]}, {c['lengths'][1]})" in source
+    learning_rate = f"{c['lr']:.0e}".replace("e-0", "e-")
+    assert f"LR, STEPS, TRAP_STEPS = {learning_rate}, {c['steps']}, {c['trap_steps']}" in source
+    assert c["steps"] == c["control_steps"] and f"lengths=({c['trap_length']}, {c['trap_length']})" in source
+    assert source.count("repeated_only=True") == 3 and c["repeated_only"]
