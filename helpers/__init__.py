@@ -59,6 +59,11 @@ _EXPORTS = {
     "KVCache": "helpers.gpt",
     "generate": "helpers.gpt",
     "kv_cache_bytes": "helpers.gpt",
+    # helpers.analysis.circuits
+    "AttentionOnlyTransformer": "helpers.analysis.circuits",
+    "induction_score": "helpers.analysis.circuits",
+    "repeated_batch": "helpers.analysis.circuits",
+    "train_induction": "helpers.analysis.circuits",
     # helpers.analysis.head_roles
     "HeadRoles": "helpers.analysis.head_roles",
     "SimilarityTask": "helpers.analysis.head_roles",

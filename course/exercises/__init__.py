@@ -16,3 +16,8 @@ __all__ = ["Verdict"]
 from course.exercises.lesson08 import check_previous_token_score, check_similarity_scores, check_stack_qkv
 
 __all__ += ["check_previous_token_score", "check_similarity_scores", "check_stack_qkv"]
+
+# Lesson 10's checks.
+from course.exercises.lesson10 import check_induction_score, check_patch_hook, check_repeated_batch  # noqa: E402
+
+__all__ += ["check_induction_score", "check_patch_hook", "check_repeated_batch"]
