@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 __all__ = ["CONFIG_TEMPLATE", "RefuseReleaseCopies", "ReleaseCopyError", "write_config"]
 
@@ -23,6 +24,8 @@ class ReleaseCopyError(ValueError):
 
 class RefuseReleaseCopies(Preprocessor):
     """Refuse a submitted notebook in which no cell carries nbgrader metadata (a ``make release`` copy)."""
+
+    enabled = Bool(True)  # nbconvert runs a preprocessor only when it is enabled
 
     def preprocess(self, nb, resources):
         if not any("nbgrader" in cell.get("metadata", {}) for cell in nb.cells):

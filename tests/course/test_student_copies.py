@@ -274,42 +274,24 @@ def test_lesson_student_copy_runs_failing_only_in_exercises(lesson, lesson_runs)
     assert problems == [], f"{lesson.name} student copy:\n" + "\n".join(problems)
 
 
-def test_checking_a_handed_in_copy_reports_each_verdict(tmp_path, capsys):
-    """``python -m course.assignments check``: one exercise right, one wrong, one not attempted."""
-    check_cell = (
-        "from course.exercises.feedback import run_check, wrong\n\n"
-        "def check_function(name, function, argument, expected):\n"
-        "    def body():\n"
-        "        if function(argument) != expected:\n"
-        "            raise wrong(f'{name}({argument}) should be {expected}')\n"
-        "        return f'{name} works.'\n"
-        "    return run_check(name, body)"
+def test_checking_a_handed_in_copy_gives_a_row_per_exercise(tmp_path, capsys):
+    """``python -m course.assignments check`` on lesson 02's student copy: one exercise right, one not attempted."""
+    lesson = NOTEBOOKS / "02_queries_keys_values.ipynb"
+    handed_in = student_copy(nbformat.read(lesson, as_version=4), lesson.name)
+    (answer,) = [cell for cell in handed_in.cells if "def linear_projection(" in cell.source]
+    answer.source = answer.source.replace(
+        "    # YOUR CODE HERE\n    raise NotImplementedError()", "    return x @ weight.T + bias"
     )
-    source = v4.new_notebook(
-        cells=[v4.new_code_cell(check_cell)]
-        + [
-            cell
-            for name, body, expected in (("double", "2 * x", 6), ("square", "x * x", 9), ("cube", "x ** 3", 27))
-            for cell in (
-                v4.new_code_cell(f"def {name}(x):\n    # BEGIN SOLUTION\n    return {body}\n    # END SOLUTION"),
-                v4.new_code_cell(f"_ = check_function('{name}', {name}, 3, {expected})"),
-            )
-        ],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    )
-    handed_in = student_copy(source, "fixture.ipynb")
-    handed_in.cells[1].source = handed_in.cells[1].source.replace("raise NotImplementedError()", "return x + x")
-    handed_in.cells[3].source = handed_in.cells[3].source.replace("raise NotImplementedError()", "return x + 2")
-    path = tmp_path / "alice_01.ipynb"
+    path = tmp_path / "alice" / lesson.name
+    path.parent.mkdir()
     nbformat.write(handed_in, path)
 
-    assert assignments_main(["check", str(path)]) == 0
+    assert assignments_main(["check", "--out", str(tmp_path / "grades"), str(path)]) == 0
     captured = capsys.readouterr()
-    table = captured.out.splitlines()
-    assert table[:3] == [
-        "notebook\texercise\tstatus\tmessage",
-        f"{path}\tdouble\tpass\tdouble works.",  # the whole path: every student's file has the same name
-        f"{path}\tsquare\twrong\tsquare(3) should be 9",
+    table = [line.split("\t") for line in captured.out.splitlines()]
+    assert table[0] == ["student", "lesson", "exercise", "verdict", "points", "message"]
+    assert [row[:5] for row in table[1:]] == [
+        ["alice", lesson.stem, "linear_projection", "pass", "1"],
+        ["alice", lesson.stem, "cross_attention_inputs", "not attempted", "0"],
     ]
-    assert len(table) == 4 and table[3].startswith(f"{path}\tcube\tnot attempted\t")
-    assert "1 of 3 checks passed" in captured.err
+    assert (tmp_path / "grades" / "totals.csv").read_text().splitlines()[1] == f"alice,{lesson.stem},1,2,0"

@@ -1,0 +1,59 @@
+"""The hand-out recipe of docs/teaching.md, run as written (issue 28): the folder it builds holds what every
+student copy imports, and nothing is imported from anywhere else."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "teaching.md"
+
+
+def recipe() -> list[str]:
+    """The command lines of the guide's hand-out block (the ```bash block after "Build a hand-out folder")."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index("Build a hand-out folder")
+    block = re.search(r"```bash\n(.*?)```", text[start:], re.DOTALL)
+    assert block, "the guide's hand-out recipe is missing"
+    return [line for line in block.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_guides_handout_folder_holds_everything_a_student_copy_imports(tmp_path):
+    lines = recipe()
+    assert any(line.startswith("git archive HEAD") for line in lines) and "course" in " ".join(lines)
+    for line in lines:  # run from a clean copy of the committed tree: `git archive HEAD` reads no work tree
+        command = line.replace(".venv/bin/python", sys.executable).replace("handout", str(tmp_path / "handout"))
+        done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stderr)
+    handout = tmp_path / "handout"
+    copies = sorted((handout / "notebooks").glob("*.ipynb"))
+    assert copies, "the recipe wrote no student copies"
+    modules = set()
+    for copy in copies:
+        for cell in json.loads(copy.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                for line in "".join(cell["source"]).splitlines():
+                    match = re.match(r"\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", line)
+                    if match and (match.group(1) or match.group(2)).split(".")[0] in ("course", "helpers"):
+                        modules.add(match.group(1) or match.group(2))
+    assert any(module.startswith("course.exercises") for module in modules)
+    # Import each from the hand-out folder first on the path, and say where it came from.
+    probe = (
+        "import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
+        "print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[2:]}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(handout), *sorted(modules)],
+        cwd=handout / "notebooks",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    for module, path in json.loads(done.stdout).items():
+        assert Path(path).resolve().is_relative_to(handout.resolve()), (module, path)
+    assert (handout / "data").is_dir() and (handout / "pyproject.toml").is_file()

@@ -1,0 +1,232 @@
+"""A teacher's term with the real nbgrader, on lessons 02 and 03 (issue 26), and the course's ``check`` beside it.
+
+``course.assignments nbgrader`` writes the source notebooks and the config template → ``nbgrader
+generate_assignment`` → three students' submissions made here (one right, one with typical mistakes the checks
+know, one whose code raises or loops) → ``nbgrader autograde`` → ``nbgrader generate_feedback``. The scores in
+nbgrader's gradebook, the feedback each student sees and the course's own ``check`` on the same submissions must
+all say what the checks' verdicts say, and no release or feedback file may hold solution text. A fourth student
+hands in a ``make release`` copy, which nbgrader must refuse loudly. The two gradings run side by side.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course.assignments import NOTEBOOKS_DIR, find_exercises, release
+
+LESSONS = ["02_queries_keys_values", "03_scaled_dot_product_attention"]
+NBGRADER = [sys.executable, "-m", "nbgrader"]
+CELL_TIMEOUT_S = 20  # the looping answer is stopped after this
+
+# Each student's answer body (4 spaces in) per exercise function.
+ANSWERS = {
+    "alice": {
+        "linear_projection": "return x @ weight.T + bias",
+        "cross_attention_inputs": "return q_proj(target), k_proj(source), v_proj(source)",
+        "attention_weights": "return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)",
+        "padding_to_attn_mask": "return ~key_padding_mask[:, None, :]",
+        "masked_attention": "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "scores = scores.masked_fill(~mask, float('-inf'))\n"
+        "return torch.softmax(scores, dim=-1) @ v",
+    },
+    "bob": {  # typical mistakes, each one the checks name
+        "linear_projection": "return x @ weight + bias",
+        "cross_attention_inputs": "return q_proj(target), k_proj(target), v_proj(target)",
+        "attention_weights": "return torch.softmax(q @ k.transpose(-2, -1), dim=-1)",
+        "padding_to_attn_mask": "return key_padding_mask[:, None, :]",
+        "masked_attention": "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+        "return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0) @ v",
+    },
+    "carol": {  # code that raises, and one that never returns (the last exercise of its lesson)
+        "linear_projection": "raise ValueError('my projection broke')",
+        "cross_attention_inputs": "return undefined_name",
+        "attention_weights": "return 1 / 0",
+        "padding_to_attn_mask": "raise RuntimeError('no idea')",
+        "masked_attention": "while True:\n    pass",
+    },
+}
+EXPECTED = {"alice": "pass", "bob": "wrong", "carol": "wrong"}  # carol's loop: "error" (it never finished)
+
+
+def solution_lines() -> set[str]:
+    """Every line of the two lessons' solution regions (long enough to mean something)."""
+    lines = set()
+    for name in LESSONS:
+        notebook = json.loads((NOTEBOOKS_DIR / f"{name}.ipynb").read_text())
+        for cell in notebook["cells"]:
+            inside = False
+            for line in "".join(cell["source"]).split("\n"):
+                if line.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
+                    inside = line.strip() == "# BEGIN SOLUTION"
+                elif inside and len(line.strip()) >= 12:
+                    lines.add(line.strip())
+    return lines
+
+
+def answered(release_copy: Path, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """The released notebook with each answer cell's placeholder replaced by the student's body."""
+    notebook = nbformat.read(release_copy, as_version=4)
+    for cell in notebook.cells:
+        if not cell.metadata.get("nbgrader", {}).get("solution"):
+            continue
+        for function, body in answers.items():
+            pattern = rf"(def {function}\(.*?\):\n(?:.*\n)*?)    # YOUR CODE HERE\n    raise NotImplementedError\(\)"
+            indented = "\n".join("    " + line for line in body.split("\n"))
+            cell.source = re.sub(pattern, lambda m, indented=indented: m.group(1) + indented, cell.source)
+    return notebook
+
+
+# nbgrader runs `alembic` from PATH: the environment's scripts folder must be on it (as in an activated venv).
+ENV = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+
+
+def run(command: list, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=ENV)
+
+
+@pytest.fixture(scope="module")
+def term(tmp_path_factory):
+    root = tmp_path_factory.mktemp("term")
+    lessons = root / "lessons"
+    lessons.mkdir()
+    for name in LESSONS:
+        shutil.copy(NOTEBOOKS_DIR / f"{name}.ipynb", lessons)
+    course = root / "classroom"
+    made = run(
+        [sys.executable, "-m", "course.assignments", "nbgrader", "--notebooks", lessons, "--out", course / "source"],
+        root,
+    )
+    assert made.returncode == 0, made.stderr
+    config = course / "nbgrader_config.py"
+    config.write_text(
+        config.read_text()
+        + "\nc.Autograde.create_student = True\n"
+        + f"c.ExecutePreprocessor.timeout = {CELL_TIMEOUT_S}\n"
+    )
+    for name in LESSONS:
+        generated = run([*NBGRADER, "generate_assignment", name, "--force"], course)
+        assert generated.returncode == 0, generated.stdout + generated.stderr
+    handed_in = []
+    for student, answers in ANSWERS.items():
+        for name in LESSONS:
+            target = course / "submitted" / student / name / f"{name}.ipynb"
+            target.parent.mkdir(parents=True)
+            nbformat.write(answered(course / "release" / name / f"{name}.ipynb", answers), target)
+            handed_in.append(target)
+    # dave hands in the `make release` copy of lesson 02 (the other route), answered right.
+    copies = release(root / "student", lessons)
+    dave = course / "submitted" / "dave" / LESSONS[0] / f"{LESSONS[0]}.ipynb"
+    dave.parent.mkdir(parents=True)
+    shutil.copy(copies[0], dave)
+    # The course's check on the same submissions, side by side with nbgrader.
+    command = [sys.executable, "-m", "course.assignments", "check", "--timeout", str(CELL_TIMEOUT_S)]
+    command += ["--notebooks", str(lessons), "--out", str(root / "grades"), *map(str, handed_in)]
+    checking = subprocess.Popen(
+        command,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    autograded = {name: run([*NBGRADER, "autograde", name], course) for name in LESSONS}
+    refused = autograded[LESSONS[0]]
+    for name in LESSONS:
+        feedback = run([*NBGRADER, "generate_feedback", name], course)
+        assert feedback.returncode == 0, feedback.stdout + feedback.stderr
+    check_out, check_err = checking.communicate(timeout=600)
+    from nbgrader.api import Gradebook
+
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for name in LESSONS:
+            notebook = gradebook.find_notebook(name, name)
+            for cell in notebook.grade_cells:
+                function = cell.name.rsplit("-", 2)[0]
+                for student in ANSWERS:
+                    grade = gradebook.find_grade(cell.name, name, name, student)
+                    scores[student, name, function] = (grade.score, cell.max_score)
+    return {
+        "course": course,
+        "root": root,
+        "scores": scores,
+        "refused": refused,
+        "check_status": checking.returncode,
+        "check_rows": list(csv.reader(io.StringIO(check_out), delimiter="\t"))[1:],
+        "check_err": check_err,
+    }
+
+
+def test_every_exercise_is_graded_by_nbgrader_as_its_check_says(term):
+    functions = {e.function for name in LESSONS for e in find_exercises(_lesson(name), name)}
+    assert {function for _, _, function in term["scores"]} == functions
+    for (student, _, function), (score, max_score) in term["scores"].items():
+        assert max_score == 1, function  # each check is worth 1 point
+        assert score == (1 if EXPECTED[student] == "pass" else 0), (student, function, score)
+
+
+def test_the_course_check_gives_the_same_verdicts_and_points_as_nbgrader(term):
+    rows = {(row[0], row[1], row[2]): row for row in term["check_rows"] if row[2] != "(notebook)"}
+    assert set(rows) == set(term["scores"])
+    for key, row in rows.items():
+        student, _, function = key
+        expected = "error" if function == "masked_attention" and student == "carol" else EXPECTED[student]
+        assert row[3] == expected, row
+        assert float(row[4]) == term["scores"][key][0], (row, term["scores"][key])
+    assert term["check_status"] == 1, "carol's loop could not be graded: the exit status says so"
+    book = list(csv.reader((term["root"] / "grades" / "gradebook.csv").open()))
+    assert book[0] == ["student", "lesson", "exercise", "verdict", "points", "message"] and len(book) == 1 + len(
+        term["check_rows"]
+    )
+
+
+def test_each_student_sees_the_checks_verdicts_in_nbgraders_feedback(term):
+    for student in ANSWERS:
+        for name in LESSONS:
+            page = term["course"] / "feedback" / student / name / f"{name}.html"
+            text = " ".join(html.unescape(page.read_text()).split())
+            for row in term["check_rows"]:
+                if row[0] == student and row[1] == name and row[3] in ("pass", "wrong"):
+                    mark = "[PASS]" if row[3] == "pass" else "[NOT YET]"
+                    assert mark in text and row[5][:60] in text, (student, row)
+
+
+def test_no_release_or_feedback_file_holds_solution_text(term):
+    secrets = solution_lines()
+    assert len(secrets) >= 5
+    files = [*(term["course"] / "release").rglob("*.ipynb"), *(term["course"] / "feedback").rglob("*.html")]
+    assert len(files) == len(LESSONS) * (1 + len(ANSWERS))
+    for path in files:
+        text = html.unescape(path.read_text())
+        if path.suffix == ".ipynb":  # JSON escapes quotes: compare the cell sources
+            text = "\n".join(cell.source for cell in nbformat.reads(path.read_text(), as_version=4).cells)
+        leaked = [line for line in secrets if line in text]
+        assert leaked == [], (path, leaked)
+    for path in (term["course"] / "release").rglob("*.ipynb"):
+        assert "folded away" not in path.read_text()
+
+
+def test_a_make_release_copy_is_refused_loudly_by_nbgrader(term):
+    refused = term["refused"]
+    assert refused.returncode != 0
+    assert (
+        "make release" in refused.stdout + refused.stderr
+        and "course.assignments check" in refused.stdout + refused.stderr
+    )
+
+
+def _lesson(name: str) -> nbformat.NotebookNode:
+    from course.assignments import _read
+
+    return _read(NOTEBOOKS_DIR / f"{name}.ipynb")
