@@ -457,7 +457,7 @@ def transformer_diagram(num_layers: str = "n_layers") -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------
-# Lesson 08: one number per head, for every layer
+# Lesson 08: one number per head, for every layer (and lesson 07's time axes)
 # ---------------------------------------------------------------------------------------------
 def layer_head_tables(
     tables: dict[str, Tensor],
@@ -522,8 +522,8 @@ def format_seconds(seconds: float) -> str:
 
 
 def seconds_axis(ax: Axes, axis: str = "y", log: bool = True) -> Axes:
-    """Label a time axis holding seconds in readable units (µs, ms, s), with ticks at 1, 10, 100 of a unit
-    on a log scale (``log``) instead of powers of two of seconds."""
+    """Label a time axis holding seconds in readable units ("100 µs", "1 ms", "2.5 s"); with ``log``, a
+    base-10 log scale with ticks at the powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     if axis not in ("x", "y"):
