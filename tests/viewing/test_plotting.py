@@ -14,11 +14,13 @@ import torch
 
 from helpers.viewing.plotting import (
     attention_heatmap,
+    compact_png,
     format_seconds,
     head_grid,
     layer_head_tables,
     readable_panel_size,
     seconds_axis,
+    use_compact_png,
 )
 from helpers.viewing.shapes import attention_inputs, layers_of_heads
 
@@ -211,3 +213,38 @@ def test_seconds_axis_labels_ticks_in_readable_units():
     assert all(unit in ("s", "ms", "µs", "ns") for unit in (label.split()[-1] for label in labels))
     with pytest.raises(ValueError, match='axis must be "x" or "y"'):
         seconds_axis(ax, "z")
+
+
+# --- compact figures ------------------------------------------------------------------------------
+def test_compact_png_is_a_palette_image_of_the_same_size_and_fewer_bytes():
+    import io
+
+    from PIL import Image
+
+    fig = head_grid(weights(2, 4, 7, 7), TOKENS)
+    compact = compact_png(fig)
+    full = io.BytesIO()
+    fig.savefig(full, format="png", bbox_inches="tight")
+    small, big = Image.open(io.BytesIO(compact)), Image.open(io.BytesIO(full.getvalue()))
+    assert small.mode == "P" and small.size == big.size
+    assert len(compact) < 0.6 * len(full.getvalue())
+    with pytest.raises(ValueError, match=r"colours must be in 2\.\.256"):
+        compact_png(fig, colours=1000)
+
+
+def test_use_compact_png_makes_ipython_store_figures_compactly():
+    import base64
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from PIL import Image
+
+    assert use_compact_png() is False  # no IPython running: nothing changes
+    shell = InteractiveShell.instance()
+    try:
+        assert use_compact_png() is True
+        fig = head_grid(weights(1, 2, 7, 7), TOKENS)
+        data, _ = shell.display_formatter.format(fig)
+        assert Image.open(io.BytesIO(base64.b64decode(data["image/png"]))).mode == "P"
+    finally:
+        InteractiveShell.clear_instance()
