@@ -19,11 +19,16 @@ Where it works, and how:
   JavaScript and the saved state, turns the other widgets into static snapshots of what they showed, and
   loads no remote script: the page works from a USB stick. ``OfflineWidgets`` is the nbconvert
   preprocessor that does it, usable from the command line too.
-* **PDF, GitHub, nbval**: the output also carries a PNG (the layer × head grid of ``helpers.viewing.plotting``)
-  and a text/plain line with shapes only (no address, no random id), which nbval compares.
+* **PDF, GitHub, nbval**: the output also carries a PNG (``fallback_figure``: the first layer's heads, sized
+  to be read on its own) and a text/plain line with shapes only (no address, no random id), which nbval
+  compares.
 
-Shapes: weights are (h, L, S) for one layer, (layers, h, L, S), or a list over layers of (h, L, S);
-L query tokens (rows), S key tokens (columns); every weight in [0, 1].
+The head view's JavaScript travels once per notebook (the first view a kernel shows carries it, later ones a
+stub) and once per exported page.
+
+Shapes: weights in any shape ``helpers.viewing.shapes`` accepts ((L, S), (h, L, S), (layers, h, L, S), a list
+over layers of (h, L, S)); L query tokens (rows), S key tokens (columns); every weight in [0, 1]; at most
+``MAX_WEIGHTS`` weights in all.
 """
 
 from __future__ import annotations
@@ -270,11 +275,17 @@ def fallback_figure(state: dict):
 
 
 def fallback_png(state: dict) -> str:
-    """``fallback_figure`` as a base64 PNG, the form notebooks store images in."""
+    """``fallback_figure`` as a base64 PNG (80 dpi, 256 colours), the form notebooks store images in."""
+    from PIL import Image  # matplotlib's own dependency
+
     fig = fallback_figure(state)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)
+    # 256 colours are plenty for viridis and black text, and a third of the bytes of full colour.
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB").quantize(colors=256)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

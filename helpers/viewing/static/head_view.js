@@ -1,11 +1,11 @@
 // The course's head view: attention weights of every layer and head, drawn in the browser.
 //
 // One file serves two hosts. In JupyterLab it is an anywidget module (`export default { render }`,
-// the model is the live or saved widget state). In an exported HTML page helpers/head_view.py strips
+// the model is the live or saved widget state). In an exported HTML page helpers/viewing/head_view.py strips
 // the export line, wraps the file in a plain <script> and renders with `staticModel`, a stand-in
 // that keeps the same state in the page: no widget manager, no kernel, nothing fetched.
 //
-// State (set by Python, see helpers/head_view.py): kind ("self" | "causal" | "cross"), title,
+// State (set by Python, see helpers/viewing/head_view.py): kind ("self" | "causal" | "cross"), title,
 // query_tokens (L), key_tokens (S), layer_names, weights[layer][head][query][key] in [0, 1];
 // layer, head (-1 = all heads) and view ("lines" | "heatmap" | "grid") change on clicks.
 
@@ -14,7 +14,7 @@ const HEAD_COLOURS = [
   "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7",
   "#B8A000", "#444444", "#8C564B", "#17BECF", "#9467BD", "#7F7F7F",
 ];
-// Viridis at eleven stops, the colour map of every figure in the course (helpers/plotting.py).
+// Viridis at eleven stops, the colour map of every figure in the course (helpers/viewing/plotting.py).
 const VIRIDIS = [
   [68, 1, 84], [72, 36, 117], [65, 68, 135], [53, 95, 141], [42, 120, 142], [33, 145, 140],
   [34, 168, 132], [68, 191, 112], [122, 209, 81], [189, 223, 38], [253, 231, 37],
