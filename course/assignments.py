@@ -437,7 +437,7 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
     header += ["from course.grading import graded  # refuses a check that is not the course's own", ""]
     names = ", ".join(f"_verdict_{number}" for number in range(1, len(calls) + 1)) + ("," if len(calls) == 1 else "")
     fail = "a check above did not pass: read its verdict"
-    lines.append(f"assert all(verdict.passed for verdict in ({names})), \"{fail}\"")
+    lines.append(f'assert all(verdict.passed for verdict in ({names})), "{fail}"')
     return "\n".join(header + lines), len(calls)
 
 
