@@ -5,6 +5,8 @@
 - ``course.assignments``: student copies without solutions, checking handed-in copies, nbgrader export,
   folding solutions away in the lessons (``python -m course.assignments --help``);
 - ``course.site``: the executed lessons as one offline website (``python -m course.site``, or ``make site``);
+- ``course.grading``: grading handed-in lessons: the locked cell that runs a graded check (``graded``), the
+  ``check`` command's supervised runs and gradebook, nbgrader's configuration template;
 - ``course.corpus``: the generator of the German-English corpus in ``data/captions``
   (``python -m course.corpus``, or ``make corpus``).
 

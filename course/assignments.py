@@ -12,8 +12,8 @@ A release writes one student copy per lesson, with the same file name, into an o
 
     python -m course.assignments release --out DIR      # or: make release  (DIR = student/)
     python -m course.assignments list                   # the exercises each lesson holds
-    python -m course.assignments check FILE.ipynb ...   # run handed-in copies, print each verdict
-    python -m course.assignments nbgrader --out DIR     # nbgrader source notebooks (--hide-checks: exam)
+    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies: rows, grades/gradebook.csv, totals
+    python -m course.assignments nbgrader               # nbgrader sources in classroom/source (--hide-checks: exam)
     python -m course.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
 What a student copy is:
@@ -23,6 +23,8 @@ What a student copy is:
   and defines the function, and the lesson's check cell reports "not attempted yet".
 * Cells tagged ``solution-only`` (any cell type) are removed: use the tag for a worked answer, an
   explanation of the solution, or a cell that only demonstrates the solved function.
+* A markdown paragraph that speaks of a folded solution ("... folded away ... click the bar") is dropped:
+  a copy holds no solution to unfold.
 * Outputs and execution counts are cleared. Cell metadata keeps only ``tags`` (and, in raw cells,
   the ``format``/``raw_mimetype`` that say what the raw text is); notebook metadata keeps only
   ``kernelspec`` and ``language_info``. Widget state (``metadata.widgets``), nbgrader's records
@@ -435,9 +437,9 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
         modules.setdefault(imports[check], []).append(check)
     header = [f"from {module} import {', '.join(dict.fromkeys(checks))}" for module, checks in modules.items()]
     header += ["from course.grading import graded  # refuses a check that is not the course's own", ""]
-    names = ", ".join(f"_verdict_{number}" for number in range(1, len(calls) + 1))
+    names = ", ".join(f"_verdict_{number}" for number in range(1, len(calls) + 1)) + ("," if len(calls) == 1 else "")
     fail = "a check above did not pass: read its verdict"
-    lines.append(f"assert all(verdict.passed for verdict in ({names},)), {fail!r}")
+    lines.append(f'assert all(verdict.passed for verdict in ({names})), "{fail}"')
     return "\n".join(header + lines), len(calls)
 
 

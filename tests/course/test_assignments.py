@@ -678,7 +678,7 @@ def test_nbgrader_source_marks_answers_and_turns_checks_into_graded_tests():
         + "print('checking')\n"
         '_verdict_1 = graded(check_linear_projection, "linear_projection")\n'
         '_verdict_2 = graded(check_cross_attention_inputs, "cross_attention_inputs")\n'
-        "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2,)), "
+        "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2)), "
     )
     assert graded.cells[4].metadata.nbgrader["grade_id"] == "double-cross_attention_inputs-4-answer"
     assert graded.cells[5].metadata.nbgrader["points"] == 2
