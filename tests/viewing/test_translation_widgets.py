@@ -168,3 +168,21 @@ def test_draw_default_false_keeps_the_first_figure_out_of_the_widget_state():
     ui.children[2].value = 3
     assert len(plt.get_fignums()) == 1 and torch.equal(ui.result, items[0].attention[1, 3])
     plt.close("all")
+
+
+def test_figure_png_is_a_palette_image_of_the_same_size_and_fewer_bytes():
+    import io
+
+    from PIL import Image
+
+    from helpers.viewing.plotting import figure_png, readable_head_grid
+
+    fig = readable_head_grid(torch.rand(2, 4, 9, 11).softmax(-1), list("abcdefghi"), list("ABCDEFGHIJK"))
+    full = io.BytesIO()
+    fig.savefig(full, format="png", bbox_inches="tight")
+    compact = figure_png(fig, colors=64)
+    plt.close(fig)
+    image, reference = Image.open(io.BytesIO(compact)), Image.open(io.BytesIO(full.getvalue()))
+    assert image.mode == "P" and len(image.getcolors()) <= 64
+    assert all(abs(a - b) <= 2 for a, b in zip(image.size, reference.size, strict=True))  # (tight-box rounding)
+    assert len(compact) < 0.6 * len(full.getvalue())
