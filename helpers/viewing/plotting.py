@@ -7,6 +7,7 @@ colour-blind-safe colour map (viridis) on one shared scale, 0 to 1 unless stated
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -694,7 +695,6 @@ def word_alignment_grid(
 def compact_png(fig: Figure, colours: int = 256, dpi: float | None = None) -> bytes:
     """``fig`` as PNG bytes with at most ``colours`` colours (a palette PNG), cropped as the notebook crops
     it. Viridis and black text need no more than 256; the file is about a third of a full-colour PNG's."""
-    import io
 
     from PIL import Image  # matplotlib's own dependency
 
