@@ -41,11 +41,16 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-test: $(STAMP)  ## unit tests, then every notebook under strict nbval
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q
+# Two workers, one per core of the course's 2-core reference machine (WORKERS=1 runs serially). Each test file and
+# each lesson stays on one worker (--dist loadfile), so a lesson's cells share one kernel and a file its fixtures.
+WORKERS ?= 2
+PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 
-unit: $(STAMP)  ## unit tests only (fast)
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
+test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cores
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL)
+
+unit: $(STAMP)  ## unit tests only
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q $(PARALLEL)
 
 # The GitHub workflow cannot run here, so it is linted: its schema (check-jsonschema's copy of GitHub's, offline)
 # and what zizmor audits (pinned actions, permissions, injection); --offline: zizmor asks GitHub nothing.

@@ -2,12 +2,14 @@
 
 - matplotlib draws with the non-interactive Agg backend (no window, no display needed), chosen here before
   any test imports pyplot, and every figure a test leaves open is closed after it.
-- ``one_torch_thread``: a fixture for tiny models.
+- ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread.
 - ``not_attempted`` and ``assert_hint``: what the exercise-check tests feed and assert; import them with
   ``from conftest import assert_hint, not_attempted`` (pytest puts this folder on the import path).
 """
 
 from __future__ import annotations
+
+import os
 
 import matplotlib
 import pytest
@@ -16,6 +18,12 @@ import torch
 matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a test runner
 
 import matplotlib.pyplot as plt
+
+# Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
+# of torch's default two threads each would fight over two cores.
+PARALLEL_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if PARALLEL_WORKERS > 1:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

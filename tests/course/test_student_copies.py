@@ -257,7 +257,9 @@ def lesson_runs(request):
         for item in request.session.items
         if getattr(item, "originalname", None) == RUN_TEST and hasattr(item, "callspec")
     ]
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="student-copy")
+    # Two at a time, unless pytest-xdist already gives every core a worker of its own.
+    workers = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else 2
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="student-copy")
     # Last lesson first: lesson 06 trains a model and takes longest, so it runs on one worker while
     # the short lessons share the other. Reading and releasing happen inside each job, so one
     # broken lesson fails only its own test.
