@@ -1,17 +1,20 @@
-"""A small decoder-only (GPT-style) causal language model with a KV cache, grouped-query attention, optional
-sliding windows and three kinds of positions (rotary, sinusoidal, none).
+"""A decoder-only (GPT-style) causal language model with a KV cache, grouped-query attention, optional
+sliding windows, three kinds of positions (rotary, sinusoidal, none), and the Llama-style choices (RMSNorm, a
+SwiGLU feed-forward, an output layer tied to the embedding) that a real model such as SmolLM2 needs.
 
 Shapes, in the course notation: N batch, L new tokens in this call, T tokens so far (the cache's length plus
-L), E embedding size, h query heads, g key/value heads (h a multiple of g), d = E / h head size, V vocabulary.
+L), E embedding size, h query heads, h_kv key/value heads (h a multiple of h_kv), g = h / h_kv query heads per
+key/value head, d = E / h head size, F feed-forward width, n_layers blocks, V vocabulary.
 
 Generation writes one token at a time. Without a cache every step runs the whole sequence again; with the KV
-cache every layer keeps the keys and values of the tokens it has seen, (N, g, T, d) each, and a step runs only
+cache every layer keeps the keys and values of the tokens it has seen, (N, h_kv, T, d) each, and a step runs only
 the newest token: its query attends over the cached keys plus its own. The outputs are the same (tested);
 the work per token no longer grows with the length.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,17 +23,31 @@ from torch import Tensor, nn
 
 from helpers.attention import GroupedQueryAttention
 from helpers.embeddings import PositionalEncoding
-from helpers.rotary import apply_rotary
+from helpers.norms import RMSNorm
+from helpers.rotary import rotary_cos_sin, rotate_pairs
+from helpers.swiglu import SwiGLU
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_gpt"]
 
 POSITIONS = ("rotary", "sinusoidal", "none")
+NORMS = ("layer", "rms")
+FEED_FORWARDS = ("gelu", "swiglu")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 @dataclass
 class GPTConfig:
-    """The model's sizes. ``num_kv_heads`` < ``num_heads`` is grouped-query attention (1: multi-query);
-    ``window`` limits each token's attention to itself and the ``window - 1`` tokens before it."""
+    """The model's sizes and choices. ``num_kv_heads`` (h_kv) < ``num_heads`` (h) is grouped-query attention
+    (1: multi-query); ``window`` limits each token's attention to itself and the ``window - 1`` tokens before it.
+
+    ``norm`` "layer" (LayerNorm) or "rms" (RMSNorm, eps ``norm_eps``); ``feed_forward`` "gelu" (two layers with
+    biases) or "swiglu"; ``rotary_base`` the base of the rotary frequencies; ``tie_embeddings`` makes the output
+    layer reuse the token embedding's matrix (V, E). The defaults are the small GPT of lesson 07.
+    """
 
     vocab_size: int
     embed_dim: int = 64
@@ -41,25 +58,62 @@ class GPTConfig:
     max_len: int = 512  # longest sequence with sinusoidal positions (rotary and none have no limit)
     positions: str = "rotary"
     window: int | None = None
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    feed_forward: str = "gelu"
+    rotary_base: float = 10000.0
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "embed_dim", "num_heads", "num_kv_heads", "num_layers", "ff_dim", "max_len"):
+            _positive_int(name, getattr(self, name))
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be a multiple of num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads}): each "
+                f"key/value head serves a whole group of g query heads"
+            )
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.positions == "rotary" and (self.embed_dim // self.num_heads) % 2:
+            raise ValueError(f"rotary positions rotate pairs: the head size d must be even, got {self.head_dim}")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)):
+            raise ValueError(f"window must be a positive int number of tokens or None, got {self.window!r}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"window must be a positive number of tokens or None, got {self.window}")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.feed_forward not in FEED_FORWARDS:
+            raise ValueError(f"feed_forward must be one of {FEED_FORWARDS}, got {self.feed_forward!r}")
+        if not (isinstance(self.norm_eps, int | float) and self.norm_eps > 0):
+            raise ValueError(f"norm_eps must be a small positive number, got {self.norm_eps!r}")
+        if not (isinstance(self.rotary_base, int | float) and math.isfinite(self.rotary_base) and self.rotary_base > 0):
+            raise ValueError(f"rotary_base must be a finite positive number, got {self.rotary_base!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """d = E / h."""
+        return self.embed_dim // self.num_heads
 
 
 def kv_cache_bytes(
     num_layers: int, num_kv_heads: int, head_dim: int, tokens: int, bytes_per_number: int = 2, batch_size: int = 1
 ) -> int:
-    """Size of a KV cache: 2 (keys and values) × layers × kv-heads × head size × tokens × bytes (× batch)."""
+    """Size of a KV cache: 2 (keys and values) × n_layers × h_kv × d × tokens × bytes (× N)."""
     return 2 * num_layers * num_kv_heads * head_dim * tokens * bytes_per_number * batch_size
 
 
 class KVCache:
-    """Per layer, the keys and values of every token seen so far: two (N, g, T, d) tensors, or None at first."""
+    """Per layer, the keys and values of every token seen so far: two (N, h_kv, T, d) tensors, or None at first.
+
+    A model updates ``layers`` only once a whole step has run, all layers at once, so a step interrupted
+    half-way (an error, Ctrl-C) leaves the cache as it was. ``GPT`` refuses a cache made for another depth,
+    batch size, head count or head size.
+    """
 
     def __init__(self, num_layers: int) -> None:
+        _positive_int("num_layers", num_layers)
         self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
 
     @property
@@ -94,59 +148,92 @@ class CausalSelfAttention(nn.Module):
     projected (and, with RoPE, rotated) keys and values instead, so this module owns one and runs its
     ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` itself. Without cache and rotary positions it computes
     exactly ``self.projections(x, x, x, attn_mask=causal_mask(L))`` (tested).
+
+    ``self.projections.out_proj`` is an ``nn.Linear(E, E)`` whose input is the h heads' outputs concatenated,
+    (N, L, h·d) with head i in features i·d .. (i + 1)·d - 1: a forward pre-hook on it can read, zero or patch
+    one head's output before the heads are mixed.
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.projections = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads, bias=False)
         self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
-        self.head_dim = config.embed_dim // config.num_heads
+        self.head_dim = config.head_dim
         self.rotary, self.window = config.positions == "rotary", config.window
+        self.rotary_base = config.rotary_base
 
     def forward(
-        self, x: Tensor, positions: Tensor, past: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """x (N, L, E) at ``positions`` (L,); past keys and values (N, g, T - L, d) each, or None.
-        Returns the output (N, L, E) and the keys and values of all T tokens, (N, g, T, d) each."""
-        N, L, E = x.shape
-        p, h, g, d = self.projections, self.num_heads, self.num_kv_heads, self.head_dim
+        self,
+        x: Tensor,
+        positions: Tensor,
+        past: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+        rotation: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]] | tuple[Tensor, tuple[Tensor, Tensor], Tensor]:
+        """x (N, L, E) at ``positions`` (L,); past keys and values (N, h_kv, T - L, d) each, or None.
+        ``rotation``: the (cos, sin) of the positions, (L, d / 2) each, if the caller computed them already.
+
+        Returns the output (N, L, E) and the keys and values of all T tokens, (N, h_kv, T, d) each; with
+        ``need_weights`` also the attention weights (N, h, L, T)."""
+        N, L, _ = x.shape
+        p, h, h_kv, d = self.projections, self.num_heads, self.num_kv_heads, self.head_dim
         q = p.q_proj(x).view(N, L, h, d).transpose(1, 2)  # (N, h, L, d)
-        k = p.k_proj(x).view(N, L, g, d).transpose(1, 2)  # (N, g, L, d)
-        v = p.v_proj(x).view(N, L, g, d).transpose(1, 2)  # (N, g, L, d)
+        k = p.k_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
+        v = p.v_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
-            q, k = apply_rotary(q, positions), apply_rotary(k, positions)
+            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
+            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         if past is not None:
-            k = torch.cat((past[0], k), dim=2)  # (N, g, T, d): the new tokens go after the old ones
+            k = torch.cat((past[0], k), dim=2)  # (N, h_kv, T, d): the new tokens go after the old ones
             v = torch.cat((past[1], v), dim=2)
-        keys, values = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)  # (N, h, T, d)
+        g = h // h_kv  # query heads per key/value head
+        keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
         mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (N, h, L, d)
-        return p.out_proj(out.transpose(1, 2).reshape(N, L, E)), (k, v)
+        if need_weights:
+            scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)  # (N, h, L, T)
+            weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            out = weights @ values  # (N, h, L, d)
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (N, h, L, d)
+        out = p.out_proj(out.transpose(1, 2).reshape(N, L, h * d))  # heads concatenated (N, L, h·d), then mixed
+        return (out, (k, v), weights) if need_weights else (out, (k, v))
 
 
 class DecoderBlock(nn.Module):
-    """Pre-norm block: x + attention(LayerNorm(x)), then x + feed-forward(LayerNorm(x)). (N, L, E) -> (N, L, E)."""
+    """Pre-norm block: x + attention(norm(x)), then x + feed-forward(norm(x)). (N, L, E) -> (N, L, E).
+
+    The norms are LayerNorm or RMSNorm, the feed-forward GELU (E -> F -> E) or SwiGLU, as the config says."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(config.embed_dim), nn.LayerNorm(config.embed_dim)
+        self.norm1, self.norm2 = _norm(config), _norm(config)
         self.attention = CausalSelfAttention(config)
-        self.feed_forward = nn.Sequential(
-            nn.Linear(config.embed_dim, config.ff_dim), nn.GELU(), nn.Linear(config.ff_dim, config.embed_dim)
-        )
+        if config.feed_forward == "swiglu":
+            self.feed_forward = SwiGLU(config.embed_dim, config.ff_dim)
+        else:
+            self.feed_forward = nn.Sequential(
+                nn.Linear(config.embed_dim, config.ff_dim), nn.GELU(), nn.Linear(config.ff_dim, config.embed_dim)
+            )
 
-    def forward(self, x, positions, past=None):
-        attended, present = self.attention(self.norm1(x), positions, past)
+    def forward(self, x, positions, past=None, need_weights=False, rotation=None):
+        attended, present, *weights = self.attention(self.norm1(x), positions, past, need_weights, rotation)
         x = x + attended
-        return x + self.feed_forward(self.norm2(x)), present
+        return (x + self.feed_forward(self.norm2(x)), present, *weights)
+
+
+def _norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "rms":
+        return RMSNorm(config.embed_dim, config.norm_eps)
+    return nn.LayerNorm(config.embed_dim, eps=config.norm_eps)
 
 
 class GPT(nn.Module):
     """Decoder-only causal language model: ids (N, L) -> next-token logits (N, L, V).
 
-    ``forward(ids, cache)``: with a ``KVCache`` the ids are the next L tokens after the cache's T - L, and the
-    cache grows by them. ``embed`` and ``run`` split the forward pass so that a lesson can take gradients with
-    respect to the token vectors.
+    ``forward(ids, cache, need_weights)``: with a ``KVCache`` the ids are the next L tokens after the cache's
+    T - L, and the cache grows by them once the step is complete. With ``need_weights=True`` it returns
+    ``(logits, weights)``, weights a list of n_layers tensors (N, h, L, T). ``embed`` and ``run`` split the
+    forward pass so that a lesson can take gradients with respect to the token vectors.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -157,51 +244,115 @@ class GPT(nn.Module):
             PositionalEncoding(config.embed_dim, config.max_len) if config.positions == "sinusoidal" else None
         )
         self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.num_layers))
-        self.norm = nn.LayerNorm(config.embed_dim)
+        self.norm = _norm(config)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.token_embedding.weight  # one (V, E) matrix: embedding and output layer
 
     def embed(self, ids: Tensor, start: int = 0) -> Tensor:
         """Token vectors (N, L, E) of ``ids`` (N, L) at positions start .. start + L - 1 (sinusoidal added)."""
         x = self.token_embedding(ids)
         return x if self.positional is None else self.positional(x, start=start)
 
-    def run(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)."""
+    def _check_cache(self, cache: KVCache, N: int) -> None:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+        c = self.config
+        if len(cache.layers) != c.num_layers:
+            raise ValueError(
+                f"cache has {len(cache.layers)} layers but this model has {c.num_layers}: "
+                f"make one with model.new_cache()"
+            )
+        first = cache.layers[0]
+        if first is not None:
+            expected = (N, c.num_kv_heads, first[0].size(2), c.head_dim)
+            if tuple(first[0].shape) != expected:
+                raise ValueError(
+                    f"cache holds keys of shape {tuple(first[0].shape)} (N, h_kv, T, d) but this call needs "
+                    f"{expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, d = {c.head_dim}): "
+                    f"a cache serves one model and one batch; make one with model.new_cache()"
+                )
+
+    def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False):
+        """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)
+        (and the list of n_layers weights (N, h, L, T) with ``need_weights``)."""
+        if cache is not None:
+            self._check_cache(cache, x.size(0))
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + x.size(1), device=x.device)  # (L,)
+        rotation = None
+        if self.config.positions == "rotary":  # one (cos, sin) for every layer
+            cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, x.dtype)
+            rotation = cos.to(x.device), sin.to(x.device)
+        presents, all_weights = [], []
         for index, block in enumerate(self.blocks):
-            x, present = block(x, positions, None if cache is None else cache.layers[index])
-            if cache is not None:
-                cache.layers[index] = present
-        return self.lm_head(self.norm(x))
+            past = None if cache is None else cache.layers[index]
+            x, present, *weights = block(x, positions, past, need_weights, rotation)
+            presents.append(present)
+            all_weights += weights
+        logits = self.lm_head(self.norm(x))
+        if cache is not None:
+            cache.layers = presents  # every layer at once, only after the whole step has run
+        return (logits, all_weights) if need_weights else logits
 
-    def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (N, L) token ids, got shape {tuple(ids.shape)}")
-        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache)
+    def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False):
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be (N, L) token ids, got {shape}")
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be integer token ids, got dtype {ids.dtype}")
+        if ids.numel() == 0:
+            raise ValueError(f"ids must hold at least one token, got shape {tuple(ids.shape)}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"ids must be token ids in 0 .. V - 1 = {self.config.vocab_size - 1}, got values {low} .. {high}"
+            )
+        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights)
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
 
 
 @torch.no_grad()
-def generate(model: GPT, prompt: Tensor, max_new_tokens: int, use_cache: bool = True) -> tuple[Tensor, Tensor]:
+def generate(
+    model: GPT, prompt: Tensor, max_new_tokens: int, use_cache: bool = True, eos_id: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Greedy generation: prompt (N, T0) -> tokens (N, T0 + new) and each step's logits (N, new, V).
 
     Without the cache each step runs the model on the whole sequence so far and keeps the last position's
     logits; with it, the prompt fills the cache once and every later step runs the newest token only.
+    With ``eos_id`` generation stops once every row has produced that token (a row that finished early
+    is filled with ``eos_id``), so ``new`` can be below ``max_new_tokens``.
     """
-    if prompt.dim() != 2 or prompt.size(1) < 1:
-        raise ValueError(f"prompt must be (N, T0) token ids with T0 >= 1, got shape {tuple(prompt.shape)}")
+    if not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.size(1) < 1:
+        shape = tuple(prompt.shape) if isinstance(prompt, Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt must be (N, T0) token ids with T0 >= 1, got {shape}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if eos_id is not None and (
+        isinstance(eos_id, bool)
+        or not isinstance(eos_id, int)
+        or eos_id < 0
+        or (vocab_size is not None and eos_id >= vocab_size)
+    ):
+        raise ValueError(f"eos_id must be a token id in 0 .. V - 1 or None, got {eos_id!r}")
     tokens, step_logits = prompt, []
     cache = model.new_cache() if use_cache else None
     new = prompt
+    finished = torch.zeros(prompt.size(0), 1, dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):
         logits = model(new, cache)[:, -1] if use_cache else model(tokens)[:, -1]  # (N, V)
         next_token = logits.argmax(dim=-1, keepdim=True)  # (N, 1)
+        if eos_id is not None:
+            next_token = next_token.masked_fill(finished, eos_id)
+            finished |= next_token == eos_id
         tokens = torch.cat((tokens, next_token), dim=1)
         step_logits.append(logits)
         new = next_token
+        if eos_id is not None and bool(finished.all()):
+            break
     return tokens, torch.stack(step_logits, dim=1)
 
 

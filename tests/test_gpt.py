@@ -109,3 +109,159 @@ def test_bad_configs_and_inputs():
         model(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="prompt"):
         generate(model, torch.zeros(2, 0, dtype=torch.long), 3)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_layers", 0), ("num_layers", -1), ("vocab_size", 0), ("vocab_size", 2.5), ("ff_dim", 0), ("num_heads", 0)],
+)
+def test_every_size_is_validated_by_name(field, value):
+    with pytest.raises(ValueError, match=field):
+        GPTConfig(**{"vocab_size": 10, field: value})
+
+
+def test_generate_refuses_bad_lengths_and_ids_beyond_the_vocabulary():
+    model = GPT(GPTConfig(vocab_size=10, embed_dim=16, num_heads=2, num_kv_heads=2)).eval()
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            generate(model, prompt, bad)
+    with pytest.raises(ValueError, match=r"0 \.\. V - 1 = 9"):
+        model(torch.tensor([[3, 10]]))
+    with pytest.raises(ValueError, match=r"0 \.\. V - 1 = 9"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(TypeError, match="integer"):
+        model(torch.zeros(1, 3))
+
+
+def test_a_cache_from_another_model_or_batch_is_refused():
+    torch.manual_seed(5)
+    small = GPT(GPTConfig(vocab_size=10, embed_dim=16, num_heads=4, num_kv_heads=2, num_layers=2)).eval()
+    deep = GPT(GPTConfig(vocab_size=10, embed_dim=16, num_heads=4, num_kv_heads=2, num_layers=3)).eval()
+    other_heads = GPT(GPTConfig(vocab_size=10, embed_dim=16, num_heads=4, num_kv_heads=4, num_layers=2)).eval()
+    with torch.no_grad():
+        cache = deep.new_cache()
+        deep(torch.randint(10, (2, 4)), cache)
+        with pytest.raises(ValueError, match="3 layers but this model has 2"):
+            small(torch.randint(10, (2, 1)), cache)
+        cache = small.new_cache()
+        small(torch.randint(10, (2, 4)), cache)
+        with pytest.raises(ValueError, match="batch size N = 3"):
+            small(torch.randint(10, (3, 1)), cache)
+        with pytest.raises(ValueError, match="h_kv = 4"):
+            other_heads(torch.randint(10, (2, 1)), cache)
+        assert cache.length == 4  # the refused calls left it alone
+
+
+def test_a_step_interrupted_half_way_leaves_the_cache_as_it_was():
+    torch.manual_seed(6)
+    model = GPT(GPTConfig(vocab_size=10, embed_dim=16, num_heads=2, num_kv_heads=1, num_layers=3)).eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(10, (1, 5)), cache)
+    before = [tuple(t.clone() for t in entry) for entry in cache.layers]
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    handle = model.blocks[1].register_forward_hook(interrupt)  # Ctrl-C after layer 0 has run its step
+    with pytest.raises(KeyboardInterrupt), torch.no_grad():
+        model(torch.randint(10, (1, 1)), cache)
+    handle.remove()
+    assert cache.length == 5
+    for (k0, v0), (k1, v1) in zip(before, cache.layers, strict=True):
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)
+    # and the cache still works: its next step equals the uncached model on the whole sequence
+    prompt, ids = torch.randint(10, (1, 5)), torch.randint(10, (1, 1))
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(prompt, cache)
+        handle = model.blocks[2].register_forward_hook(interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            model(ids, cache)
+        handle.remove()
+        cached = model(ids, cache)[:, -1]
+        plain = model(torch.cat((prompt, ids), dim=1))[:, -1]
+    torch.testing.assert_close(cached, plain, atol=1e-5, rtol=0)
+    assert cache.length == 6
+
+
+def test_generation_stops_at_eos_and_pads_finished_rows():
+    torch.manual_seed(7)
+    model = GPT(GPTConfig(vocab_size=12, embed_dim=16, num_heads=2, num_kv_heads=2)).eval()
+    prompt = torch.randint(12, (3, 4))
+    free, _ = generate(model, prompt, 20)
+    eos = int(free[0, 4 + 2])  # the token row 0 writes third
+    stopped, logits = generate(model, prompt, 20, eos_id=eos)
+    new = stopped[:, 4:]
+    reached = [(row == eos).nonzero() for row in new]
+    first = [int(at[0]) if len(at) else None for at in reached]
+    if None in first:  # a row that never writes eos runs the whole way
+        assert new.size(1) == 20
+    else:
+        assert new.size(1) == max(first) + 1
+    assert logits.size(1) == new.size(1)
+    for row, at, unstopped in zip(new, first, free[:, 4:], strict=True):
+        if at is None:
+            assert torch.equal(row, unstopped)
+        else:
+            assert (row[at:] == eos).all()  # padded after its end
+            assert torch.equal(row[: at + 1], unstopped[: at + 1])  # the same tokens up to eos
+    assert first[0] is not None and first[0] <= 2
+    # a prompt whose rows all stop: generation ends before max_new_tokens
+    short, _ = generate(model, prompt[:1], 20, eos_id=eos)
+    assert short.size(1) == 4 + first[0] + 1
+    with pytest.raises(ValueError, match="eos_id"):
+        generate(model, prompt, 5, eos_id=12)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_llama_style_blocks_cache_like_the_others(tie, one_torch_thread):
+    torch.manual_seed(8)
+    config = GPTConfig(
+        vocab_size=30, embed_dim=32, num_heads=4, num_kv_heads=2, norm="rms", feed_forward="swiglu",
+        rotary_base=100000.0, tie_embeddings=tie,
+    )  # fmt: skip
+    model = GPT(config).eval()
+    assert (model.lm_head.weight is model.token_embedding.weight) == tie
+    prompt = torch.randint(30, (2, 5))
+    cached, cl = generate(model, prompt, 10, use_cache=True)
+    plain, pl = generate(model, prompt, 10, use_cache=False)
+    assert torch.equal(cached, plain)
+    torch.testing.assert_close(cl, pl, atol=1e-5, rtol=0)
+
+
+def test_need_weights_returns_every_layers_causal_weights_and_the_same_logits():
+    torch.manual_seed(9)
+    model = GPT(GPTConfig(vocab_size=20, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=3)).eval()
+    ids = torch.randint(20, (2, 6))
+    with torch.no_grad():
+        logits, weights = model(ids, need_weights=True)
+        plain = model(ids)
+    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=0)
+    assert len(weights) == 3 and all(w.shape == (2, 4, 6, 6) for w in weights)
+    for w in weights:
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6))
+        assert (w.triu(1) == 0).all()  # causal: nothing above the diagonal
+
+
+def test_a_pre_hook_on_out_proj_sees_the_concatenated_heads():
+    torch.manual_seed(10)
+    model = GPT(GPTConfig(vocab_size=20, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=1)).eval()
+    ids = torch.randint(20, (1, 5))
+    seen = []
+
+    def zero_head_2(module, inputs):
+        (x,) = inputs
+        seen.append(x.shape)
+        x = x.clone()
+        x[..., 2 * 8 : 3 * 8] = 0
+        return (x,)
+
+    with torch.no_grad():
+        before = model(ids)
+        handle = model.blocks[0].attention.projections.out_proj.register_forward_pre_hook(zero_head_2)
+        after = model(ids)
+        handle.remove()
+    assert seen == [torch.Size([1, 5, 32])]
+    assert not torch.allclose(before, after)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers import apply_rotary, rotary_angles
+from helpers.rotary import rotary_cos_sin, rotate_pairs
 
 
 def test_each_pair_is_rotated_by_position_times_its_frequency():
@@ -49,3 +50,27 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"shape \(T,\)"):
         apply_rotary(torch.randn(4, 6), torch.arange(3))
     assert rotary_angles(3, 4).shape == (3, 2)
+
+
+def test_more_bad_inputs_name_what_was_expected():
+    with pytest.raises(ValueError, match="at least 2-D"):
+        apply_rotary(torch.randn(8))
+    with pytest.raises(TypeError, match="tensor"):
+        apply_rotary(torch.randn(3, 8), [0, 1, 2])
+    with pytest.raises(TypeError, match="tensor"):
+        rotary_angles([0, 1, 2], 8)
+    with pytest.raises(ValueError, match="T >= 0"):
+        rotary_angles(-3, 8)
+    for base in (0, -10.0, float("nan")):
+        with pytest.raises(ValueError, match="base"):
+            rotary_angles(4, 8, base=base)
+        with pytest.raises(ValueError, match="base"):
+            apply_rotary(torch.randn(4, 8), base=base)
+
+
+def test_rotate_pairs_with_precomputed_angles_is_apply_rotary():
+    x = torch.randn(2, 3, 5, 8)
+    positions = torch.arange(7, 12)
+    cos, sin = rotary_cos_sin(positions, 8, base=100000.0)
+    torch.testing.assert_close(rotate_pairs(x, cos, sin), apply_rotary(x, positions, base=100000.0))
+    assert not torch.allclose(rotate_pairs(x, cos, sin), apply_rotary(x, positions))  # the base matters
