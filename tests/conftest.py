@@ -52,3 +52,20 @@ def assert_hint(verdict, *fragments: str) -> None:
     assert verdict.status == "wrong", verdict
     for fragment in fragments:
         assert fragment in verdict.message, (fragment, verdict.message)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """Lesson 09's SmolLM2-135M-Instruct built from the course's modules, ``(model, tokenizer)``: loaded once per
+    test session (540 MB in float32), shared by every test that needs it."""
+    from helpers.models.language_model import load_pretrained_lm
+
+    return load_pretrained_lm()
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference():
+    """The same GGUF file loaded by ``transformers`` (the reference), once per test session."""
+    from helpers.models.language_model import load_reference_lm
+
+    return load_reference_lm()

