@@ -11,7 +11,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course.exercises.feedback import Verdict, as_tensor, call_learner, close, expect_shape, run_check, wrong
+from course.exercises.feedback import (
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
 from helpers.analysis.circuits import induction_score
 
 __all__ = [
@@ -80,6 +89,7 @@ def _induction_mistakes(weights: Tensor, ids: Tensor) -> dict[str, Callable[[], 
     }
 
 
+@learner_check
 def check_induction_score(score: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``score(weights (N, h, T, T), ids (N, T)) -> (h,)``."""
 
@@ -157,6 +167,7 @@ def _row_verdict(ids: Tensor, predictable: Tensor, n: int) -> tuple[int, int]:
     )
 
 
+@learner_check
 def check_repeated_batch(make_batch: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
     """Check ``make_batch(batch_size, seq_len, vocab_size, low, high, generator) -> (ids, predictable)``."""
 
@@ -213,6 +224,7 @@ def reference_patch_hook(head: int, num_heads: int, source: Tensor) -> Callable:
     return hook
 
 
+@learner_check
 def check_patch_hook(make_hook: Callable[[int, int, Tensor], Callable]) -> Verdict:
     """Check ``make_hook(head, num_heads, source)`` -> a forward pre-hook ``hook(module, args)``."""
 
