@@ -1,8 +1,8 @@
 """Every attention of a translator for one sentence: the encoder's self-attention, the decoder's masked
 self-attention and its cross-attention, per layer and head.
 
-Shapes: S source tokens (with BOS and EOS), T decoder positions (the decoder reads BOS y1 ... y(T-1) and
-produces y1 ... y(T-1) EOS), h heads per layer.
+Shapes: S source tokens (with BOS and EOS), L decoder positions (the decoder reads BOS y1 ... y(L-1) and
+produces y1 ... y(L-1) EOS: L is the target length, as in README's notation), h heads per layer.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ class AttentionMaps:
     """One sentence's attention weights everywhere in the model, with the labels their axes need.
 
     ``encoder[l, k]`` (S, S): source token s (row) over the source tokens (columns), encoder layer l, head k.
-    ``decoder[l, k]`` (T, T): decoder position t (row, reading ``read_tokens[t]``) over the positions read so
-    far; zero above the diagonal (the causal mask). ``cross[l, k]`` (T, S): decoder position t over the source.
+    ``decoder[l, k]`` (L, L): decoder position t (row, reading ``read_tokens[t]``) over the positions read so
+    far; zero above the diagonal (the causal mask). ``cross[l, k]`` (L, S): decoder position t over the source.
     """
 
     source_tokens: list[str]  # S labels
-    read_tokens: list[str]  # T labels: what the decoder read at each position (BOS first)
-    output_tokens: list[str]  # T labels: what it was to produce there (EOS last)
+    read_tokens: list[str]  # L labels: what the decoder read at each position (BOS first)
+    output_tokens: list[str]  # L labels: what it was to produce there (EOS last)
     encoder: Tensor  # (encoder layers, h, S, S)
-    decoder: Tensor  # (decoder layers, h, T, T)
-    cross: Tensor  # (decoder layers, h, T, S)
+    decoder: Tensor  # (decoder layers, h, L, L)
+    cross: Tensor  # (decoder layers, h, L, S)
 
 
 @torch.no_grad()
@@ -46,12 +46,12 @@ def attention_maps(translator: Translator, source: str, target: str | None = Non
     model.eval()
     src = pad(translator.encode_sources([source])).to(translator.device)  # (1, S)
     ids = translator.decode_ids([source]).ids[0] if target is None else tgt_tok.encode(target, add_special=False)
-    tgt_in = torch.tensor([[BOS_ID, *ids]], device=translator.device)  # (1, T)
+    tgt_in = torch.tensor([[BOS_ID, *ids]], device=translator.device)  # (1, L)
     with model.recording(), recording(model.transformer.encoder):
         model(src, tgt_in)
         encoder = self_attention_weights(model.transformer.encoder)[:, 0].cpu()  # (layers, h, S, S)
-        decoder = self_attention_weights(model.transformer.decoder)[:, 0].cpu()  # (layers, h, T, T)
-        cross = model.cross_attention()[:, 0].cpu()  # (layers, h, T, S)
+        decoder = self_attention_weights(model.transformer.decoder)[:, 0].cpu()  # (layers, h, L, L)
+        cross = model.cross_attention()[:, 0].cpu()  # (layers, h, L, S)
     return AttentionMaps(
         source_tokens=src_tok.tokens(source, add_special=True),
         read_tokens=tgt_tok.id_tokens([BOS_ID, *ids]),
