@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 
 from course.assignments import is_solution_cell
-from helpers.viewing.head_view import HEAD_VIEW_ID, WIDGET_STATE, WIDGET_VIEW, export_html
+from helpers.viewing.head_view import HEAD_VIEW_IDS, WIDGET_STATE, WIDGET_VIEW, export_html
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -77,7 +77,7 @@ def head_view_count(nb: dict) -> int:
         for output in cell.get("outputs", []):
             model_id = output.get("data", {}).get(WIDGET_VIEW, {}).get("model_id")
             state = models.get(model_id, {}).get("state", {}) if model_id else {}
-            count += state.get("_anywidget_id") == HEAD_VIEW_ID
+            count += state.get("_anywidget_id") in HEAD_VIEW_IDS  # the first view, and the stubs after it
     return count
 
 

@@ -12,7 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from course.exercises.feedback import Verdict, as_tensor, call_learner, diagnose, expect_shape, run_check, wrong
+from course.exercises.feedback import (
+    Verdict,
+    as_tensor,
+    call_learner,
+    diagnose,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
 from helpers.models.language_model import course_name
 
 __all__ = ["check_layer_mapping", "check_rms_norm", "check_swiglu"]
@@ -21,6 +30,7 @@ __all__ = ["check_layer_mapping", "check_rms_norm", "check_swiglu"]
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: RMSNorm
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_rms_norm(rms_norm: Callable[[Tensor, Tensor, float], Tensor]) -> Verdict:
     """Check ``rms_norm(x, weight, eps)``: x (..., E) / sqrt(mean(x², last dim) + eps) * weight (E,)."""
 
@@ -64,6 +74,7 @@ def check_rms_norm(rms_norm: Callable[[Tensor, Tensor, float], Tensor]) -> Verdi
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the SwiGLU feed-forward
 # ---------------------------------------------------------------------------------------------
+@learner_check
 def check_swiglu(swiglu: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``swiglu(x, gate_weight, up_weight, down_weight)``: down(silu(gate(x)) * up(x)), with weights
     (F, E), (F, E), (E, F) as nn.Linear stores them (out features, in features)."""
@@ -125,6 +136,7 @@ SWAPS = [
 ]  # fmt: skip
 
 
+@learner_check
 def check_layer_mapping(layer_mapping: Callable[[str], str]) -> Verdict:
     """Check ``layer_mapping(name)``: a tensor's name in the file (blk.{i}.attn_q.weight, …) -> the name of the
     ``GPT`` parameter it loads into (blocks.{i}.attention.projections.q_proj.weight, …)."""
