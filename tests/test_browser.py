@@ -21,11 +21,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, CHROMIUM_FLAGS, skip_without_browser, sync_playwright
 
 from helpers.viewing.head_view import export_html
 
@@ -33,33 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 LESSON_03 = ROOT / "notebooks" / "03_scaled_dot_product_attention.ipynb"
 LESSON_06 = ROOT / "notebooks" / "06_translation.ipynb"
-CHROMIUM = shutil.which("chromium")
-# Headless, and nothing that phones home: the machines that run the tests have no network.
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # the test extra is not installed
-    sync_playwright = None
-
-_MISSING = (
-    "no `chromium` on PATH (install it: apt-get install -y chromium)"
-    if CHROMIUM is None
-    else "Playwright for Python is not installed (pip install -e '.[test]')"
-    if sync_playwright is None
-    else None
-)
-if _MISSING:
-    warnings.warn(f"BROWSER TESTS SKIPPED: {_MISSING}", stacklevel=1)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"BROWSER TESTS SKIPPED: {_MISSING}")
+pytestmark = skip_without_browser
 
 # A notebook with one view of each kind: self-attention, masked self-attention, cross-attention.
 HEAD_VIEW_CELLS = [

@@ -11,43 +11,17 @@ Without a `chromium` on PATH the tests are skipped with a warning; `.ci/run` ins
 
 from __future__ import annotations
 
-import shutil
-import warnings
 from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, CHROMIUM_FLAGS, skip_without_browser, sync_playwright
 
 from course import site
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "site"
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # the test extra is not installed
-    sync_playwright = None
-
-_MISSING = (
-    "no `chromium` on PATH (install it: apt-get install -y chromium)"
-    if CHROMIUM is None
-    else "Playwright for Python is not installed (pip install -e '.[test]')"
-    if sync_playwright is None
-    else None
-)
-if _MISSING:
-    warnings.warn(f"BROWSER TESTS SKIPPED: {_MISSING}", stacklevel=1)
-pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"BROWSER TESTS SKIPPED: {_MISSING}")
+pytestmark = skip_without_browser
 
 
 @pytest.fixture(scope="module")
