@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit lint notebooks setup benchmark corpus release site clean
+.PHONY: lab test unit lint notebooks setup benchmark corpus release site student-copies clean
 
 # A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
 # editable install points there) while make sees nothing to do. So ask the venv's python where it finds
@@ -52,6 +52,11 @@ test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cor
 
 unit: $(STAMP)  ## unit tests only
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q $(PARALLEL)
+
+# `make test` checks the student copies by analysis plus a run of their exercises and checks (see
+# tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow: ~10 min).
+student-copies: $(STAMP)  ## execute every lesson's student copy in full: only the exercises may fail
+	COURSE_STUDENT_COPIES=full MPLBACKEND=Agg $(BIN)/python -m pytest tests/course/test_student_copies.py -q
 
 # The GitHub workflow cannot run here, so it is linted: its schema (check-jsonschema's copy of GitHub's, offline)
 # and what zizmor audits (pinned actions, permissions, injection); --offline: zizmor asks GitHub nothing.

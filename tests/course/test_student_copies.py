@@ -1,16 +1,5 @@
 """Student copies run top to bottom: only the exercises fail, and every check says "not attempted".
 
-SLOW: ``test_lesson_student_copy_runs_failing_only_in_exercises`` executes the student copy of
-every lesson in notebooks/ once more (nbclient, kernel ``python3``, errors allowed), on top of the
-nbval run of the lessons themselves. To keep the overhead low, the lessons selected for a run
-are executed two at a time in a small thread pool, the last lesson (the translation training)
-first, and matplotlib uses the Agg backend (figures are not rendered). Measured on the shared
-2-core build machine with lessons 01-06: 106 s wall (91 s CPU) this way, 166 s with the lessons
-in order and 176 s one at a time. Lessons that do not exist yet are
-simply not parametrized. Run only this file with
-``.venv/bin/python -m pytest tests/test_student_copies.py -q``; skip it locally with
-``-k "not runs_failing_only"``.
-
 What "the copy works" means, checked by ``problems_after_running``:
 
 * an exercise cell (one that held a solution region) may fail only with ``NotImplementedError``;
@@ -20,6 +9,22 @@ What "the copy works" means, checked by ``problems_after_running``:
 * every other cell runs without an error (cells the lesson marks as raising on purpose, with
   ``NBVAL_RAISES_EXCEPTION`` or the ``raises-exception`` tag, excepted): later cells must use the
   reference code in helpers/, never the learner's function.
+
+How every lesson's copy is checked (``test_lesson_student_copy_runs_failing_only_in_exercises``). Executing each
+copy in full would run every lesson a second time after nbval (lessons 06, 09 and 10 train or load models: most
+of the suite's time). The cells other than exercises and checks are the lesson's own cells, unchanged, and nbval
+runs them; what a copy changes is that the learner's functions are unwritten and solution-only cells are gone. So:
+
+* statically (course/notebook_slices.py, Python's scope analysis): no cell after an exercise, other than its
+  checks, uses a name the learner's code defines (except inside ``try ... except NotImplementedError``), and no
+  kept cell uses a name only a solution-only cell defines;
+* for real, in a fresh kernel: the exercise cells and check cells of the copy, with the cells they need (those
+  that bind the names they use, and the set-up cell), judged by the rules above.
+
+What that does not see, and a full run would: a solution that changes a shared object in place, or draws random
+numbers that a later cell's output depends on. ``COURSE_STUDENT_COPIES=full`` (``make student-copies``) executes
+every copy top to bottom instead, as the scheduled CI job does; a lesson whose cells the analysis cannot follow
+(``eval``, ``globals()``) is always executed in full.
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode, v4
 
+from course.assignments import SOLUTION_ONLY_TAG, find_exercises, student_copy
 from course.assignments import main as assignments_main
-from course.assignments import student_copy
+from course.notebook_slices import UnfollowableCell, learner_name_uses, needed_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("*.ipynb"))
-CELL_TIMEOUT_S = 900  # generous: lesson 06 trains a model in one cell on a busy 2-core runner
+CELL_TIMEOUT_S = 900  # generous: in a full run lesson 06 trains a model in one cell on a busy 2-core runner
+FULL_RUNS = os.environ.get("COURSE_STUDENT_COPIES", "") == "full"
 VERDICT = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\]", re.MULTILINE)
 
 
@@ -97,24 +104,35 @@ def _stdout(cell: NotebookNode) -> str:
     )
 
 
-def problems_after_running(source: NotebookNode, executed: NotebookNode) -> list[str]:
+def _roles(source: NotebookNode) -> tuple[list[NotebookNode], set[int], set[int]]:
+    """The kept cells of ``source`` (solution-only cells dropped), and which of them are exercises and checks."""
+    kept = [cell for cell in source.cells if SOLUTION_ONLY_TAG not in _tags(cell)]
+    code = [i for i, cell in enumerate(kept) if cell.cell_type == "code"]
+    exercises = {i for i in code if any(line.strip() == "# BEGIN SOLUTION" for line in kept[i].source.split("\n"))}
+    checks = {i for i in code if CHECK_CALL.search(kept[i].source) and i not in exercises}
+    for position, i in enumerate(code):
+        if i in exercises and position + 1 < len(code):
+            checks.add(code[position + 1])
+    return kept, exercises, checks
+
+
+def problems_after_running(
+    source: NotebookNode, executed: NotebookNode, skipped: frozenset[int] = frozenset()
+) -> list[str]:
     """Everything wrong with an executed student copy of ``source`` (an empty list if all is well).
 
     Cells are matched by position after dropping the source's ``solution-only`` cells, so this
-    does not trust the release tool to say which cells were exercises.
+    does not trust the release tool to say which cells were exercises. ``skipped``: positions of cells
+    deliberately not run (not needed by any exercise or check); they are not judged.
     """
-    kept = [cell for cell in source.cells if "solution-only" not in _tags(cell)]
+    kept, exercises, checks = _roles(source)
     if len(kept) != len(executed.cells):
         return [f"the student copy has {len(executed.cells)} cells, expected {len(kept)}"]
     code = [
-        (i, src, run) for i, (src, run) in enumerate(zip(kept, executed.cells, strict=True)) if src.cell_type == "code"
+        (i, src, run)
+        for i, (src, run) in enumerate(zip(kept, executed.cells, strict=True))
+        if src.cell_type == "code" and i not in skipped
     ]
-    exercises = {i for i, src, _ in code if any(line.strip() == "# BEGIN SOLUTION" for line in src.source.split("\n"))}
-    checks = {i for i, src, _ in code if CHECK_CALL.search(src.source) and i not in exercises}
-    for position, (i, _, _) in enumerate(code):
-        if i in exercises and position + 1 < len(code):
-            checks.add(code[position + 1][0])
-
     problems = []
     for i, src, run in code:
         where = f"cell {i} ({src.source.strip().splitlines()[0][:50]!r})" if src.source.strip() else f"cell {i}"
@@ -239,19 +257,80 @@ def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Every lesson's student copy (SLOW)
+# Every lesson's student copy
 # ---------------------------------------------------------------------------------------------
 RUN_TEST = "test_lesson_student_copy_runs_failing_only_in_exercises"
 
 
-def run_student_copy(lesson: Path) -> NotebookNode:
-    """Release one lesson in memory and execute its student copy where the lesson runs."""
-    return execute(student_copy(nbformat.read(lesson, as_version=4), str(lesson)), NOTEBOOKS)
+def static_problems(source: NotebookNode, copy: NotebookNode) -> list[str]:
+    """What scope analysis finds wrong with ``copy``: later cells using the learner's names or solution-only ones."""
+    kept, exercises, checks = _roles(source)
+    position = {id(cell): i for i, cell in enumerate(kept)}  # source cell -> its place in the copy
+    functions: dict[int, list[str | None]] = {}
+    for exercise in find_exercises(source, "lesson"):
+        functions.setdefault(position[id(source.cells[exercise.cell_index])], []).append(exercise.function)
+    dropped: dict[int, str] = {}
+    next_kept = 0
+    for cell in source.cells:
+        if SOLUTION_ONLY_TAG not in _tags(cell):
+            next_kept += 1
+        elif cell.cell_type == "code":
+            dropped[next_kept] = dropped.get(next_kept, "") + "\n" + cell.source
+    cells = [cell.source if cell.cell_type == "code" else None for cell in copy.cells]
+    assert set(functions) == exercises, "find_exercises and the judge disagree on which cells are exercises"
+    return learner_name_uses(cells, functions, checks, dropped)
+
+
+def run_student_copy(lesson: Path) -> tuple[NotebookNode, frozenset[int], list[str]]:
+    """Release one lesson in memory and run what of its student copy needs running, where the lesson runs.
+
+    Returns the executed copy, the positions of the cells left unrun, and what the static analysis found.
+    """
+    source = nbformat.read(lesson, as_version=4)
+    copy = student_copy(source, str(lesson))
+    if FULL_RUNS:
+        return execute(copy, NOTEBOOKS), frozenset(), []
+    try:
+        problems = static_problems(source, copy)
+        _, exercises, checks = _roles(source)
+        cells = [cell.source if cell.cell_type == "code" else None for cell in copy.cells]
+        setup = next(i for i, cell in enumerate(cells) if cell is not None)
+        run = needed_cells(cells, exercises | checks, always={setup})
+    except UnfollowableCell:
+        return execute(copy, NOTEBOOKS), frozenset(), []  # names it cannot follow: run the whole copy
+    sliced = copy.copy()
+    sliced.cells = [copy.cells[i] for i in run]
+    execute(sliced, NOTEBOOKS)
+    for i, cell in zip(run, sliced.cells, strict=True):
+        copy.cells[i] = cell
+    skipped = frozenset(i for i, cell in enumerate(cells) if cell is not None and i not in run)
+    return copy, skipped, problems
+
+
+def _lesson_02_with(*cells: NotebookNode) -> NotebookNode:
+    """Lesson 02 with ``cells`` added right after its first exercise's check."""
+    lesson = nbformat.read(NOTEBOOKS / "02_queries_keys_values.ipynb", as_version=4)
+    (check,) = [i for i, cell in enumerate(lesson.cells) if cell.source.startswith("check_linear_projection(")]
+    lesson.cells[check + 1 : check + 1] = list(cells)
+    return lesson
+
+
+def test_the_static_check_finds_a_real_lesson_cell_that_calls_the_learners_function():
+    lesson = _lesson_02_with(v4.new_code_cell("projected = linear_projection(x, weight, bias)"))
+    problems = static_problems(lesson, student_copy(lesson, "02"))
+    assert len(problems) == 1 and "uses `linear_projection`, which the learner writes" in problems[0]
+
+
+def test_the_static_check_finds_a_name_that_only_a_solution_only_cell_defines():
+    worked = v4.new_code_cell("worked = linear_projection(x, weight, bias)", metadata={"tags": [SOLUTION_ONLY_TAG]})
+    lesson = _lesson_02_with(worked, v4.new_code_cell("print(worked.shape)"))
+    problems = static_problems(lesson, student_copy(lesson, "02"))
+    assert len(problems) == 1 and "uses `worked`, which only a solution-only cell defines" in problems[0]
 
 
 @pytest.fixture(scope="module")
 def lesson_runs(request):
-    """Start running the student copy of every selected lesson, two at a time; {name: Future}."""
+    """Start running the student copy of every selected lesson; {name: Future}."""
     selected = [
         item.callspec.params["lesson"]
         for item in request.session.items
@@ -260,9 +339,7 @@ def lesson_runs(request):
     # Two at a time, unless pytest-xdist already gives every core a worker of its own.
     workers = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else 2
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="student-copy")
-    # Last lesson first: lesson 06 trains a model and takes longest, so it runs on one worker while
-    # the short lessons share the other. Reading and releasing happen inside each job, so one
-    # broken lesson fails only its own test.
+    # Reading and releasing happen inside each job, so one broken lesson fails only its own test.
     runs: dict[str, Future] = {path.name: pool.submit(run_student_copy, path) for path in reversed(selected)}
     yield runs
     pool.shutdown(wait=True, cancel_futures=True)
@@ -270,9 +347,9 @@ def lesson_runs(request):
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[path.stem for path in LESSONS])
 def test_lesson_student_copy_runs_failing_only_in_exercises(lesson, lesson_runs):
-    """SLOW: the lesson's student copy, executed top to bottom, fails only where the learner writes."""
-    executed = lesson_runs[lesson.name].result()
-    problems = problems_after_running(nbformat.read(lesson, as_version=4), executed)
+    """The lesson's student copy fails only where the learner writes (see the module docstring for how)."""
+    executed, skipped, problems = lesson_runs[lesson.name].result()
+    problems = problems + problems_after_running(nbformat.read(lesson, as_version=4), executed, skipped)
     assert problems == [], f"{lesson.name} student copy:\n" + "\n".join(problems)
 
 
