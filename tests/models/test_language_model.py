@@ -100,6 +100,39 @@ def test_every_tensor_of_the_file_has_a_place_in_the_model(smollm2):
     assert course_name("blk.3.attn_q.weight") == "blocks.3.attention.projections.q_proj.weight"
 
 
+def test_the_plain_view_reader_reads_what_ggufs_own_reader_reads():
+    import gguf
+    import numpy as np
+
+    path = language_model.gguf_path()
+    ours, stock = language_model._open_reader(gguf, path), gguf.GGUFReader(str(path))
+    assert type(ours.data) is np.ndarray and isinstance(stock.data, np.memmap)
+    assert list(ours.fields) == list(stock.fields)
+    for name in ours.fields:
+        assert [bytes(part) for part in ours.fields[name].parts] == [bytes(p) for p in stock.fields[name].parts], name
+    assert [(t.name, t.tensor_type, bytes(t.data)) for t in ours.tensors[:3]] == [
+        (t.name, t.tensor_type, bytes(t.data)) for t in stock.tensors[:3]
+    ]
+
+
+def test_the_tokenizer_is_the_one_auto_tokenizer_builds(smollm2):
+    from transformers import AutoTokenizer
+
+    _, ours = smollm2
+    path = language_model.gguf_path()
+    theirs = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    texts = [SENTENCE, "Hello world!", " leading space", "two  spaces\n\nand\ttabs", "<|im_start|>user\nhi<|im_end|>"]
+    assert [ours(text)["input_ids"] for text in texts] == [theirs(text)["input_ids"] for text in texts]
+    messages = [{"role": "user", "content": "What is attention?"}]
+    template = {"tokenize": False, "add_generation_prompt": True}
+    assert ours.apply_chat_template(messages, **template) == theirs.apply_chat_template(messages, **template)
+    assert (ours.bos_token_id, ours.eos_token_id, ours.pad_token_id) == (
+        theirs.bos_token_id,
+        theirs.eos_token_id,
+        theirs.pad_token_id,
+    )
+
+
 def test_a_missing_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ModuleNotFoundError, match=INSTALL.replace(".", r"\.")):
