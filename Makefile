@@ -54,7 +54,7 @@ unit: $(STAMP)  ## unit tests only
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q $(PARALLEL)
 
 # `make test` checks the student copies by analysis plus a run of their exercises and checks (see
-# tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow: ~10 min).
+# tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow).
 student-copies: $(STAMP)  ## execute every lesson's student copy in full: only the exercises may fail
 	COURSE_STUDENT_COPIES=full MPLBACKEND=Agg $(BIN)/python -m pytest tests/course/test_student_copies.py -q
 
