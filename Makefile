@@ -50,8 +50,10 @@ PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cores
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL)
 
-unit: $(STAMP)  ## unit tests only
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q $(PARALLEL)
+# Tests that start kernels, browsers or processes, or load the real model, are marked `integration`
+# (tests/conftest.py): `make unit` leaves them out, a quick loop while editing; `make test` runs them.
+unit: $(STAMP)  ## unit tests only (no kernels, browsers, subprocesses or real model)
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q -m "not integration" $(PARALLEL)
 
 # `make test` checks the student copies by analysis plus a run of their exercises and checks (see
 # tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow).

@@ -3,6 +3,9 @@
 - matplotlib draws with the non-interactive Agg backend (no window, no display needed), chosen here before
   any test imports pyplot, and every figure a test leaves open is closed after it.
 - ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread.
+- ``integration``: the marker of tests that start kernels, browsers, servers, several processes or the real
+  135M-parameter model (listed in ``INTEGRATION`` below, by file). ``make test`` runs them; ``make unit`` leaves
+  them out (``-m "not integration"``) to stay a quick loop.
 - ``not_attempted`` and ``assert_hint``: what the exercise-check tests feed and assert; import them with
   ``from conftest import assert_hint, not_attempted`` (pytest puts this folder on the import path).
 """
@@ -24,6 +27,32 @@ import matplotlib.pyplot as plt
 PARALLEL_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if PARALLEL_WORKERS > 1:
     torch.set_num_threads(1)
+
+
+# Files whose tests start kernels, browsers, servers or other processes, or load the real model (paths from tests/).
+INTEGRATION = {
+    "course/test_checking_submissions.py",
+    "course/test_corpus_generator.py",
+    "course/test_handout.py",
+    "course/test_nbgrader_term.py",
+    "course/test_student_copies.py",
+    "models/test_language_model.py",
+    "models/translation/test_translation_scale.py",
+    "test_browser.py",
+    "test_lab.py",
+    "test_site_browser.py",
+}
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: starts kernels, browsers, processes or loads the real model")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.relpath(str(item.path), TESTS).replace(os.sep, "/") in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(autouse=True)
