@@ -5,15 +5,18 @@ Tiny models on the first 200 captions, so each run takes seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers.models.translation import load_checkpoint
+from helpers.models.translation import cli, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [
@@ -52,15 +55,8 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
         cwd=ROOT,
     )
     assert together.returncode == 0, together.stderr[-3000:]
-    alone = subprocess.run(
-        [sys.executable, *args, "--accumulate", "2", "--out", str(tmp_path / "one" / "run.pt")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_environment(),
-        cwd=ROOT,
-    )
-    assert alone.returncode == 0, alone.stderr[-3000:]
+    # the one process is this one: the same command line, without another interpreter to start
+    assert cli.main([*args[2:], "--accumulate", "2", "--out", str(tmp_path / "one" / "run.pt")]) == 0
     # rank 0 alone writes: the best weights and the resume state, each once
     assert sorted(p.name for p in (tmp_path / "ddp").iterdir()) == ["run.pt", "run.resume.pt"]
     assert together.stderr.count("saved ") == 1
@@ -87,6 +83,8 @@ def misbehaving_step(*args, **kwargs):
     if dist.get_rank() == 1 and len(steps) == 2:
         if sys.argv[1] == "fail":
             raise RuntimeError("rank 1 fails on purpose")
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "stopped_rank.pid"), "w") as pid:
+            pid.write(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGSTOP)  # stops without dying, as a suspended or swapped-out process does
     return real_step(*args, **kwargs)
 training.train_step = misbehaving_step
@@ -98,14 +96,25 @@ def _misbehaving_run(tmp_path, how: str, *options: str) -> subprocess.CompletedP
     script = tmp_path / "misbehaving_rank.py"
     script.write_text(MISBEHAVING_RANK)
     args = ["--threads", "1", "--device", "cpu", "train", "--corpus", "captions", "--limit", "200", *options]
-    return subprocess.run(
-        [*TORCHRUN, str(script), how, *args, "--steps", "50", *TINY, "--out", str(tmp_path / "run.pt")],
-        capture_output=True,
-        text=True,
-        timeout=240,  # rank 0 would otherwise wait for rank 1 at its next all-reduce for COLLECTIVE_TIMEOUT
-        env=_environment(),
-        cwd=ROOT,
-    )
+    command = [*TORCHRUN, str(script), how, *args, "--steps", "50", *TINY, "--out", str(tmp_path / "run.pt")]
+    stopped = tmp_path / "stopped_rank.pid"
+    lines = []
+    with subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_environment(), cwd=ROOT
+    ) as run:
+        watchdog = threading.Timer(240, run.kill)  # rank 0 would otherwise wait for rank 1 for COLLECTIVE_TIMEOUT
+        watchdog.start()
+        try:
+            for line in run.stderr:
+                lines.append(line)
+                if "did not answer" in line and stopped.exists():
+                    # torchrun's SIGTERM cannot end a stopped rank, and it sends SIGKILL only 30 s later
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(stopped.read_text()), signal.SIGKILL)
+            returncode = run.wait()
+        finally:
+            watchdog.cancel()
+    return subprocess.CompletedProcess(command, returncode, "", "".join(lines))
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this PyTorch build has no torch.distributed")
