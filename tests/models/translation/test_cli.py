@@ -7,8 +7,8 @@ import io
 import json
 import os
 import re
+import runpy
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,15 +93,12 @@ def test_bad_input_gets_a_clear_error(tmp_path, capsys):
         main(["train", "--corpus", "captions", "--minutes", "1", "--epochs", "1", "--out", str(tmp_path / "x.pt")])
 
 
-def test_help_documents_every_command(capsys):
-    result = subprocess.run(
-        [sys.executable, "-m", "helpers.models.translation", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # the real `python -m` entry point
-    assert result.returncode == 0 and "{train,evaluate,translate}" in result.stdout
+def test_help_documents_every_command(capsys, monkeypatch):
+    # the real `python -m` entry point, run as `-m` runs it, without another interpreter to start
+    monkeypatch.setattr(sys, "argv", ["python -m helpers.models.translation", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("helpers.models.translation", run_name="__main__", alter_sys=True)
+    assert exit_.value.code == 0 and "{train,evaluate,translate}" in capsys.readouterr().out
     for command in ("train", "evaluate", "translate"):
         with pytest.raises(SystemExit) as exit_:
             main([command, "--help"])
