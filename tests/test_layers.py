@@ -30,6 +30,9 @@ from helpers.layers import (
     self_attention_weights,
 )
 
+# Layers this small run fastest on one thread: two spin against each other on a busy 2-core machine (12x the CPU).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 E, H, FF = 16, 4, 32
 N, L, S = 3, 5, 7
 TGT_LENGTHS = [5, 3, 4]  # real target tokens per sentence; the rest is padding

@@ -497,7 +497,12 @@ class SentencePair:
 def finish(phrase: Phrase, features: frozenset, phenomena: frozenset) -> SentencePair:
     """Capitalise, add the final full stop to the last word, and read off the alignment."""
     de, en = _sentence_case(phrase.de), _sentence_case(phrase.en)
-    links = sorted({(i, j) for i, (_, gi) in enumerate(de) for j, (_, gj) in enumerate(en) if set(gi) & set(gj)})
+    english_tokens_of: dict[int, list[int]] = {}  # alignment group -> English tokens in it
+    for j, (_, gj) in enumerate(en):
+        for group in gj:
+            english_tokens_of.setdefault(group, []).append(j)
+    # German token i and English token j are linked when they share a group
+    links = sorted({(i, j) for i, (_, gi) in enumerate(de) for group in gi for j in english_tokens_of.get(group, ())})
     return SentencePair(" ".join(w for w, _ in de), " ".join(w for w, _ in en), tuple(links), features, phenomena)
 
 

@@ -49,7 +49,7 @@ class Noun:
         return self.de
 
     def has(self, *tags: str) -> bool:
-        return any(t in self.tags for t in tags)
+        return not self.tags.isdisjoint(tags)
 
     def german(self, plural: bool, case: str) -> str:
         """The German form: dative plural adds -n (*mit den Kindern*), weak nouns take -(e)n."""

@@ -163,12 +163,14 @@ def compatible(first: Verb, second: Verb, *, simultaneous: bool = True) -> bool:
     return not (a in MOUTH and b in MOUTH)
 
 
+@functools.cache
 def labels(noun: Noun) -> frozenset[str]:
     return noun.tags | {noun.de}
 
 
 def matches(noun: Noun, tags: frozenset[str], excludes: frozenset[str] = frozenset()) -> bool:
-    return bool(tags & labels(noun)) and not (excludes & labels(noun))
+    noun_labels = labels(noun)
+    return not tags.isdisjoint(noun_labels) and excludes.isdisjoint(noun_labels)
 
 
 @functools.cache
@@ -311,6 +313,7 @@ _SUBJECT_DETS = ("indef",) * 3 + ("def",) * 4 + ("defpl", "num", "num", "bare", 
 
 
 @functools.cache
+@functools.cache
 def subject_nouns(verb: Verb) -> tuple[Noun, ...]:
     return tuple(
         n
@@ -319,6 +322,14 @@ def subject_nouns(verb: Verb) -> tuple[Noun, ...]:
         and not n.has("kin", "thing", "place", "owneronly")
         and "unused" not in n.tags
         and n.de_pl is not None
+    )
+
+
+@functools.cache
+def possessable_subject_nouns(verb: Verb) -> tuple[Noun, ...]:
+    """People and animals that can be ``verb``'s subject, in lexicon order (owners are checked by the caller)."""
+    return tuple(
+        n for n in NOUN_LIST if matches(n, verb.subject, verb.subject_excludes) and n.has("person", "pet", "horse")
     )
 
 
@@ -522,14 +533,7 @@ def coordinated_subject(rng: random.Random, verb: Verb) -> G.Subject:
         raise Retry
     first = G.NP(first.noun, first.det if first.det in ("indef", "def") else "indef", adj=first.adj)
     owner = G.OWNER_BY_SEX.get(first.sex or "")
-    possessed = [
-        n
-        for n in NOUN_LIST
-        if matches(n, verb.subject, verb.subject_excludes)
-        and n.has("person", "pet", "horse")
-        and owner is not None
-        and can_own([as_described(first)], n)
-    ]
+    possessed = [n for n in possessable_subject_nouns(verb) if owner is not None and can_own([as_described(first)], n)]
     if possessed and rng.random() < 0.5:
         second = make_np(rng, rng.choice(possessed), "poss", owner=owner, adj_p=0.3)
     else:
@@ -557,13 +561,7 @@ def possessed_subject(
         raise Retry
     owners = described_nouns(owner_subject)
     nouns = [
-        n
-        for n in NOUN_LIST
-        if matches(n, verb.subject, verb.subject_excludes)
-        and n.has("person", "pet", "horse")
-        and can_own(owners, n)
-        and n.de not in exclude
-        and n.en not in exclude
+        n for n in possessable_subject_nouns(verb) if can_own(owners, n) and n.de not in exclude and n.en not in exclude
     ]
     if not nouns:
         raise Retry

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-import os
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterable
@@ -30,9 +28,6 @@ import helpers
 
 # What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
 CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
-#: Set by ``python -m course.assignments check``: a file (outside the notebook's folder) where every verdict
-#: is also recorded, one JSON object a line, so that what a student prints cannot pass for a verdict.
-VERDICT_LOG_ENV = "ATTENTION_COURSE_VERDICT_LOG"
 
 
 @dataclass(frozen=True)
@@ -194,17 +189,7 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
             verdict = Verdict(exercise, "wrong", f"{CHECK_BUG}: {type(error).__name__}: {error}")
     print(verdict)
     object.__setattr__(verdict, "_printed_in_cell", _cell_number())
-    _record(verdict)
     return verdict
-
-
-def _record(verdict: Verdict) -> None:
-    """Append the verdict to the checker's log when one is set (see ``VERDICT_LOG_ENV``); else do nothing."""
-    log = os.environ.get(VERDICT_LOG_ENV)
-    if log:
-        entry = {"exercise": verdict.exercise, "status": verdict.status, "message": verdict.message}
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry) + "\n")
 
 
 # Code that is not the learner's: the course's two packages (course and helpers), torch, and Python's standard library.

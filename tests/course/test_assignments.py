@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -119,17 +117,6 @@ def cli(capsys, *args: str | Path) -> tuple[int, str, str]:
     status = assignments.main([str(arg) for arg in args])
     captured = capsys.readouterr()
     return status, captured.out, captured.err
-
-
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The real entry point, `python -m course.assignments`, in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "course.assignments", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
@@ -410,15 +397,15 @@ def test_cell_ids_missing_from_the_source_do_not_make_output_random(tmp_path):
     assert folder_bytes(tmp_path / "a") == folder_bytes(tmp_path / "b")
 
 
-def test_command_line_reports_a_bad_notebook_and_fails(tmp_path):
+def test_command_line_reports_a_bad_notebook_and_fails(tmp_path, capsys):
     source = tmp_path / "notebooks"
     write(
         lesson(v4.new_markdown_cell("x"), v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n")),
         source / "03_bad.ipynb",
     )
-    result = run_cli("release", "--out", tmp_path / "student", "--notebooks", source)
-    assert result.returncode == 1
-    assert "03_bad.ipynb, cell index 1" in result.stderr and "nothing was written" in result.stderr
+    status, _, err = cli(capsys, "release", "--out", tmp_path / "student", "--notebooks", source)
+    assert status == 1
+    assert "03_bad.ipynb, cell index 1" in err and "nothing was written" in err
     assert not (tmp_path / "student").exists()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from course.corpus import morphology
-from course.corpus.generate import RUNNING_EXAMPLE_LINE, build_corpus, words, write_corpus
+from course.corpus.generate import RUNNING_EXAMPLE_LINE, build_corpus, words
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "captions"
 SPLITS = ("train", "val", "test")
@@ -39,36 +40,50 @@ def all_pairs(corpus) -> list[tuple[str, str, str]]:
     return [p for s in SPLITS for p in zip(corpus[s]["de"], corpus[s]["en"], corpus[s]["align"], strict=False)]
 
 
+# `python -m course.corpus --out OUT` (what `make corpus` runs), in a fresh interpreter, which also hands back the
+# corpus it built (pickled to PICKLE), so that one regeneration serves every test that needs one.
+REGENERATE = """
+import pickle, runpy, sys
+import course.corpus.generate as generate
+out, kept = sys.argv[1], sys.argv[2]
+real_build = generate.build_corpus
+def build_and_keep(*args, **kwargs):
+    corpus = real_build(*args, **kwargs)
+    with open(kept, "wb") as handle:
+        pickle.dump(corpus, handle)
+    return corpus
+generate.build_corpus = build_and_keep
+sys.argv = ["python -m course.corpus", "--out", out]
+runpy.run_module("course.corpus", run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    """The corpus rebuilt from its seed, and the folder it was written to."""
-    built = build_corpus()
+    """The corpus rebuilt from its seed by the command line, and the folder it was written to; under a hash seed
+    of its own (12345, not this process's), so that no set or dict order may matter."""
     out = tmp_path_factory.mktemp("captions")
-    write_corpus(built, out)
+    kept = out.parent / "corpus.pickle"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run(
+        [sys.executable, "-c", REGENERATE, str(out), str(kept)],
+        check=True,
+        env=env,
+        cwd=DATA.parents[1],
+        capture_output=True,
+    )
+    with open(kept, "rb") as handle:
+        built = pickle.load(handle)  # written just now by the course's own generator
     return built, out
 
 
 # --- reproducibility ---------------------------------------------------------------------------
 
 
-def test_regeneration_reproduces_committed_files_byte_for_byte(regenerated):
+def test_command_line_regenerates_committed_files_byte_for_byte_under_another_hash_seed(regenerated):
     _, out = regenerated
     for name in FILES:
         assert (out / name).read_bytes() == (DATA / name).read_bytes(), f"{name} differs from a fresh `make corpus`"
-
-
-def test_command_line_regenerates_the_same_bytes_under_another_hash_seed(tmp_path):
-    # `make corpus` runs this command; a different PYTHONHASHSEED proves no set/dict-order dependence.
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    subprocess.run(
-        [sys.executable, "-m", "course.corpus", "--out", str(tmp_path)],
-        check=True,
-        env=env,
-        cwd=DATA.parents[1],
-        capture_output=True,
-    )
-    for name in ("train.de", "test.align", "test.unseen"):
-        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
 
 
 def test_writing_leaves_no_temporary_files(regenerated):

@@ -7,8 +7,8 @@ import io
 import json
 import os
 import re
+import runpy
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,15 +93,12 @@ def test_bad_input_gets_a_clear_error(tmp_path, capsys):
         main(["train", "--corpus", "captions", "--minutes", "1", "--epochs", "1", "--out", str(tmp_path / "x.pt")])
 
 
-def test_help_documents_every_command(capsys):
-    result = subprocess.run(
-        [sys.executable, "-m", "helpers.models.translation", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )  # the real `python -m` entry point
-    assert result.returncode == 0 and "{train,evaluate,translate}" in result.stdout
+def test_help_documents_every_command(capsys, monkeypatch):
+    # the real `python -m` entry point, run as `-m` runs it, without another interpreter to start
+    monkeypatch.setattr(sys, "argv", ["python -m helpers.models.translation", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("helpers.models.translation", run_name="__main__", alter_sys=True)
+    assert exit_.value.code == 0 and "{train,evaluate,translate}" in capsys.readouterr().out
     for command in ("train", "evaluate", "translate"):
         with pytest.raises(SystemExit) as exit_:
             main([command, "--help"])
@@ -482,3 +479,48 @@ def test_temporary_files_of_a_killed_save_are_removed_at_the_next_start(tmp_path
     assert main(["train", "--out", str(out), "--steps", "1", "--limit", "50", *TINY]) == 0
     assert not any(path.exists() for path in stale) and other.exists()
     assert "removed 2 temporary file(s) left by an interrupted save" in capsys.readouterr().err
+
+
+def test_resume_from_the_command_line_continues_to_the_same_checkpoint(tmp_path, monkeypatch):
+    args = ["train", "--corpus", "captions", "--limit", "200", "--steps", "6", "--eval-every", "3", *TINY]
+    args += ["--batch-tokens", "300"]
+    assert cli.main([*args, "--out", str(tmp_path / "straight.pt")]) == 0
+
+    class Killed(Exception):
+        pass
+
+    real_save = cli.save_checkpoint
+
+    def save_then_die_at_step_3(path, translator, metrics=None, info=None, training=None):
+        real_save(path, translator, metrics, info, training=training)
+        if training is not None and training["step"] == 3:
+            raise Killed  # as if the machine went away right after the state was on disk
+
+    monkeypatch.setattr(cli, "save_checkpoint", save_then_die_at_step_3)
+    with pytest.raises(Killed):
+        cli.main([*args, "--out", str(tmp_path / "cut.pt")])
+    monkeypatch.setattr(cli, "save_checkpoint", real_save)
+    state = tmp_path / "cut.resume.pt"
+    assert cli.main(["train", "--resume", str(state), "--out", str(tmp_path / "cut.pt"), "--quiet"]) == 0
+
+    # both the best weights (--out) and the last ones (the final resume state) are the same
+    for best_or_last in ("{}.pt", "{}.resume.pt"):
+        straight, straight_payload = load_checkpoint(tmp_path / best_or_last.format("straight"))
+        resumed, resumed_payload = load_checkpoint(tmp_path / best_or_last.format("cut"))
+        same = ("step", "steps", "final_loss", "best_step", "best_val_score")  # not the times
+        assert {k: v for k, v in resumed_payload["metrics"].items() if k in same} == {
+            k: v for k, v in straight_payload["metrics"].items() if k in same
+        }
+        assert 6 in (straight_payload["metrics"].get("steps"), straight_payload["metrics"].get("step"))
+        for name, tensor in straight.model.state_dict().items():
+            assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+
+
+def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
+    out = tmp_path / "run.pt"
+    args = ["train", "--corpus", "captions", "--limit", "200", "--steps", "2", *TINY, "--batch-tokens", "300"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    assert cli.main(["train", "--resume", str(tmp_path / "run.resume.pt"), "--out", str(out), "--lr", "0.1"]) == 2
+    assert "--resume continues a run as it was set up; drop lr" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(out), "--out", str(tmp_path / "other.pt")]) == 2  # best weights: no state
+    assert "holds no training state" in capsys.readouterr().err

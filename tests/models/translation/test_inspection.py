@@ -1,4 +1,4 @@
-"""Lesson 06's look at every attention of the translator: encoder self-, decoder self- and cross-attention."""
+"""helpers.models.translation.inspection: every attention of a translation, with its labels."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from helpers.data.batching import pad
-from helpers.data.corpus import ParallelCorpus
 from helpers.data.tokenization import train_tokenizer
 from helpers.models.translation import Seq2SeqTransformer, TranslationConfig, Translator
-from helpers.models.translation.evaluation import crossing_example, crossing_links, crossing_words
 from helpers.models.translation.inspection import attention_maps
 
 TINY = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, feedforward=32, dropout=0.0, max_len=32)
@@ -64,22 +62,3 @@ def test_cross_attention_matches_what_translation_returns():
     translation = translator.translate_with_attention(sentence)
     assert maps.output_tokens == translation.output_tokens
     assert torch.allclose(maps.cross, translation.attention, atol=1e-5)
-
-
-def test_crossing_links_and_the_example_chosen_from_gold_alignments():
-    # Ein(0) Mann(1) hat(2) einen(3) Ball(4) geworfen.(5) / A(0) man(1) has(2) thrown(3) a(4) ball.(5)
-    gold = [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 3), (5, 5)]
-    assert ((3, 4), (5, 3)) in crossing_links(gold) and ((4, 5), (5, 3)) in crossing_links(gold)
-    assert crossing_words(gold) == {3, 4, 5}
-    corpus = ParallelCorpus(
-        "captions",
-        "test",
-        de=["Ein Hund läuft.", "Ein Mann hat einen Ball geworfen.", "Ein Mann hat einen roten Ball heute geworfen."],
-        en=["A dog runs.", "A man has thrown a ball.", "A man has thrown a red ball today."],
-        alignments=[[(0, 0), (1, 1), (2, 2)], [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 3)], []],
-    )
-    corpus.alignments[2] = [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (6, 7), (7, 3)]
-    assert crossing_example(corpus) == (2, (7, 3))  # 'geworfen' jumps over four links there
-    assert crossing_example(corpus, max_words=6) == (1, (5, 3))
-    with pytest.raises(ValueError, match="crossing"):
-        crossing_example(corpus, max_words=3)

@@ -1,16 +1,21 @@
-"""The training loop: one step in the open (train_step), the batches of each epoch, and the driver around them."""
+"""helpers.models.translation.training: train_step, the batches of each epoch, the driver, resumed runs, log lines."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_translation import TINY, copy_task
 
 from helpers import load_corpus
 from helpers.data.batching import make_batches
+from helpers.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from helpers.models.translation import Seq2SeqTransformer, TranslationConfig, training
 from helpers.models.translation.config import LESSON_CONFIG
 from helpers.models.translation.pipeline import build_translator, encode_pairs
 from helpers.models.translation.training import (
@@ -168,3 +173,116 @@ def test_a_state_missing_fields_or_from_another_setup_is_refused():
         check_training_state({k: v for k, v in _state().items() if k not in ("step", "epoch")})
     with pytest.raises(ValueError, match="took 1 batches a step; this one would take 2"):
         check_training_state(_state(), batches_per_step=2)
+
+
+def test_teacher_forcing_shifts_the_target_by_one():
+    tgt = torch.tensor([[BOS_ID, 5, 6, EOS_ID], [BOS_ID, 7, EOS_ID, PAD_ID]])
+    tgt_in, tgt_out = teacher_forcing(tgt)
+    assert tgt_in.tolist() == [[BOS_ID, 5, 6], [BOS_ID, 7, EOS_ID]]
+    assert tgt_out.tolist() == [[5, 6, EOS_ID], [7, EOS_ID, PAD_ID]]
+
+
+def test_learning_rate_warms_up_then_decays():
+    config = TranslationConfig(warmup_steps=10, min_lr_ratio=0.1)
+    assert learning_rate_factor(0, 0.0, config) == pytest.approx(0.1)
+    assert learning_rate_factor(9, 0.0, config) == pytest.approx(1.0)
+    assert learning_rate_factor(50, 0.5, config) == pytest.approx(0.55)
+    assert learning_rate_factor(100, 1.0, config) == pytest.approx(0.1)
+
+
+def test_training_is_seeded_lowers_the_loss_and_keeps_the_best_weights():
+    config = TranslationConfig(**{**TINY, "max_len": 32}, lr=3e-3, warmup_steps=5, batch_tokens=64, eval_every=10)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = Seq2SeqTransformer(config, 11, 11)
+        scores = iter([1.0, 3.0, 2.0])  # validation peaks at step 20: those weights must come back
+        saved = {}
+
+        def validate(m, scores=scores, saved=saved):
+            score = next(scores)
+            saved[score] = copy.deepcopy(m.state_dict())
+            return score
+
+        history = train(model, copy_task(), config, steps=30, validate=validate, progress=False, log_every=1)
+        runs.append((model, history, saved))
+    (model, history, saved), (_model2, history2, _) = runs
+    assert history.losses == history2.losses  # same seed, same run
+    assert history.losses[-1] < history.losses[0]
+    assert history.best_step == 20 and history.val_steps == [10, 20, 30]
+    assert all(torch.equal(model.state_dict()[k], saved[3.0][k]) for k in saved[3.0])
+    with pytest.raises(ValueError, match="at most one"):
+        train(model, copy_task(), config, steps=1, minutes=1.0)
+
+
+def test_an_epoch_count_or_a_time_budget_ends_training(monkeypatch):
+    config = TranslationConfig(**TINY, batch_tokens=64, eval_every=0)
+    examples = copy_task()
+    batches = len(make_batches([s for s, _ in examples], [t for _, t in examples], 64, shuffle=False))
+    torch.manual_seed(0)
+    history = train(Seq2SeqTransformer(config, 11, 11), examples, config, epochs=2, progress=False)
+    assert history.steps_done == 2 * batches
+    # A time budget, on an injected clock that each training step moves on by 10 s: 0.5 minutes is 3 steps.
+    now = [0.0]
+    real_step = training.train_step
+
+    def ten_seconds_a_step(*args, **kwargs):
+        result = real_step(*args, **kwargs)
+        now[0] += 10.0
+        return result
+
+    monkeypatch.setattr(training, "train_step", ten_seconds_a_step)
+    monkeypatch.setattr(training, "time", SimpleNamespace(perf_counter=lambda: now[0], process_time=time.process_time))
+    torch.manual_seed(0)
+    history = train(Seq2SeqTransformer(config, 11, 11), examples, config, minutes=0.5, progress=False)
+    assert history.steps_done == 3 and history.seconds == 30.0  # it stopped by itself once the budget was spent
+
+
+def _fresh_model(translator):
+    torch.manual_seed(0)
+    model = type(translator.model)(
+        translator.model.config, translator.source_tokenizer.vocab_size, translator.target_tokenizer.vocab_size
+    )
+    return model
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(examples, dropout):
+    translator, pairs = examples
+    config = replace(TINY_CONFIG, dropout=dropout, eval_every=3)
+    straight = _fresh_model(translator)
+    saved = {}  # step -> (training state, the weights at that step): what a resume file holds
+
+    def keep(state):
+        saved[state["step"]] = (copy.deepcopy(state), _weights(straight))
+
+    def validate(model):  # any score that changes with the weights, so "best" weights move around
+        return -float(sum(p.abs().sum() for p in model.parameters()))
+
+    train(straight, pairs, config, steps=7, validate=validate, on_state=keep, progress=False)
+    assert sorted(saved) == [3, 6, 7]  # at every validation and at the end
+
+    state, weights = saved[3]
+    resumed = _fresh_model(translator)
+    resumed.load_state_dict(weights)
+    torch.manual_seed(123)  # whatever the global random state, the resumed run draws the same dropout masks
+    history = train(resumed, pairs, config, steps=999, validate=validate, resume=state, progress=False)
+    assert history.steps_done == 7  # the stored end wins over the new call's
+    assert history.val_steps == [3, 6, 7]
+    for name, tensor in _weights(straight).items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+
+
+def test_a_log_file_gets_one_summary_line_per_interval_not_a_progress_bar(examples, capsys):
+    translator, pairs = examples
+    model = _fresh_model(translator)
+    train(model, pairs, TINY_CONFIG, steps=5, progress=True, report_every_minutes=0.0)
+    err = capsys.readouterr().err
+    assert "\r" not in err  # no carriage-return updates of a bar
+    lines = [line for line in err.splitlines() if line.startswith("step ")]
+    assert len(lines) == 6  # one a step (the interval is 0 here) and one at the end
+    assert lines[-2].startswith("step 5/5 | loss ") and "tok/s" in lines[-2] and "left" in lines[-2]

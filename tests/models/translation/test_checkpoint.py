@@ -1,0 +1,70 @@
+"""helpers.models.translation.checkpoint: save and load with weights_only, old checkpoints, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_translation import fake_translator, random_source
+
+from helpers.attention import MultiHeadAttention
+from helpers.data.tokenization import BOS_ID
+from helpers.models.translation import (
+    CheckpointError,
+    Translator,
+    load_checkpoint,
+    save_checkpoint,
+)
+from helpers.models.translation.model import on_torch_layers
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_a_checkpoint_written_by_the_model_on_torchs_layers_loads_and_translates_the_same(tmp_path):
+    """Checkpoints saved before the model used the course's own attention hold nn.Transformer's state dict: the
+    parameter names are the same, so they load unchanged (format version 1)."""
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    with torch.no_grad():
+        for p in translator.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    old = Translator(on_torch_layers(translator.model), translator.source_tokenizer, translator.target_tokenizer)
+    path = save_checkpoint(tmp_path / "old.pt", old)
+    assert torch.load(path, weights_only=True)["version"] == 1
+    loaded, _ = load_checkpoint(path)
+    assert isinstance(loaded.model.transformer.decoder.layers[0].multihead_attn, MultiHeadAttention)
+    src = random_source(vocab=loaded.source_tokenizer.vocab_size)
+    tgt_in = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8], [BOS_ID, 9, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(src, tgt_in), old.model.eval()(src, tgt_in), atol=1e-5, rtol=1e-5)
+    assert loaded.translate(sentences) == translator.translate(sentences)
+
+
+def test_checkpoint_round_trip_loads_with_weights_only_and_translates_the_same(tmp_path):
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    path = save_checkpoint(tmp_path / "model.pt", translator, {"bleu": 12.5}, {"corpus": "captions"})
+    raw = torch.load(path, weights_only=True)  # plain values only: no code runs on load
+    assert raw["metrics"] == {"bleu": 12.5} and isinstance(raw["source_tokenizer"], str)
+    loaded, payload = load_checkpoint(path)
+    assert payload["info"]["corpus"] == "captions"
+    assert loaded.translate(sentences) == translator.translate(sentences)
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_truncated_foreign_and_missing_checkpoints_get_clear_errors(tmp_path):
+    translator = fake_translator(["Ein Hund läuft.", "A dog runs."])
+    good = save_checkpoint(tmp_path / "good.pt", translator)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": torch.zeros(3)}, foreign)
+    with pytest.raises(CheckpointError, match="not a translation checkpoint"):
+        load_checkpoint(foreign)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(text)
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "absent.pt")
