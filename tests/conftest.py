@@ -37,7 +37,7 @@ INTEGRATION = {
     "course/test_nbgrader_term.py",
     "course/test_student_copies.py",
     "models/test_language_model.py",
-    "models/translation/test_translation_scale.py",
+    "models/translation/test_distributed.py",
     "test_browser.py",
     "test_lab.py",
     "test_site_browser.py",
