@@ -66,7 +66,7 @@ HEAD_VIEW_IDS = (HEAD_VIEW_ID, HEAD_VIEW_ID + "Stub")  # the view carrying the s
 _EXPORT_LINE = "export default { render };"
 LEVELS = 255  # weights travel as round(LEVELS * w) in one byte; decoded they are within 1 / (2 * LEVELS)
 # layers x h x L x S weights one view may carry: 30 x 9 heads of 20 tokens (lesson 09's model) fit, with room;
-# 800 tokens (8 MB of JSON) do not.
+# one sentence of 800 tokens (640,000 weights: 850 KB of base64 in the notebook, and a slow redraw) does not.
 MAX_WEIGHTS = 250_000
 
 
@@ -102,7 +102,7 @@ def head_view_data(
     if stacked.numel() > MAX_WEIGHTS:
         raise ValueError(
             f"{layers} layers x {heads} heads x {L} queries x {S} keys = {stacked.numel():,} weights is more than "
-            f"the head view's limit of {MAX_WEIGHTS:,} (the page would carry megabytes and redraw slowly): "
+            f"the head view's limit of {MAX_WEIGHTS:,} (hundreds of KB in the notebook, a slow redraw): "
             "show fewer layers (weights[a:b]), fewer heads or a shorter sentence"
         )
     if not torch.isfinite(stacked).all():
