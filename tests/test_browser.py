@@ -340,3 +340,38 @@ def test_hostile_tokens_neither_blank_the_view_nor_swallow_the_rest_of_the_page(
     page.screenshot(path=ARTIFACTS / "hostile-tokens.png", full_page=True)
     assert console.errors == []
     context.close()
+
+
+def test_the_view_draws_the_weights_that_were_sent(browser, tmp_path):
+    import torch
+
+    from helpers.viewing.head_view import head_view_data, standalone_html
+
+    tokens = ["Eine", "Mutter", "und", "ihr", "Sohn"]
+    weights = torch.softmax(2 * torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(1)), dim=-1)
+    step = 1 / 255  # one byte per weight on the way: each drawn weight within step / 2 of the weight
+    path = tmp_path / "weights.html"
+    body = standalone_html(head_view_data(weights, tokens))
+    path.write_text(f"<!doctype html><html><body>{body}</body></html>", encoding="utf-8")
+    context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    console = Console(page)
+    page.goto(path.as_uri())
+    view = page.locator(".hv-root")
+    view.wait_for(timeout=10_000)
+    read = "els => els.map(e => [+e.dataset.head, +e.dataset.query, +e.dataset.key, +e.dataset.weight])"
+    lines = view.locator(".hv-line").evaluate_all(read)  # layer 0, every head: a line per weight of 0.01 or more
+    drawn = {(h, i, j): w for h, i, j, w in lines}
+    assert set(drawn) >= {tuple(k) for k in (weights[0] >= 0.01 + step).nonzero().tolist()}
+    assert max(abs(w - weights[0, h, i, j].item()) for (h, i, j), w in drawn.items()) <= step / 2 + 1e-6
+    view.locator(".hv-layer-select").select_option("1")
+    view.locator(".hv-head-swatch[data-head='2']").click()
+    view.locator(".hv-view-button[data-view='heatmap']").click()
+    cells = view.locator(".hv-cell").evaluate_all(read)  # layer 1, head 2 alone: its (L, S) matrix
+    shown = torch.zeros(5, 5)
+    for _, i, j, w in cells:
+        shown[i, j] = w
+    assert len(cells) == 25
+    torch.testing.assert_close(shown, weights[1, 2], atol=step / 2 + 1e-6, rtol=0)
+    assert console.errors == []
+    context.close()

@@ -26,6 +26,10 @@ Where it works, and how:
 The head view's JavaScript travels once per notebook (the first view a kernel shows carries it, later ones a
 stub) and once per exported page.
 
+The weights travel as bytes: each weight w in [0, 1] as the integer round(255 w) (one byte, an error of at most
+1/510, far below what an opacity or a colour shows), all of them in (layers, h, L, S) order, base64-encoded:
+``weights_uint8`` with its ``weights_shape``. ``decode_weights`` reads them back (as the front end does).
+
 Shapes: weights in any shape ``helpers.viewing.shapes`` accepts ((L, S), (h, L, S), (layers, h, L, S), a list
 over layers of (h, L, S)); L query tokens (rows), S key tokens (columns); every weight in [0, 1]; at most
 ``MAX_WEIGHTS`` weights in all.
@@ -60,9 +64,9 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 HEAD_VIEW_ID = "helpers.viewing.head_view.HeadView"
 HEAD_VIEW_IDS = (HEAD_VIEW_ID, HEAD_VIEW_ID + "Stub")  # the view carrying the script, and the later ones
 _EXPORT_LINE = "export default { render };"
-_DECIMALS = 3  # weights travel rounded: enough for opacity and colour, and keeps notebooks small
+LEVELS = 255  # weights travel as round(LEVELS * w) in one byte; decoded they are within 1 / (2 * LEVELS)
 # layers x h x L x S weights one view may carry: 30 x 9 heads of 20 tokens (lesson 09's model) fit, with room;
-# 800 tokens (8 MB of JSON) do not.
+# one sentence of 800 tokens (640,000 weights: 850 KB of base64 in the notebook, and a slow redraw) does not.
 MAX_WEIGHTS = 250_000
 
 
@@ -83,7 +87,8 @@ def head_view_data(
     ``weights``: (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S), each entry in [0, 1].
     ``kind``: "self" (L = S, the keys are the queries' own tokens), "causal" (masked self-attention: also
     zero above the diagonal) or "cross" (queries from the target, keys from the source; ``key_tokens``
-    needed). Returns a dict of plain lists: weights as [layer][head][query][key] rounded to 3 decimals.
+    needed). Returns a dict of JSON values: the tokens and names as lists, and the weights as ``weights_shape``
+    [layers, h, L, S] and ``weights_uint8`` (``encode_weights``; ``decode_weights`` reads them back).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -97,7 +102,7 @@ def head_view_data(
     if stacked.numel() > MAX_WEIGHTS:
         raise ValueError(
             f"{layers} layers x {heads} heads x {L} queries x {S} keys = {stacked.numel():,} weights is more than "
-            f"the head view's limit of {MAX_WEIGHTS:,} (the page would carry megabytes and redraw slowly): "
+            f"the head view's limit of {MAX_WEIGHTS:,} (hundreds of KB in the notebook, a slow redraw): "
             "show fewer layers (weights[a:b]), fewer heads or a shorter sentence"
         )
     if not torch.isfinite(stacked).all():
@@ -119,15 +124,55 @@ def head_view_data(
     layer_names = [str(name) for name in layer_names]
     if len(layer_names) != layers:
         raise ValueError(f"got {len(layer_names)} layer names for {layers} layers")
-    rounded = (stacked.clamp(0, 1) * 10**_DECIMALS).round() / 10**_DECIMALS
     return {
         "kind": kind,
         "title": str(title),
         "query_tokens": query_tokens,
         "key_tokens": key_tokens,
         "layer_names": layer_names,
-        "weights": rounded.tolist(),
+        "weights_shape": [layers, heads, L, S],
+        "weights_uint8": encode_weights(stacked),
     }
+
+
+def encode_weights(weights: torch.Tensor) -> str:
+    """Weights in [0, 1], any shape, as base64 text of one byte each, round(255 w), in row-major order."""
+    levels = (weights.detach().double().clamp(0, 1) * LEVELS).round().to(torch.uint8)
+    return base64.b64encode(levels.contiguous().numpy().tobytes()).decode("ascii")
+
+
+def decode_weights(state: dict) -> torch.Tensor:
+    """The weights a head view's state carries, as float32 (layers, h, L, S): what the browser draws.
+
+    Reads ``weights_uint8`` with ``weights_shape``; a state saved before the weights travelled as bytes
+    (``weights`` as nested lists [layer][head][query][key]) is read as it is.
+    """
+    if "weights_uint8" not in state:
+        if "weights" not in state:
+            raise ValueError("a head view state carries weights_uint8 and weights_shape; this one has neither")
+        weights = torch.tensor(state["weights"], dtype=torch.float32)
+        if weights.dim() != 4:
+            raise ValueError(f"saved weights must be [layer][head][query][key], got {weights.dim()} levels of lists")
+        return weights
+    shape = [int(n) for n in state.get("weights_shape", [])]
+    try:
+        raw = base64.b64decode(state["weights_uint8"], validate=True)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"weights_uint8 must be base64 text: {error}") from None
+    if len(shape) != 4 or math.prod(shape) != len(raw):
+        raise ValueError(
+            f"weights_shape {shape} (layers, h, L, S) does not match the {len(raw):,} bytes of weights_uint8"
+        )
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(shape).float() / LEVELS
+
+
+def _encoded(state: dict) -> dict:
+    """``state`` with its weights as ``weights_uint8`` and ``weights_shape`` (an older saved state converted)."""
+    if "weights_uint8" in state:
+        return state
+    weights = decode_weights(state)
+    rest = {name: value for name, value in state.items() if name != "weights"}
+    return rest | {"weights_shape": list(weights.shape), "weights_uint8": encode_weights(weights)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,20 +189,22 @@ class HeadView(anywidget.AnyWidget):
     query_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     key_tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     layer_names = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    weights = traitlets.List().tag(sync=True)  # [layer][head][query][key]
+    weights_shape = traitlets.List(traitlets.Int(), [0, 0, 0, 0]).tag(sync=True)  # [layers, h, L, S]
+    weights_uint8 = traitlets.Unicode("").tag(sync=True)  # base64, one byte per weight (encode_weights)
     layer = traitlets.Int(0).tag(sync=True)
     head = traitlets.Int(-1).tag(sync=True)
     view = traitlets.Unicode("lines").tag(sync=True)
 
     @traitlets.validate("layer")
     def _valid_layer(self, proposal):
-        if not 0 <= proposal["value"] < max(1, len(self.weights)):
-            raise traitlets.TraitError(f"layer must be in 0..{len(self.weights) - 1}, got {proposal['value']}")
+        layers = self.weights_shape[0]
+        if not 0 <= proposal["value"] < max(1, layers):
+            raise traitlets.TraitError(f"layer must be in 0..{layers - 1}, got {proposal['value']}")
         return proposal["value"]
 
     @traitlets.validate("head")
     def _valid_head(self, proposal):
-        heads = len(self.weights[0]) if self.weights else 0
+        heads = self.weights_shape[1]
         if not -1 <= proposal["value"] < max(1, heads):
             raise traitlets.TraitError(f"head must be -1 (all heads) or in 0..{heads - 1}, got {proposal['value']}")
         return proposal["value"]
@@ -170,7 +217,13 @@ class HeadView(anywidget.AnyWidget):
 
     def shape(self) -> tuple[int, int, int, int]:
         """(layers, h, L, S) of the weights shown."""
-        return len(self.weights), len(self.weights[0]), len(self.query_tokens), len(self.key_tokens)
+        layers, heads, L, S = self.weights_shape
+        return layers, heads, L, S
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """The weights as the browser receives them, (layers, h, L, S) float32 (``decode_weights``)."""
+        return decode_weights(self.state())
 
     def __repr__(self) -> str:
         # Shapes only: stable across runs and machines, so nbval can compare it.
@@ -191,7 +244,8 @@ class HeadView(anywidget.AnyWidget):
                 "query_tokens",
                 "key_tokens",
                 "layer_names",
-                "weights",
+                "weights_shape",
+                "weights_uint8",
                 "layer",
                 "head",
                 "view",
@@ -248,13 +302,13 @@ FALLBACK_LABEL_SIZE = 9  # points; at the PNG's 80 dpi, 10 pixels
 
 
 def fallback_figure(state: dict):
-    """The static stand-in for ``state`` (as ``head_view_data`` returns it), readable on its own.
+    """The static stand-in for ``state`` (as ``head_view_data`` returns it, or saved), readable on its own.
 
     One layer (the one the view shows first) with every head, wrapped into rows of at most 4 panels, each
     panel sized from the token count so that no token label overlaps another; the title says which layer of
     how many, since the interactive view is where the others are.
     """
-    weights = torch.tensor(state["weights"], dtype=torch.float32)  # (layers, h, L, S)
+    weights = decode_weights(state)  # (layers, h, L, S)
     layers, heads, L, S = weights.shape
     layer = int(state.get("layer", 0))
     heading = {"self": "self-attention", "causal": "masked self-attention", "cross": "cross-attention"}
@@ -327,9 +381,10 @@ def standalone_html(state: dict, library: bool = True) -> str:
     """A <div> that draws the head view for ``state`` with inline JavaScript and CSS: no widget manager,
     no kernel, no network. The element is found with document.currentScript, so no ids are needed.
     ``library=False`` leaves out the script and style (``library_html``), which an earlier view on the page
-    carries."""
-    keys = ("kind", "title", "query_tokens", "key_tokens", "layer_names", "weights", "layer", "head", "view")
-    data = {name: state[name] for name in keys if name in state}
+    carries. A state saved with its weights as nested lists is converted to the bytes the script reads."""
+    state = _encoded(state)
+    keys = ("kind", "title", "query_tokens", "key_tokens", "layer_names", "weights_shape", "weights_uint8")
+    data = {name: state[name] for name in (*keys, "layer", "head", "view") if name in state}
     data.setdefault("layer", 0)
     data.setdefault("head", -1)
     data.setdefault("view", "lines")

@@ -23,6 +23,7 @@ from helpers.viewing.head_view import (
     WIDGET_STATE,
     WIDGET_VIEW,
     HeadView,
+    decode_weights,
     export_html,
     fallback_png,
     head_view_data,
@@ -33,6 +34,7 @@ from helpers.viewing.head_view import (
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = ["Eine", "Mutter", "und", "ihr", "Sohn"]
 TARGET = ["A", "mother", "and", "her", "son", "<eos>"]
+STEP = 1 / 255  # the weights travel as round(255 w): decoded, each is within STEP / 2 of the weight
 
 
 def softmax_weights(*shape, seed=0):
@@ -46,12 +48,16 @@ def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens
     assert (view.kind, view.query_tokens, view.key_tokens) == ("self", TOKENS, TOKENS)
     assert view.layer_names == ["layer 0", "layer 1"]
     assert (view.layer, view.head, view.view) == (0, -1, "lines")
-    sent = torch.tensor(view.weights, dtype=torch.float64)
-    assert sent.shape == (2, 3, 5, 5)
-    torch.testing.assert_close(sent, weights.double(), atol=5e-4, rtol=0)  # rounded to 3 decimals
     # Everything synced to the front end is JSON (what nbclient saves in metadata.widgets).
     synced = view.get_state()
-    json.dumps({name: synced[name] for name in ("weights", "query_tokens", "key_tokens", "layer_names", "kind")})
+    names = ("weights_shape", "weights_uint8", "query_tokens", "key_tokens", "layer_names", "kind")
+    json.dumps({name: synced[name] for name in names})
+    # Decoded as the browser does (one byte per weight, (layers, h, L, S) order), they are the weights.
+    raw = base64.b64decode(synced["weights_uint8"], validate=True)
+    assert synced["weights_shape"] == [2, 3, 5, 5] and len(raw) == 2 * 3 * 5 * 5
+    sent = torch.tensor(list(raw), dtype=torch.float64).reshape(2, 3, 5, 5) / 255
+    torch.testing.assert_close(sent, weights.double(), atol=STEP / 2 + 1e-9, rtol=0)
+    torch.testing.assert_close(view.weights.double(), sent, atol=1e-7, rtol=0)
     assert synced["_anywidget_id"] == HEAD_VIEW_ID
     assert "export default" in synced["_esm"] and ".hv-root" in synced["_css"]
 
@@ -60,9 +66,7 @@ def test_a_list_of_layers_and_a_single_layer_are_accepted():
     layers = [softmax_weights(4, 6, 5, seed=s) for s in range(3)]  # each (h, L, S)
     view = helpers.head_view(layers, TARGET, TOKENS, kind="cross", layer_names=["dec 0", "dec 1", "dec 2"])
     assert view.shape() == (3, 4, 6, 5)
-    torch.testing.assert_close(
-        torch.tensor(view.weights[2], dtype=torch.float64), layers[2].double(), atol=5e-4, rtol=0
-    )
+    torch.testing.assert_close(view.weights[2].double(), layers[2].double(), atol=STEP / 2 + 1e-7, rtol=0)
     assert helpers.head_view(softmax_weights(2, 5, 5), TOKENS).shape() == (1, 2, 5, 5)
 
 
@@ -72,9 +76,7 @@ def test_the_weights_of_torch_multihead_attention_can_be_shown_directly():
     x = torch.randn(1, 5, 8)
     _, weights = mha(x, x, x, average_attn_weights=False)  # (N, h, L, S)
     view = helpers.head_view(weights[0], TOKENS)
-    torch.testing.assert_close(
-        torch.tensor(view.weights[0], dtype=torch.float64), weights[0].double().detach(), atol=5e-4, rtol=0
-    )
+    torch.testing.assert_close(view.weights[0].double(), weights[0].double().detach(), atol=STEP / 2 + 1e-7, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +115,7 @@ def test_causal_weights_are_accepted_when_the_future_is_masked():
     future = torch.ones(5, 5, dtype=torch.bool).triu(diagonal=1)
     scores = torch.randn(2, 5, 5).masked_fill(future, float("-inf"))
     view = helpers.head_view(torch.softmax(scores, dim=-1), TOKENS, kind="causal")
-    assert torch.tensor(view.weights, dtype=torch.float64).triu(diagonal=1).abs().max() == 0
+    assert view.weights.triu(diagonal=1).abs().max() == 0
 
 
 def test_selection_is_validated_like_the_front_end_expects():
@@ -177,7 +179,8 @@ def test_standalone_html_embeds_the_script_and_the_data_without_any_remote_refer
     assert page.count("</script>") == 2  # the library's and the view's; the token "</script>" is escaped
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
     data = _page_data(page)
-    assert data["query_tokens"][0] == "</script>" and data["weights"] == view.weights
+    assert data["query_tokens"][0] == "</script>" and data["weights_uint8"] == view.weights_uint8
+    assert data["weights_shape"] == [1, 2, 5, 5]
     later = standalone_html(view.state(), library=False)
     assert "function staticModel(" not in later and "<style>" not in later and _page_data(later) == data
 
@@ -260,7 +263,7 @@ def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(ex
     nb = nbformat.read(executed, as_version=4)
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     head_views = [m["state"] for m in state.values() if m["state"].get("_anywidget_id") == HEAD_VIEW_ID]
-    assert len(head_views) == 1 and len(head_views[0]["weights"]) == 2  # what JupyterLab redraws without a kernel
+    assert len(head_views) == 1 and head_views[0]["weights_shape"] == [2, 3, 4, 4]  # redrawn without a kernel
     assert nb.cells[1].outputs[0]["data"]["text/plain"] == "HeadView(kind='self', layers=2, heads=3, queries=4, keys=4)"
 
     html = export_html(executed, tmp_path / "out" / "lesson.html").read_text()
@@ -322,7 +325,7 @@ def test_a_nested_list_of_numbers_is_one_array_not_a_list_of_layers():
     weights = softmax_weights(3, 5, 5)  # (h, L, S)
     view = helpers.head_view(weights.tolist(), TOKENS)
     assert view.shape() == (1, 3, 5, 5)
-    assert torch.allclose(torch.tensor(view.weights, dtype=torch.float32), weights[None], atol=5e-4)
+    assert torch.allclose(view.weights, weights[None], atol=STEP / 2 + 1e-7)
 
 
 def test_too_many_weights_are_refused_with_the_limit():
@@ -378,4 +381,42 @@ def test_an_exported_page_carries_the_script_once_for_several_views():
     make_offline(nb)
     pages = [cell.outputs[0]["data"]["text/html"] for cell in nb.cells]
     assert ["function staticModel(" in page for page in pages] == [True, False, False]
-    assert [_page_data(page)["weights"] for page in pages] == [v.weights for v in views]
+    assert [_page_data(page)["weights_uint8"] for page in pages] == [v.weights_uint8 for v in views]
+
+
+def test_weights_travel_as_one_byte_each_and_keep_zero_and_one_exact():
+    weights = torch.tensor([[[[0.0, 1.0, 0.5, 1 / 510 - 1e-6], [0.25, 0.25, 0.25, 0.25]]]])  # (1, 1, 2, 4)
+    view = helpers.head_view(weights[0], ["a", "b"], ["w", "x", "y", "z"], kind="cross")
+    assert list(base64.b64decode(view.weights_uint8)) == [0, 255, 128, 0, 64, 64, 64, 64]
+    decoded = view.weights
+    assert decoded[0, 0, 0, 0] == 0 and decoded[0, 0, 0, 1] == 1
+    torch.testing.assert_close(decoded, weights, atol=STEP / 2 + 1e-7, rtol=0)
+    # lesson 08's view, 6 layers x 12 heads of 14 tokens: base64 of one byte per weight, not a JSON list
+    big = helpers.head_view(softmax_weights(6, 12, 14, 14), [f"t{i}" for i in range(14)])
+    assert len(big.weights_uint8) == 4 * -(-6 * 12 * 14 * 14 // 3)
+
+
+def test_a_state_saved_with_weights_as_lists_is_still_read_and_exported():
+    weights = softmax_weights(2, 3, 5, 5)
+    saved = {"kind": "self", "title": "", "query_tokens": TOKENS, "key_tokens": TOKENS}
+    saved |= {"layer_names": ["layer 0", "layer 1"], "weights": weights.tolist()}  # as older notebooks hold it
+    torch.testing.assert_close(decode_weights(saved), weights, atol=1e-6, rtol=0)
+    data = _page_data(standalone_html(saved, library=False))
+    assert "weights" not in data and data["weights_shape"] == [2, 3, 5, 5]
+    torch.testing.assert_close(decode_weights(data), weights, atol=STEP / 2 + 1e-7, rtol=0)
+    assert base64.b64decode(fallback_png(saved)).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"weights_uint8": "AAAA", "weights_shape": [1, 1, 2, 2]}, r"\[1, 1, 2, 2\] .* does not match the 3 bytes"),
+        ({"weights_uint8": "AAA", "weights_shape": [1, 1, 1, 3]}, "must be base64 text"),
+        ({"weights_uint8": "AAAA", "weights_shape": [3]}, r"weights_shape \[3\] \(layers, h, L, S\)"),
+        ({"weights": [[0.5, 0.5]]}, r"\[layer\]\[head\]\[query\]\[key\], got 2 levels"),
+        ({"kind": "self"}, "carries weights_uint8 and weights_shape; this one has neither"),
+    ],
+)
+def test_a_malformed_state_gets_a_clear_error(state, message):
+    with pytest.raises(ValueError, match=message):
+        decode_weights(state)

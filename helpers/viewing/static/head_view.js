@@ -6,7 +6,8 @@
 // that keeps the same state in the page: no widget manager, no kernel, nothing fetched.
 //
 // State (set by Python, see helpers/viewing/head_view.py): kind ("self" | "causal" | "cross"), title,
-// query_tokens (L), key_tokens (S), layer_names, weights[layer][head][query][key] in [0, 1];
+// query_tokens (L), key_tokens (S), layer_names, weights_shape [layers, h, L, S] and weights_uint8: base64
+// of one byte per weight w in [0, 1], round(255 w), in that order (weightsOf decodes it);
 // layer, head (-1 = all heads) and view ("lines" | "heatmap" | "grid") change on clicks.
 
 // Colour-blind-safe colours for the heads (Okabe-Ito, then four more), repeated beyond twelve heads.
@@ -54,8 +55,34 @@ function textWidth(tokens) {
   return 8 + 7 * Math.max(1, ...tokens.map((t) => t.length));
 }
 
+// The weights as nested arrays [layer][head][query][key] of numbers in [0, 1], decoded once per state.
+const LEVELS = 255;
+const decoded = new WeakMap();
+
+function decodeWeights(text, shape) {
+  const [layers, heads, L, S] = shape;
+  const binary = atob(text);
+  const count = layers * heads * L * S;
+  if (binary.length !== count) {
+    throw new Error(`weights_uint8 holds ${binary.length} weights; weights_shape [${shape}] needs ${count}`);
+  }
+  let k = 0;
+  const next = () => binary.charCodeAt(k++) / LEVELS;
+  const repeat = (n, make) => Array.from({ length: n }, make);
+  return repeat(layers, () => repeat(heads, () => repeat(L, () => repeat(S, next))));
+}
+
+function weightsOf(model) {
+  const text = model.get("weights_uint8");
+  const cached = decoded.get(model);
+  if (cached && cached.text === text) return cached.weights;
+  const weights = decodeWeights(text, model.get("weights_shape"));
+  decoded.set(model, { text, weights });
+  return weights;
+}
+
 function visibleHeads(model) {
-  const heads = model.get("weights")[0].length;
+  const heads = weightsOf(model)[0].length;
   const isolated = model.get("head");
   return isolated >= 0 && isolated < heads ? [isolated] : [...Array(heads).keys()];
 }
@@ -89,7 +116,7 @@ function drawControls(model, parent) {
   }
   const heads = node("div", { class: "hv-heads", title: "click a head to show it alone; click again for all" }, parent);
   const isolated = model.get("head");
-  model.get("weights")[0].forEach((_, h) => {
+  weightsOf(model)[0].forEach((_, h) => {
     const swatch = node("button", { class: "hv-head-swatch", "data-head": String(h), text: `head ${h}` }, heads);
     swatch.style.setProperty("--hv-head-colour", headColour(h));
     if (isolated === h) swatch.classList.add("hv-active");
@@ -107,7 +134,7 @@ function drawControls(model, parent) {
 function drawLines(model, parent) {
   const queries = model.get("query_tokens");
   const keys = model.get("key_tokens");
-  const matrices = model.get("weights")[model.get("layer")];
+  const matrices = weightsOf(model)[model.get("layer")];
   const heads = visibleHeads(model);
   const left = textWidth(queries);
   const gap = 170;
@@ -195,7 +222,7 @@ function drawLines(model, parent) {
             fill: headColour(h),
           },
           bars,
-        ).appendChild(document.createElementNS(SVG, "title")).textContent = `head ${h}: ${w.toFixed(3)}`;
+        ).appendChild(document.createElementNS(SVG, "title")).textContent = `head ${h}: ${w.toFixed(2)}`;
       }),
     );
   }
@@ -213,7 +240,7 @@ function drawLines(model, parent) {
 function drawHeatmap(model, parent) {
   const queries = model.get("query_tokens");
   const keys = model.get("key_tokens");
-  const matrices = model.get("weights")[model.get("layer")];
+  const matrices = weightsOf(model)[model.get("layer")];
   const heads = visibleHeads(model);
   const causal = model.get("kind") === "causal";
   const cell = ROW + 2;
@@ -245,7 +272,7 @@ function drawHeatmap(model, parent) {
       );
       svgNode("title", {}, rect).textContent = masked
         ? `${queries[i]} may not see the later ${keys[j]} (masked)`
-        : `${queries[i]} → ${keys[j]}: ${w.toFixed(3)}`;
+        : `${queries[i]} → ${keys[j]}: ${w.toFixed(2)}`;
       cells.push(rect);
     }),
   );
@@ -306,7 +333,7 @@ function drawHeatmap(model, parent) {
 // Grid: a thumbnail per layer and head; a click opens that head, alone, in the lines view
 // ---------------------------------------------------------------------------------------------
 function drawGrid(model, parent) {
-  const weights = model.get("weights");
+  const weights = weightsOf(model);
   const layerNames = model.get("layer_names");
   const L = model.get("query_tokens").length;
   const S = model.get("key_tokens").length;
@@ -385,7 +412,7 @@ function draw(root, model) {
 function render({ model, el }) {
   const root = node("div", { class: "hv-root" }, el);
   const redraw = () => draw(root, model);
-  const events = ["change:layer", "change:head", "change:view", "change:weights"];
+  const events = ["change:layer", "change:head", "change:view", "change:weights_uint8"];
   for (const event of events) model.on(event, redraw);
   redraw();
   return () => {
@@ -413,6 +440,6 @@ function staticModel(state) {
 }
 
 // One copy of this file per notebook or page: later head views find it here (static/head_view_stub.js).
-globalThis.helpersHeadView = { render, staticModel };
+globalThis.helpersHeadView = { render, staticModel, decodeWeights };
 
 export default { render };
