@@ -275,7 +275,7 @@ def test_head_view_in_jupyterlab_from_saved_state_and_after_running(browser, lab
 def test_lesson_06_head_views_in_jupyterlab(browser, lab, pages):
     """The committed lesson's head views draw and respond from its saved state, with no kernel involved.
 
-    Running the lesson here would train its model a third time (after nbval and the student copy); the live
+    Running the lesson here would train its model once more (nbval already runs the lesson); the live
     path, a kernel sending the same widget, is driven on the small notebook of the test above.
     """
     page, console = _open_notebook(browser, lab, LESSON_06.name, pages)
