@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from helpers.gpt import GPT, GPTConfig
+from helpers.gpt import GPT, GPTConfig, generate
 
 __all__ = [
     "GGUF_NAME",
     "INSTALL",
     "chat_prompt",
+    "chat_translate",
     "gguf_path",
     "load_pretrained_lm",
     "load_reference_lm",
@@ -263,3 +266,33 @@ def chat_prompt(tokenizer, question: str) -> Tensor:
     messages = [{"role": "user", "content": question}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return torch.tensor([tokenizer(text)["input_ids"]])
+
+
+TRANSLATE_REQUEST = "Translate into English: {}"
+
+
+def chat_translate(model: GPT, tokenizer, sentences: Sequence[str], max_new_tokens: int = 48) -> list[str]:
+    """Each German sentence translated by the chat model: asked ``TRANSLATE_REQUEST`` through the chat template,
+    answered greedily (our KV cache) until ``<|im_end|>`` or ``max_new_tokens``. Of each answer the first
+    non-empty line is kept, without a leading "English:" label or enclosing quotes, so that BLEU scores words."""
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings, not one string")
+    answers = []
+    for sentence in sentences:
+        prompt = chat_prompt(tokenizer, TRANSLATE_REQUEST.format(sentence))  # (1, T0)
+        tokens, _ = generate(model, prompt, max_new_tokens, eos_id=tokenizer.eos_token_id)
+        text = tokenizer.decode(tokens[0, prompt.size(1) :], skip_special_tokens=True)
+        answers.append(_bare_answer(text))
+    return answers
+
+
+_LABEL = re.compile(r"^(?:english|translation|in english)\s*:\s*", re.IGNORECASE)
+
+
+def _bare_answer(text: str) -> str:
+    """The first non-empty line of an answer, without a leading "English:" label and enclosing quotes."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    line = _LABEL.sub("", line)
+    if len(line) >= 2 and line[0] == line[-1] and line[0] in "\"'":
+        line = line[1:-1].strip()
+    return line

@@ -183,3 +183,21 @@ def _tiny_gguf(path, architecture: str, block_count: int):
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+@pytest.mark.parametrize(
+    ("answer", "bare"),
+    [
+        ('English: "A woman and her child."\n\nExplanation: ...', "A woman and her child."),
+        ("\n  The musician rides a bike.\nMore text", "The musician rides a bike."),
+        ('The translation of "x" is: "y', 'The translation of "x" is: "y'),  # not enclosed: kept as it is
+        ("", ""),
+    ],
+)
+def test_a_chat_answer_is_cut_to_its_translation(answer, bare):
+    assert language_model._bare_answer(answer) == bare
+
+
+def test_chat_translate_refuses_a_single_string():
+    with pytest.raises(TypeError, match="list of strings"):
+        language_model.chat_translate(None, None, "Ein Hund.")
