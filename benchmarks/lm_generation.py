@@ -108,6 +108,7 @@ def main() -> None:
                 start = time.perf_counter()
                 outputs[side] = (ours if side == "ours" else theirs)(n)
                 rates[side].append(n / (time.perf_counter() - start))
+                print(f"  threads {threads}, round {round_ + 1}, {side}: {rates[side][-1]:.1f} tokens/s", flush=True)
         read, copied = bandwidth_gb_s()
         limit = read * 1e9 / nbytes
         mine, ref = statistics.median(rates["ours"]), statistics.median(rates["theirs"])
