@@ -86,10 +86,9 @@ def main() -> None:
         return generate(model, prompt, count)[0]
 
     def theirs(count: int) -> torch.Tensor:
+        no_stop.max_new_tokens = count  # in the config: transformers deprecates a config together with arguments
         with torch.no_grad():
-            out = reference.generate(
-                prompt, attention_mask=torch.ones_like(prompt), generation_config=no_stop, max_new_tokens=count
-            )
+            out = reference.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=no_stop)
         assert out.size(1) == T0 + count, f"transformers stopped after {out.size(1) - T0} of {count} tokens"
         return out
 
