@@ -186,15 +186,15 @@ class CausalSelfAttention(nn.Module):
         if past is not None:
             k = torch.cat((past[0], k), dim=2)  # (N, h_kv, T, d): the new tokens go after the old ones
             v = torch.cat((past[1], v), dim=2)
-        g = h // h_kv  # query heads per key/value head
-        keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
         mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend
-        if need_weights:
+        if need_weights:  # spelled out: each key/value head copied for the g query heads of its group
+            g = h // h_kv
+            keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
             scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)  # (N, h, L, T)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             out = weights @ values  # (N, h, L, d)
-        else:
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (N, h, L, d)
+        else:  # enable_gqa: query head i reads key/value head i // g without copying the cache g times
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=h != h_kv)  # (N, h, L, d)
         out = p.out_proj(out.transpose(1, 2).reshape(N, L, h * d))  # heads concatenated (N, L, h·d), then mixed
         return (out, (k, v), weights) if need_weights else (out, (k, v))
 
@@ -230,9 +230,10 @@ def _norm(config: GPTConfig) -> nn.Module:
 class GPT(nn.Module):
     """Decoder-only causal language model: ids (N, L) -> next-token logits (N, L, V).
 
-    ``forward(ids, cache, need_weights)``: with a ``KVCache`` the ids are the next L tokens after the cache's
-    T - L, and the cache grows by them once the step is complete. With ``need_weights=True`` it returns
-    ``(logits, weights)``, weights a list of n_layers tensors (N, h, L, T). ``embed`` and ``run`` split the
+    ``forward(ids, cache, need_weights, last_only)``: with a ``KVCache`` the ids are the next L tokens after the
+    cache's T - L, and the cache grows by them once the step is complete. With ``need_weights=True`` it returns
+    ``(logits, weights)``, weights a list of n_layers tensors (N, h, L, T); with ``last_only=True`` the logits
+    are the last position's only, (N, 1, V). ``embed`` and ``run`` split the
     forward pass so that a lesson can take gradients with respect to the token vectors.
     """
 
@@ -273,9 +274,10 @@ class GPT(nn.Module):
                     f"a cache serves one model and one batch; make one with model.new_cache()"
                 )
 
-    def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False):
+    def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)
-        (and the list of n_layers weights (N, h, L, T) with ``need_weights``)."""
+        (and the list of n_layers weights (N, h, L, T) with ``need_weights``). With ``last_only`` the output
+        layer runs on the last position alone, logits (N, 1, V): all a generation step needs."""
         if cache is not None:
             self._check_cache(cache, x.size(0))
         start = 0 if cache is None else cache.length
@@ -290,12 +292,14 @@ class GPT(nn.Module):
             x, present, *weights = block(x, positions, past, need_weights, rotation)
             presents.append(present)
             all_weights += weights
+        if last_only:
+            x = x[:, -1:]  # (N, 1, E): V × E multiply-adds per token, the largest layer, saved for the others
         logits = self.lm_head(self.norm(x))
         if cache is not None:
             cache.layers = presents  # every layer at once, only after the whole step has run
         return (logits, all_weights) if need_weights else logits
 
-    def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False):
+    def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"ids must be (N, L) token ids, got {shape}")
@@ -308,7 +312,7 @@ class GPT(nn.Module):
             raise ValueError(
                 f"ids must be token ids in 0 .. V - 1 = {self.config.vocab_size - 1}, got values {low} .. {high}"
             )
-        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights)
+        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
@@ -320,8 +324,9 @@ def generate(
 ) -> tuple[Tensor, Tensor]:
     """Greedy generation: prompt (N, T0) -> tokens (N, T0 + new) and each step's logits (N, new, V).
 
-    Without the cache each step runs the model on the whole sequence so far and keeps the last position's
-    logits; with it, the prompt fills the cache once and every later step runs the newest token only.
+    Without the cache each step runs the model on the whole sequence so far (the output layer on every
+    position) and keeps the last position's logits; with it, the prompt fills the cache once and every later
+    step runs the newest token only, the output layer on the last position only.
     With ``eos_id`` generation stops once every row has produced that token (a row that finished early
     is filled with ``eos_id``), so ``new`` can be below ``max_new_tokens``.
     """
@@ -343,7 +348,7 @@ def generate(
     new = prompt
     finished = torch.zeros(prompt.size(0), 1, dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):
-        logits = model(new, cache)[:, -1] if use_cache else model(tokens)[:, -1]  # (N, V)
+        logits = model(new, cache, last_only=True)[:, -1] if use_cache else model(tokens)[:, -1]  # (N, V)
         next_token = logits.argmax(dim=-1, keepdim=True)  # (N, 1)
         if eos_id is not None:
             next_token = next_token.masked_fill(finished, eos_id)

@@ -265,3 +265,40 @@ def test_a_pre_hook_on_out_proj_sees_the_concatenated_heads():
         handle.remove()
     assert seen == [torch.Size([1, 5, 32])]
     assert not torch.allclose(before, after)
+
+
+@pytest.mark.parametrize("num_kv_heads,window", [(2, None), (1, 3), (4, None)])
+def test_sdpa_with_enable_gqa_equals_copying_each_kv_head_for_its_group(num_kv_heads, window):
+    torch.manual_seed(11)
+    config = GPTConfig(vocab_size=10, embed_dim=32, num_heads=4, num_kv_heads=num_kv_heads, window=window)
+    attention = CausalSelfAttention(config).eval()
+    past_x, x = torch.randn(2, 5, 32), torch.randn(2, 3, 32)
+    with torch.no_grad():
+        _, past = attention(past_x, torch.arange(5))
+        fast, fast_kv = attention(x, torch.arange(5, 8), past)  # enable_gqa, the cache never copied
+        spelled, spelled_kv, _ = attention(x, torch.arange(5, 8), past, need_weights=True)  # repeat_interleave
+    torch.testing.assert_close(fast, spelled, atol=1e-6, rtol=0)
+    assert all(torch.equal(a, b) for a, b in zip(fast_kv, spelled_kv, strict=True))
+    if 1 < num_kv_heads < 4:  # the other grouping (head i reading kv head i % h_kv) is another model: can fail
+        q_rows = attention.projections.q_proj.weight.view(num_kv_heads, 4 // num_kv_heads, 8, 32)
+        with torch.no_grad():
+            attention.projections.q_proj.weight.copy_(q_rows.transpose(0, 1).reshape(32, 32))
+            regrouped, _ = attention(x, torch.arange(5, 8), past)
+        assert not torch.allclose(regrouped, spelled, atol=1e-3)
+
+
+def test_last_only_gives_the_last_positions_logits_with_and_without_a_cache():
+    torch.manual_seed(12)
+    model = GPT(GPTConfig(vocab_size=20, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2)).eval()
+    ids = torch.randint(20, (2, 6))
+    with torch.no_grad():
+        full = model(ids)
+        last = model(ids, last_only=True)
+        cache = model.new_cache()
+        cached = model(ids[:, :4], cache, last_only=True)
+        step = model(ids[:, 4:], cache, last_only=True)
+    assert last.shape == cached.shape == step.shape == (2, 1, 20)
+    torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(cached, full[:, 3:4], atol=1e-5, rtol=0)
+    torch.testing.assert_close(step, full[:, -1:], atol=1e-5, rtol=0)
+    assert cache.length == 6  # the cache still holds every position's keys and values
