@@ -2,7 +2,8 @@
 
 - matplotlib draws with the non-interactive Agg backend (no window, no display needed), chosen here before
   any test imports pyplot, and every figure a test leaves open is closed after it.
-- ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread.
+- ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread, and so
+  do the kernels and processes it starts.
 - ``integration``: the marker of tests that start kernels, browsers, servers, several processes or the real
   135M-parameter model (listed in ``INTEGRATION`` below, by file). ``make test`` runs them; ``make unit`` leaves
   them out (``-m "not integration"``) to stay a quick loop.
@@ -24,9 +25,14 @@ import matplotlib.pyplot as plt
 
 # Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
 # of torch's default two threads each would fight over two cores.
+# The kernels and processes a worker starts (nbval's lesson kernels, student copies, nbgrader, torchrun) inherit
+# one thread through the environment: a lesson's two threads spinning beside the other worker ran its cells 2-20x
+# slower (lessons 09 and 10 under nbval took over 330 s and 300 s, against 74 s and about 150 s alone).
 PARALLEL_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if PARALLEL_WORKERS > 1:
     torch.set_num_threads(1)
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 
 # Files whose tests start kernels, browsers, servers or other processes, or load the real model (paths from tests/).
