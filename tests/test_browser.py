@@ -316,6 +316,15 @@ def test_exported_html_works_with_the_network_off(browser, workspace):
         context.close()
 
 
+def _open_offline(browser, path: Path):
+    """A page of the written file ``path`` in a context with the network off: (context, page, its console)."""
+    context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    console = Console(page)
+    page.goto(path.as_uri())
+    return context, page, console
+
+
 def test_hostile_tokens_neither_blank_the_view_nor_swallow_the_rest_of_the_page(browser, tmp_path):
     import torch
 
@@ -327,10 +336,7 @@ def test_hostile_tokens_neither_blank_the_view_nor_swallow_the_rest_of_the_page(
     body = standalone_html(data) + "<p id='between'>between</p>" + standalone_html(data, library=False)
     path = tmp_path / "hostile.html"
     path.write_text(f"<!doctype html><html><body>{body}<p id='after'>after</p></body></html>", encoding="utf-8")
-    context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
-    page = context.new_page()
-    console = Console(page)
-    page.goto(path.as_uri())
+    context, page, console = _open_offline(browser, path)
     views = page.locator(".hv-root")
     views.nth(1).wait_for(timeout=10_000)
     assert views.count() == 2
@@ -353,10 +359,7 @@ def test_the_view_draws_the_weights_that_were_sent(browser, tmp_path):
     path = tmp_path / "weights.html"
     body = standalone_html(head_view_data(weights, tokens))
     path.write_text(f"<!doctype html><html><body>{body}</body></html>", encoding="utf-8")
-    context = browser.new_context(offline=True, viewport={"width": 1300, "height": 1000})
-    page = context.new_page()
-    console = Console(page)
-    page.goto(path.as_uri())
+    context, page, console = _open_offline(browser, path)
     view = page.locator(".hv-root")
     view.wait_for(timeout=10_000)
     read = "els => els.map(e => [+e.dataset.head, +e.dataset.query, +e.dataset.key, +e.dataset.weight])"

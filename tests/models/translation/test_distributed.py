@@ -30,6 +30,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
+def _torchrun(*args: str, timeout: int) -> subprocess.CompletedProcess:
+    """Two processes under torchrun, run from the repository with the tests' environment; output captured."""
+    return subprocess.run(
+        [*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=_environment(), cwd=ROOT
+    )
+
+
 def _environment() -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     env.pop("WORLD_SIZE", None)
@@ -46,14 +53,7 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
     """
     args = ["-m", "helpers.models.translation", "--threads", "1", "--device", "cpu", "train", "--corpus", "captions"]
     args += ["--limit", "200", "--steps", "6", *TINY]
-    together = subprocess.run(
-        [*TORCHRUN, *args, "--out", str(tmp_path / "ddp" / "run.pt")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_environment(),
-        cwd=ROOT,
-    )
+    together = _torchrun(*args, "--out", str(tmp_path / "ddp" / "run.pt"), timeout=300)
     assert together.returncode == 0, together.stderr[-3000:]
     # the one process is this one: the same command line, without another interpreter to start
     assert cli.main([*args[2:], "--accumulate", "2", "--out", str(tmp_path / "one" / "run.pt")]) == 0
@@ -169,14 +169,7 @@ def test_ranks_agree_when_a_time_budget_ends(tmp_path):
     script = tmp_path / "clocks_that_differ.py"
     script.write_text(CLOCKS_THAT_DIFFER)
     args = ["--threads", "1", "--device", "cpu", "train", "--corpus", "captions", "--limit", "200", "--minutes", "1"]
-    run = subprocess.run(
-        [*TORCHRUN, str(script), *args, "--rank-timeout", "0.5", *TINY, "--out", str(tmp_path / "run.pt")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=_environment(),
-        cwd=ROOT,
-    )
+    run = _torchrun(str(script), *args, "--rank-timeout", "0.5", *TINY, "--out", str(tmp_path / "run.pt"), timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     steps = load_checkpoint(tmp_path / "run.pt")[1]["metrics"]["steps"]
     assert steps == 4 and "of 4 (" in run.stderr  # rank 0's clock ended the run, and rank 1 went on with it
