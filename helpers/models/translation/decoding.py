@@ -39,9 +39,19 @@ class Decoded:
     attention: list[Tensor] | None = None
 
 
-def max_output_length(model: Seq2SeqTransformer, source_length: int) -> int:
-    """How many tokens a search may produce: generous for captions, bounded by the position table."""
-    return min(model.config.max_len - 1, 2 * source_length + 10)
+def output_limits(model: Seq2SeqTransformer, src: Tensor, max_len: int | None) -> Tensor:
+    """(N,) how many tokens (EOS included) each sentence may produce: ``max_len`` for all, or each its own.
+
+    Without ``max_len``: twice the source sentence's length plus 10 (generous for captions), bounded by the
+    position table. That length is the sentence's own (its non-padding tokens), not its batch's padded width,
+    so a sentence that never writes EOS stops at the same place alone or in any batch.
+    """
+    if max_len is not None:
+        if max_len < 1:
+            raise ValueError(f"max_len must be at least 1 token, got {max_len}")
+        return torch.full((src.size(0),), max_len, dtype=torch.long, device=src.device)
+    lengths = src.ne(PAD_ID).sum(dim=1)  # (N,)
+    return (2 * lengths + 10).clamp(max=model.config.max_len - 1)
 
 
 @torch.no_grad()
@@ -50,12 +60,14 @@ def greedy_decode(
 ) -> Decoded:
     """Pick the most likely next token at every step, for a whole batch at once.
 
-    src (N, S) source ids, padding = 0. Returns ``Decoded`` for the N sentences.
+    src (N, S) source ids, padding = 0. ``max_len``: at most this many tokens per sentence (default: each
+    sentence's ``output_limits``). Returns ``Decoded`` for the N sentences.
     """
     _check_source(src)
     model.eval()
     N = src.size(0)
-    max_len = max_len or max_output_length(model, src.size(1))
+    limits = output_limits(model, src, max_len)  # (N,)
+    max_len = int(limits.max())
     memory, src_padding = model.encode(src)  # (N, S, E), (N, S): computed once, reused every step
     tokens = torch.full((N, max_len + 1), PAD_ID, dtype=torch.long, device=src.device)
     tokens[:, 0] = BOS_ID
@@ -65,7 +77,7 @@ def greedy_decode(
         logits, cache = model.decode_step(tokens[alive, t : t + 1], memory, src_padding, cache)  # (n_alive, V)
         next_token = never_special(logits).argmax(dim=-1)  # (n_alive,)
         tokens[alive, t + 1] = next_token
-        writing = next_token.ne(EOS_ID)
+        writing = next_token.ne(EOS_ID) & limits[alive].gt(t + 1)  # t + 1 tokens written so far
         alive, memory, src_padding = alive[writing], memory[writing], src_padding[writing]
         cache = [layer_cache[writing] for layer_cache in cache]
         if alive.numel() == 0:
@@ -105,14 +117,16 @@ def beam_search(
 
     src (N, S). All N x K hypotheses run through the decoder as one batch of N*K rows. A finished
     hypothesis (it produced EOS) stays in its beam with a frozen score, extended by padding only, so
-    it competes with the live ones until the search ends.
+    it competes with the live ones until the search ends. A hypothesis that reaches its sentence's limit
+    (``max_len``, or each sentence's ``output_limits``) is finished there too.
     """
     _check_source(src)
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     model.eval()
     N, K, device = src.size(0), beam_size, src.device
-    max_len = max_len or max_output_length(model, src.size(1))
+    limits = output_limits(model, src, max_len).unsqueeze(1)  # (N, 1)
+    max_len = int(limits.max())
     memory, src_padding = model.encode(src)  # (N, S, E)
     memory = memory.repeat_interleave(K, dim=0)  # (N*K, S, E): each sentence's memory once per beam
     src_padding = src_padding.repeat_interleave(K, dim=0)  # (N*K, S)
@@ -138,7 +152,7 @@ def beam_search(
         beam, token = best // V, best % V  # (N, K) each
         scores = candidates.view(N, K * V).gather(1, best)
         lengths = new_lengths.squeeze(-1).gather(1, beam)
-        finished = finished.gather(1, beam) | token.eq(EOS_ID)
+        finished = finished.gather(1, beam) | token.eq(EOS_ID) | lengths.ge(limits)
         rows = (torch.arange(N, device=device).unsqueeze(1) * K + beam).view(-1)  # (N*K,) parent rows
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*K, t+1)
         cache = [layer_cache[rows] for layer_cache in cache]  # each beam continues its parent's cache

@@ -121,9 +121,34 @@ def test_batched_cached_beam_search_equals_the_plain_definition():
         assert batched == [naive_beam_search(model, row, k=3, alpha=0.6, max_len=6) for row in src]
 
 
+def never_ending(seed: int) -> Seq2SeqTransformer:
+    """A tiny model that never writes EOS: every sentence runs to its length limit."""
+    model = tiny_model(seed=seed)
+    with torch.no_grad():
+        model.generator.bias[EOS_ID] = -1e9
+    return model
+
+
+@pytest.mark.parametrize(
+    "search", [greedy_decode, lambda model, src: beam_search(model, src, beam_size=3)], ids=["greedy", "beam"]
+)
+def test_a_sentence_that_never_ends_stops_at_its_own_limit_in_any_batch(search):
+    """The default limit is 2 * (the sentence's own length) + 10, capped by the position table; not the batch's."""
+    model = never_ending(seed=3)
+    short = random_source(N=1, S=4, seed=1)  # BOS w w EOS: 4 tokens -> at most 18
+    long = random_source(N=1, S=12, seed=2)  # 12 tokens -> 34, capped at max_len - 1 = 31
+    batch = torch.zeros(2, 12, dtype=torch.long)
+    batch[0, :4], batch[1] = short[0], long[0]
+    together = search(model, batch).ids
+    assert [len(ids) for ids in together] == [18, 31]
+    assert together == [search(model, short).ids[0], search(model, long).ids[0]]
+
+
 def test_decoding_rejects_bad_sources():
     model = tiny_model()
     with pytest.raises(ValueError, match="int64"):
         greedy_decode(model, torch.zeros(2, 3))
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, random_source(), beam_size=0)
+    with pytest.raises(ValueError, match="max_len must be at least 1"):
+        greedy_decode(model, random_source(), max_len=0)
