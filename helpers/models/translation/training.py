@@ -245,11 +245,16 @@ def _over_ranks(result: StepResult, ranks: Ranks, device: torch.device) -> StepR
     return StepResult(float(totals[0]) / ranks.world_size, int(totals[1]))
 
 
-def _agreed(finished: bool, ranks: Ranks, device: torch.device) -> bool:
-    """Rank 0's answer, on every rank: with a time budget, so that all ranks stop at one step."""
-    flag = torch.tensor([float(finished)], device=device)
-    dist.broadcast(flag, src=0)
-    return bool(flag.item())
+def _read_clock(clock: _Clock, step: int, ranks: Ranks, device: torch.device) -> tuple[bool, float]:
+    """(finished, progress) after ``step`` steps. With a time budget under DDP, rank 0's reading on every rank:
+    each rank's own clock would stop the ranks at different steps (one would wait forever for the others) and give
+    them different learning rates for one step, so that their copies of the weights drift apart."""
+    finished, progress = clock.finished(step), clock.progress(step)
+    if ranks.distributed and clock.budget is not None:
+        reading = torch.tensor([float(finished), progress], dtype=torch.float64, device=device)
+        dist.broadcast(reading, src=0)
+        finished, progress = bool(reading[0]), float(reading[1])
+    return finished, progress
 
 
 class _Reporter:
@@ -408,13 +413,13 @@ def train(
             if on_best is not None:
                 on_best(model, history)
 
-    finished = clock.finished(step)
+    finished, fraction_done = _read_clock(clock, step, ranks, device)
     schedule = _step_batches(examples, config, per_step, ranks.rank * accumulate, accumulate, (epoch, position))
     model.train()
     while not finished:
         epoch, position, mine = next(schedule)  # this rank's share of the step's batches
         torch.manual_seed(dropout_seed(config, step, ranks.rank))
-        lr = config.lr * learning_rate_factor(step, clock.progress(step), config)
+        lr = config.lr * learning_rate_factor(step, fraction_done, config)
         result = _over_ranks(train_step(net, optimizer, mine, config, lr, precision), ranks, device)
         step += 1
         history.steps_done, history.seconds = step, clock.elapsed()
@@ -427,9 +432,7 @@ def train(
         validated = bool(config.eval_every and step % config.eval_every == 0)
         if validated:
             run_validation()
-        finished = clock.finished(step)
-        if ranks.distributed and budget is not None:
-            finished = _agreed(finished, ranks, device)
+        finished, fraction_done = _read_clock(clock, step, ranks, device)
         now = time.perf_counter()
         if reporter.due(now):
             reporter.line(step, result.loss, history)

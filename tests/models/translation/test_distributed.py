@@ -146,15 +146,18 @@ def test_device_choice_is_checked():
 
 
 # Each rank's clock is injected: a training step moves rank 0's on by 15 s and rank 1's by 30 s, so a one-minute
-# budget is spent after 4 steps for rank 0 and after 2 for rank 1.
+# budget is spent after 4 steps for rank 0 and after 2 for rank 1. Each rank writes the learning rate of every step
+# it takes to lr<rank>.txt beside the script.
 CLOCKS_THAT_DIFFER = """
-import sys, time, types
+import os, sys, time, types
 import torch.distributed as dist
 from helpers.models.translation import cli, training
 now = [0.0]
 real_step = training.train_step
-def timed_step(*args, **kwargs):
-    result = real_step(*args, **kwargs)
+def timed_step(net, optimizer, batches, config, lr, *args, **kwargs):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"lr{dist.get_rank()}.txt"), "a") as log:
+        log.write(f"{lr!r}\\n")
+    result = real_step(net, optimizer, batches, config, lr, *args, **kwargs)
     now[0] += 15.0 if dist.get_rank() == 0 else 30.0
     return result
 training.train_step = timed_step
@@ -165,7 +168,8 @@ sys.exit(cli.main(sys.argv[1:]))
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this PyTorch build has no torch.distributed")
 def test_ranks_agree_when_a_time_budget_ends(tmp_path):
-    """Each rank's clock differs; rank 0's decides, so both stop at the same step and neither waits forever."""
+    """Each rank's clock differs; rank 0's decides, so both stop at the same step and neither waits forever, and
+    both take every step at the same learning rate (the schedule follows the budget), or their weights would part."""
     script = tmp_path / "clocks_that_differ.py"
     script.write_text(CLOCKS_THAT_DIFFER)
     args = ["--threads", "1", "--device", "cpu", "train", "--corpus", "captions", "--limit", "200", "--minutes", "1"]
@@ -173,3 +177,6 @@ def test_ranks_agree_when_a_time_budget_ends(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     steps = load_checkpoint(tmp_path / "run.pt")[1]["metrics"]["steps"]
     assert steps == 4 and "of 4 (" in run.stderr  # rank 0's clock ended the run, and rank 1 went on with it
+    rates = [(tmp_path / f"lr{rank}.txt").read_text().split() for rank in (0, 1)]
+    assert len(rates[0]) == 4 and rates[0] == rates[1], rates
+    assert len(set(rates[0])) > 1  # the schedule moved, so a rank reading its own clock would have differed
