@@ -50,8 +50,10 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 
 # Two workers, one per core of the course's 2-core reference machine (WORKERS=1 runs serially). Each test file and
 # each lesson stays on one worker (--dist loadfile), so a lesson's cells share one kernel and a file its fixtures.
+# Files start in the order tests/conftest.py gives them (slowest first, so neither worker idles at the end), not
+# in pytest-xdist's (most tests first): --no-loadscope-reorder.
 WORKERS ?= 2
-PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
+PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cores
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL)

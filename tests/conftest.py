@@ -4,6 +4,7 @@
   any test imports pyplot, and every figure a test leaves open is closed after it.
 - ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread, and so
   do the kernels and processes it starts.
+- ``SLOWEST_FIRST``: the files that take longest run first, so that both workers stay busy to the end.
 - ``integration``: the marker of tests that start kernels, browsers, servers, several processes or the real
   135M-parameter model (listed in ``INTEGRATION`` below, by file). ``make test`` runs them; ``make unit`` leaves
   them out (``-m "not integration"``) to stay a quick loop.
@@ -49,6 +50,26 @@ INTEGRATION = {
     "test_site_browser.py",
 }
 TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+
+# The files that take longest, longest first (seconds on one worker of a 2-core machine, `--junitxml` of one
+# `make test`), paths from the repository root. They run first, and the hundreds of quick files fill the gaps
+# after them: with pytest-xdist's own order (most tests first) the nbgrader term started last and ran alone for
+# its last two minutes while the other worker sat idle. `make test` passes --no-loadscope-reorder to keep this.
+SLOWEST_FIRST = [
+    "tests/course/test_nbgrader_term.py",  # 120 s
+    "notebooks/09_language_model.ipynb",  # 76 s
+    "notebooks/06_translation.ipynb",  # 68 s
+    "notebooks/10_induction_heads.ipynb",  # 52 s
+    "tests/course/test_checking_submissions.py",  # 49 s
+    "tests/test_browser.py",  # 48 s
+    "tests/models/translation/test_distributed.py",  # 47 s
+    "tests/course/test_student_copies.py",  # 43 s
+    "tests/models/test_language_model.py",  # 39 s
+    "notebooks/08_pretrained_model.ipynb",  # 37 s
+    "tests/test_site_browser.py",  # 24 s
+    "notebooks/07_attention_at_scale.ipynb",  # 19 s
+]
 
 
 def pytest_configure(config):
@@ -59,6 +80,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if os.path.relpath(str(item.path), TESTS).replace(os.sep, "/") in INTEGRATION:
             item.add_marker(pytest.mark.integration)
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    # A stable sort: the slow files first, in that order; every file's own tests (a lesson's cells) keep theirs.
+    items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), ROOT).replace(os.sep, "/"), len(rank)))
 
 
 @pytest.fixture(autouse=True)
