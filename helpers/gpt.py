@@ -15,6 +15,7 @@ the work per token no longer grows with the length.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -152,6 +153,11 @@ class CausalSelfAttention(nn.Module):
     ``self.projections.out_proj`` is an ``nn.Linear(E, E)`` whose input is the h heads' outputs concatenated,
     (N, L, h·d) with head i in features i·d .. (i + 1)·d - 1: a forward pre-hook on it can read, zero or patch
     one head's output before the heads are mixed.
+
+    ``weights_from_scores``: None (the masked softmax), or a function ``(scores (N, h, L, T), may_attend (L, T),
+    positions (L,)) -> weights (N, h, L, T)`` that replaces it, for an experiment that changes what the heads
+    may read (``helpers.analysis.sinks.blocked_key`` hides one key with it). With one set, the attention is
+    spelled out, as with ``need_weights``.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -161,6 +167,7 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = config.head_dim
         self.rotary, self.window = config.positions == "rotary", config.window
         self.rotary_base = config.rotary_base
+        self.weights_from_scores: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 
     def forward(
         self,
@@ -187,11 +194,14 @@ class CausalSelfAttention(nn.Module):
             k = torch.cat((past[0], k), dim=2)  # (N, h_kv, T, d): the new tokens go after the old ones
             v = torch.cat((past[1], v), dim=2)
         mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend
-        if need_weights:  # spelled out: each key/value head copied for the g query heads of its group
-            g = h // h_kv
+        if need_weights or self.weights_from_scores is not None:
+            g = h // h_kv  # spelled out: each key/value head copied for the g query heads of its group
             keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
             scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)  # (N, h, L, T)
-            weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            if self.weights_from_scores is None:
+                weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            else:
+                weights = self.weights_from_scores(scores, mask, positions)
             out = weights @ values  # (N, h, L, d)
         else:  # enable_gqa: query head i reads key/value head i // g without copying the cache g times
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=h != h_kv)  # (N, h, L, d)

@@ -267,6 +267,33 @@ def test_a_pre_hook_on_out_proj_sees_the_concatenated_heads():
     assert not torch.allclose(before, after)
 
 
+def test_weights_from_scores_replaces_the_masked_softmax_and_sees_the_scores_mask_and_positions():
+    torch.manual_seed(12)
+    config = GPTConfig(vocab_size=10, embed_dim=32, num_heads=4, num_kv_heads=2, window=3)
+    attention = CausalSelfAttention(config).eval()
+    past_x, x = torch.randn(2, 5, 32), torch.randn(2, 3, 32)
+    seen = []
+
+    def masked_softmax(scores, may_attend, positions):
+        seen.append((scores.shape, may_attend.clone(), positions.clone()))
+        return scores.masked_fill(~may_attend, float("-inf")).softmax(dim=-1)
+
+    with torch.no_grad():
+        _, past = attention(past_x, torch.arange(5))
+        fast, _ = attention(x, torch.arange(5, 8), past)  # SDPA
+        attention.weights_from_scores = masked_softmax
+        same, _, weights = attention(x, torch.arange(5, 8), past, need_weights=True)
+        attention.weights_from_scores = lambda scores, may_attend, positions: torch.full_like(scores, 1 / 8)
+        uniform, _ = attention(x, torch.arange(5, 8), past)  # the replacement is used without need_weights too
+        attention.weights_from_scores = None
+    torch.testing.assert_close(same, fast, atol=1e-6, rtol=0)
+    ((shape, may_attend, positions),) = seen
+    assert shape == (2, 4, 3, 8) and positions.tolist() == [5, 6, 7]
+    assert may_attend.tolist()[0] == [False, False, False, True, True, True, False, False]  # window 3 at 5
+    assert not torch.allclose(uniform, fast, atol=1e-3)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 3))
+
+
 @pytest.mark.parametrize("num_kv_heads,window", [(2, None), (1, 3), (4, None)])
 def test_sdpa_with_enable_gqa_equals_copying_each_kv_head_for_its_group(num_kv_heads, window):
     torch.manual_seed(11)

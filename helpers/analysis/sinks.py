@@ -10,8 +10,6 @@ each row to sum to 1; with ``renormalize=False`` the share is dropped instead (t
 
 from __future__ import annotations
 
-import math
-import types
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,41 +18,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.gpt import GPT, attention_mask
-from helpers.rotary import rotary_cos_sin, rotate_pairs
+from helpers.gpt import GPT
 
 __all__ = ["SinkRemoval", "blocked_key", "sink_removal_effect"]
 
 
-def _forward_without_key(self, x, positions, past=None, need_weights=False, rotation=None):
-    """``CausalSelfAttention.forward`` with one key hidden from the later queries (``self._blocked_key``).
-    x (N, L, E) -> output (N, L, E), keys and values (N, h_kv, T, d) each, and with ``need_weights`` the
-    weights (N, h, L, T)."""
-    N, L, _ = x.shape
-    p, h, h_kv, d = self.projections, self.num_heads, self.num_kv_heads, self.head_dim
-    q = p.q_proj(x).view(N, L, h, d).transpose(1, 2)  # (N, h, L, d)
-    k = p.k_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
-    v = p.v_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
-    if self.rotary:
-        cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
-        q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
-    if past is not None:
-        k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], v), dim=2)  # (N, h_kv, T, d)
-    g = h // h_kv
-    keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
-    T = k.size(2)
-    mask = attention_mask(positions, T, self.window)  # (L, T), True = may attend
-    blocked, renormalize = self._blocked_key
-    hidden = torch.zeros_like(mask)  # (L, T): True where a later query's weight on the blocked key goes
-    if blocked < T:
-        hidden[:, blocked] = positions > blocked  # the queries after the blocked token
-    scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)  # (N, h, L, T)
-    if renormalize:  # a softmax over the other keys: the share is spread over them
-        weights = scores.masked_fill(~mask | hidden, float("-inf")).softmax(dim=-1)
-    else:  # the intact weights with the share dropped: those rows now sum to less than 1
-        weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).masked_fill(hidden, 0.0)
-    out = p.out_proj((weights @ values).transpose(1, 2).reshape(N, L, h * d))
-    return (out, (k, v), weights) if need_weights else (out, (k, v))
+def _weights_without_key(key: int, renormalize: bool):
+    """A ``weights_from_scores`` for ``CausalSelfAttention``: the masked softmax with token ``key`` hidden from
+    every later query; scores (N, h, L, T), may_attend (L, T), positions (L,) -> weights (N, h, L, T)."""
+
+    def weights(scores: Tensor, may_attend: Tensor, positions: Tensor) -> Tensor:
+        hidden = torch.zeros_like(may_attend)  # (L, T): True where a later query's weight on the key goes
+        if key < may_attend.size(1):
+            hidden[:, key] = positions > key  # the queries after the blocked token
+        if renormalize:  # a softmax over the other keys: the share is spread over them
+            return scores.masked_fill(~may_attend | hidden, float("-inf")).softmax(dim=-1)
+        # the intact weights with the share dropped: those rows now sum to less than 1
+        return scores.masked_fill(~may_attend, float("-inf")).softmax(dim=-1).masked_fill(hidden, 0.0)
+
+    return weights
 
 
 @contextmanager
@@ -76,15 +58,16 @@ def blocked_key(model: GPT, layers: Iterable[int], key: int = 0, renormalize: bo
     if isinstance(key, bool) or not isinstance(key, int) or key < 0:
         raise ValueError(f"key must be a token position >= 0, got {key!r}")
     modules = [model.blocks[i].attention for i in layers]
+    busy = [i for i, module in zip(layers, modules, strict=True) if module.weights_from_scores is not None]
+    if busy:
+        raise RuntimeError(f"layers {busy} already have their attention weights replaced (blocked_key inside another)")
     try:
         for module in modules:
-            module._blocked_key = (key, bool(renormalize))
-            module.forward = types.MethodType(_forward_without_key, module)  # shadows the class's forward
+            module.weights_from_scores = _weights_without_key(key, bool(renormalize))
         yield model
     finally:
         for module in modules:
-            module.__dict__.pop("forward", None)
-            module.__dict__.pop("_blocked_key", None)
+            module.weights_from_scores = None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def test_outside_the_block_and_in_other_layers_nothing_changes(tiny):
         after = tiny(IDS)
     assert torch.equal(before, after)
     assert torch.equal(blocked[0], intact[0]) and torch.equal(blocked[1], intact[1])  # layers 0, 1 untouched
-    assert "forward" not in vars(tiny.blocks[2].attention)
+    assert all(block.attention.weights_from_scores is None for block in tiny.blocks)
 
 
 def test_blocking_works_with_the_cache(tiny):
@@ -72,7 +72,17 @@ def test_blocking_works_with_the_cache(tiny):
 def test_the_model_is_restored_after_an_error(tiny):
     with pytest.raises(ValueError), blocked_key(tiny, [1]):
         tiny(torch.tensor([[99]]))  # an id beyond V
-    assert "forward" not in vars(tiny.blocks[1].attention)
+    assert tiny.blocks[1].attention.weights_from_scores is None
+
+
+def test_a_block_inside_another_on_the_same_layer_is_refused_and_the_outer_one_kept(tiny):
+    with blocked_key(tiny, [0, 1]):
+        inner = blocked_key(tiny, [1, 2], key=3)
+        with pytest.raises(RuntimeError, match=r"layers \[1\] already have their attention weights replaced"):
+            inner.__enter__()
+        assert tiny.blocks[1].attention.weights_from_scores is not None
+        assert tiny.blocks[2].attention.weights_from_scores is None
+    assert tiny.blocks[0].attention.weights_from_scores is None
 
 
 def test_the_effect_compares_losses_and_top1_predictions(tiny):
