@@ -54,8 +54,9 @@ ROOT = os.path.dirname(TESTS)
 
 # The files that take longest, longest first (seconds on one worker of a 2-core machine, `--junitxml` of one
 # `make test`), paths from the repository root. They run first, and the hundreds of quick files fill the gaps
-# after them: with pytest-xdist's own order (most tests first) the nbgrader term started last and ran alone for
-# its last two minutes while the other worker sat idle. `make test` passes --no-loadscope-reorder to keep this.
+# after them, so that neither worker is left idle while the other finishes a long file. pytest-xdist's own order
+# (most tests first) starts the nbgrader term, 5 tests and two minutes, among the last files. `make test` passes
+# --no-loadscope-reorder to keep this order.
 SLOWEST_FIRST = [
     "tests/course/test_nbgrader_term.py",  # 120 s
     "notebooks/09_language_model.ipynb",  # 76 s
