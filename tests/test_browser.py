@@ -93,7 +93,7 @@ def workspace(tmp_path_factory):
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in HEAD_VIEW_CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3", shutdown_kernel="immediate").execute()
     nbformat.write(nb, root / "head_view.ipynb")
     shutil.copy(LESSON_03, root)
     names = ["head_view.ipynb"]

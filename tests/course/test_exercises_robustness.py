@@ -282,7 +282,7 @@ def test_a_verdict_shows_once_in_a_notebook():
         "verdict",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
 
     def shown(cell):
         texts = [o.get("text", "") for o in cell.outputs if o.output_type == "stream"]

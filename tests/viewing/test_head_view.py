@@ -253,7 +253,7 @@ def executed(tmp_path_factory) -> Path:
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
     path = tmp_path_factory.mktemp("executed") / "lesson.ipynb"
     nbformat.write(nb, path)
     return path
