@@ -30,11 +30,14 @@ __all__ = [
     "MaskConventionWarning",
     "MultiHeadAttention",
     "causal_mask",
+    "merge_heads",
     "merge_masks",
     "padding_mask",
+    "repeat_kv_heads",
     "scaled_dot_product_attention",
     "sdpa_mask_from_padding",
     "sliding_window_mask",
+    "split_heads",
 ]
 
 
@@ -104,6 +107,38 @@ def sdpa_mask_from_padding(key_padding_mask: Tensor) -> Tensor:
             f"of shape {tuple(key_padding_mask.shape)}"
         )
     return ~key_padding_mask[:, None, :]  # (N, S) -> (N, 1, S), flipped
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads: the one place where features become heads and heads become features again (lesson 04)
+# ---------------------------------------------------------------------------------------------
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(N, T, h·d) -> (N, h, T, d): head i gets features i·d .. (i + 1)·d - 1 (a view, no copy)."""
+    if x.dim() != 3:
+        raise ValueError(f"split_heads expects (N, T, h·d), got shape {tuple(x.shape)}")
+    N, T, features = x.shape
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or features % num_heads:
+        raise ValueError(f"num_heads must be a positive divisor of the {features} features, got {num_heads!r}")
+    return x.view(N, T, num_heads, features // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(N, h, T, d) -> (N, T, h·d): the heads' outputs side by side, head 0's d numbers first."""
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads expects (N, h, T, d), got shape {tuple(x.shape)}")
+    N, h, T, d = x.shape
+    return x.transpose(1, 2).reshape(N, T, h * d)
+
+
+def repeat_kv_heads(x: Tensor, groups: int) -> Tensor:
+    """(N, h_kv, S, d) -> (N, h_kv·g, S, d): each key/value head copied for the g query heads of its group.
+
+    Query head i reads key/value head i // g, as ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does."""
+    if x.dim() != 4:
+        raise ValueError(f"repeat_kv_heads expects (N, h_kv, S, d), got shape {tuple(x.shape)}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups (query heads per key/value head) must be a positive int, got {groups!r}")
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
 # ---------------------------------------------------------------------------------------------

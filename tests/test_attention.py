@@ -15,9 +15,12 @@ from helpers import (
     GroupedQueryAttention,
     MultiHeadAttention,
     causal_mask,
+    merge_heads,
     padding_mask,
+    repeat_kv_heads,
     scaled_dot_product_attention,
     sdpa_mask_from_padding,
+    split_heads,
 )
 from helpers.attention import MaskConventionWarning
 
@@ -532,3 +535,35 @@ def test_batch_first_mixup_is_named():
         batch_first(query.transpose(0, 1), memory.transpose(0, 1), memory.transpose(0, 1))
     with pytest.raises(ValueError, match=r"got 3 and 4$"):  # no other reading fits: no hint
         batch_first(torch.randn(3, 5, 8), torch.randn(4, 7, 8), torch.randn(4, 7, 8))
+
+
+# --- the one place heads are split, merged and shared -------------------------------------------------
+def test_split_and_merge_heads_are_inverse_and_slice_features_by_head():
+    x = torch.randn(2, 5, 12)
+    heads = split_heads(x, 3)  # (N, h, T, d)
+    assert heads.shape == (2, 3, 5, 4)
+    torch.testing.assert_close(heads[:, 1], x[..., 4:8])  # head 1 owns features 4..7
+    torch.testing.assert_close(merge_heads(heads), x)
+
+
+@pytest.mark.parametrize("bad", [0, 5, -3, True, 2.0])
+def test_split_heads_refuses_heads_that_do_not_divide_the_features(bad):
+    with pytest.raises(ValueError, match="num_heads"):
+        split_heads(torch.randn(2, 5, 12), bad)
+
+
+def test_split_and_merge_heads_refuse_the_wrong_rank():
+    with pytest.raises(ValueError, match=r"\(N, T, h·d\)"):
+        split_heads(torch.randn(5, 12), 3)
+    with pytest.raises(ValueError, match=r"\(N, h, T, d\)"):
+        merge_heads(torch.randn(5, 12))
+
+
+def test_repeat_kv_heads_matches_sdpa_enable_gqa():
+    q, k, v = torch.randn(2, 6, 4, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    got = F.scaled_dot_product_attention(q, repeat_kv_heads(k, 3), repeat_kv_heads(v, 3))
+    torch.testing.assert_close(got, expected)
+    assert repeat_kv_heads(k, 1) is k
+    with pytest.raises(ValueError, match="groups"):
+        repeat_kv_heads(k, 0)
