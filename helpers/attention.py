@@ -1,18 +1,49 @@
-"""Scaled dot-product attention, masks, multi-head and grouped-query attention.
+"""Scaled dot-product attention, masks, and the one attention core under every multi-head front end.
 
 One shape notation throughout the course (the one ``torch.nn.MultiheadAttention`` uses):
 
     N  batch size              L  target (query) length     S  source (key/value) length
-    E  embedding size          h  number of heads           d  head size, E / h
+    E  embedding size          h  query heads               d  head size, E / h
+    h_kv  key/value heads (h a multiple of h_kv)            g  = h / h_kv query heads per key/value head
 
 Two mask conventions meet in this file, so every function says which one it takes:
 
-* ``scaled_dot_product_attention`` follows ``torch.nn.functional.scaled_dot_product_attention``:
-  a boolean ``attn_mask`` is **True where a query may attend** (True = take part).
-* ``MultiHeadAttention`` and the mask helpers follow ``torch.nn.MultiheadAttention``:
+* ``scaled_dot_product_attention``, ``masked_softmax`` and ``attend`` follow
+  ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask is **True where a query may attend**.
+* ``MultiHeadAttention``, ``GroupedQueryAttention`` and the mask helpers follow ``torch.nn.MultiheadAttention``:
   a boolean mask is **True where attention is blocked** (True = ignore / padding).
 
 A float mask means the same in both: it is added to the scores (``-inf`` blocks).
+
+The attention core (every front end is a thin layer over it)
+------------------------------------------------------------
+A front end owns its projections (and positions, and cache); the core owns what happens between heads in and
+heads out, in four steps, each in one place:
+
+1. ``split_heads(x (N, T, h·d), h) -> (N, h, T, d)``: features become heads (a view).
+2. ``attend(q (N, h, L, d), k (N, h_kv, S, d), v (N, h_kv, S, dv), mask) -> (out (N, h, L, dv), weights)``:
+   scores ``q·kᵀ / √d`` (N, h, L, S), then **weights** from scores, then the weighted sum of the values.
+   Query head i reads key/value head i // g (``repeat_kv_heads``). ``mask``: None, boolean (True = may
+   attend) or float (added), broadcastable to (N, h, L, S). ``weights`` is (N, h, L, S), or None when not
+   asked for: then torch's fused kernel runs (``fused_attention``), which never builds the weights and reads
+   grouped keys and values in place (``enable_gqa``) instead of copying the cache g times.
+3. ``masked_softmax(scores, mask) -> weights``: the one rule that turns scores into weights (softmax over the
+   keys; a query with no key left gets zero weights, as in ``F.scaled_dot_product_attention``). An experiment
+   replaces it with a ``weights_from_scores(scores (N, h, L, S), mask, positions (L,)) -> weights`` function.
+4. ``merge_heads(out (N, h, L, d)) -> (N, L, h·d)``: the heads side by side, head i in features i·d .. (i+1)·d - 1,
+   the input of the front end's output projection (where a hook sees, zeroes or patches one head).
+
+``AttentionCore`` is the base class of the front ends (``MultiHeadAttention``, ``GroupedQueryAttention``,
+``helpers.gpt.CausalSelfAttention``, ``helpers.analysis.circuits.HeadAttention``). It has no parameters of its
+own (state dicts are the front ends'), and gives each one ``attend_heads`` (step 2 with this module's weights)
+and ``scores_to_weights``, the one method a variant overrides, or that an experiment replaces by setting
+``module.weights_from_scores``. A new variant is a subclass with new projections: it projects to q, k, v heads
+(its own sizes, rotations or latent up-projections), calls ``attend_heads``, merges and projects out. What a
+decoder keeps between steps is a ``helpers.kv_cache.KVCache`` of projected tensors, one entry per layer.
+
+Fast paths sit beside the teaching code, named as such, and are tested equal to it: ``fused_attention``
+(torch's kernel, when no weights are wanted), ``fused_self_attention_heads`` (one strided (E, 3E) product for
+self-attention's q, k, v) and ``masked_softmax_`` (in place, when no gradient will flow).
 """
 
 from __future__ import annotations
@@ -20,16 +51,24 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "AttentionCore",
     "GroupedQueryAttention",
     "MaskConventionWarning",
     "MultiHeadAttention",
+    "WeightsFromScores",
+    "attend",
     "causal_mask",
+    "fused_attention",
+    "fused_self_attention_heads",
+    "masked_softmax",
+    "masked_softmax_",
     "merge_heads",
     "merge_masks",
     "padding_mask",
@@ -188,34 +227,38 @@ def scaled_dot_product_attention(
     #    (q * scale) @ k^T equals (q @ k^T) * scale; scaling the smaller (L, d) tensor is cheaper.
     scores = (query * scale) @ key.transpose(-2, -1)
 
-    # 2. Masks: blocked scores become -inf so that softmax gives them weight 0.
+    # 2. Masks: which keys each query may read (a causal mask: keys 0..i only).
     if is_causal:
         if attn_mask is not None:
             raise ValueError("pass either attn_mask or is_causal=True, not both")
         # Query i may attend to keys 0..i (top-left aligned when L != S, as in torch).
         attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()  # True = may attend
-    if attn_mask is not None:
-        scores = scores + _additive_mask(attn_mask, scores)
-        if attn_mask.dtype == torch.bool and not is_causal:
-            _warn_if_inverted(attn_mask)
 
-    # 3. Softmax over the keys (the last dimension): every row becomes a probability distribution.
-    #    Without autograd the scores are not needed again, so softmax overwrites them: that saves
-    #    allocating and filling a second (..., L, S) tensor, the largest in the whole computation.
-    in_place = not (torch.is_grad_enabled() and scores.requires_grad)
-    if attn_mask is None:
-        weights = torch.softmax(scores, dim=-1, out=scores if in_place else None)
-    else:
-        # A fully blocked row would be softmax(-inf, ..., -inf) = NaN (and NaN gradients);
-        # define it as "attends to nothing": zero weights.
-        blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
-        scores = scores.masked_fill_(blocked_row, 0.0) if in_place else scores.masked_fill(blocked_row, 0.0)
-        weights = torch.softmax(scores, dim=-1, out=scores if in_place else None).masked_fill(blocked_row, 0.0)
+    # 3. Softmax over the keys (the last dimension), blocked keys at -inf so that they get weight 0:
+    #    every row becomes a probability distribution.
+    weights = masked_softmax(scores, attn_mask)
+    if attn_mask is not None and attn_mask.dtype == torch.bool and not is_causal:
+        _warn_if_inverted(attn_mask)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
 
     # 4. Weighted sum of the values.  (..., L, S) @ (..., S, dv) -> (..., L, dv)
     return weights @ value, weights
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Scores (..., L, S) -> weights (..., L, S): the one place where attention scores become weights.
+
+    ``mask``: None, boolean broadcastable to the scores (**True = may attend**), or float (added to the
+    scores, ``-inf`` blocks). Softmax over the keys; a query whose every key is blocked gets all-zero weights
+    (a plain softmax of -inf everywhere would be NaN, with NaN gradients), as in
+    ``F.scaled_dot_product_attention``.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    scores = scores + _additive_mask(mask, scores)
+    blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1): no key left to read
+    return scores.masked_fill(blocked_row, 0.0).softmax(dim=-1).masked_fill(blocked_row, 0.0)
 
 
 def check_query_key_value(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -317,9 +360,166 @@ def _warn_if_inverted(may_attend: Tensor) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The attention core: heads in, heads out (every multi-head front end below and beyond calls it)
+# ---------------------------------------------------------------------------------------------
+WeightsFromScores = Callable[[Tensor, "Tensor | None", "Tensor | None"], Tensor]
+"""``(scores (N, h, L, S), mask, positions (L,) or None) -> weights (N, h, L, S)``: replaces ``masked_softmax``."""
+
+
+def attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    need_weights: bool = False,
+    weights_from_scores: WeightsFromScores | None = None,
+    positions: Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-head attention: query (N, h, L, d), key (N, h_kv, S, d), value (N, h_kv, S, dv) -> (out, weights).
+
+    Query head i reads key/value head i // g (g = h / h_kv; h_kv = h is multi-head attention). ``mask``:
+    None, boolean (**True = may attend**) or float (added to the scores), broadcastable to (N, h, L, S).
+    ``out`` is (N, h, L, dv); ``weights`` (N, h, L, S), or None unless ``need_weights``.
+
+    With ``need_weights`` or a ``weights_from_scores`` the attention is spelled out: scores q·kᵀ / √d (or
+    × ``scale``), weights from ``weights_from_scores(scores, mask, positions)`` (default ``masked_softmax``),
+    dropout, weighted sum. Otherwise ``fused_attention`` computes the same output without building the weights
+    (tested equal). ``positions`` (L,): the queries' positions, passed on to ``weights_from_scores`` only.
+    """
+    _check_heads(query, key, value)
+    check_scale(scale)
+    if not (need_weights or weights_from_scores is not None):
+        return fused_attention(query, key, value, mask, dropout_p=dropout_p, scale=scale), None
+    groups = query.size(1) // key.size(1)
+    keys, values = repeat_kv_heads(key, groups), repeat_kv_heads(value, groups)  # (N, h, S, ·)
+    scores = query @ keys.transpose(-2, -1)  # (N, h, L, d) @ (N, h, d, S) -> (N, h, L, S)
+    scores = scores / math.sqrt(query.size(-1)) if scale is None else scores * scale
+    if weights_from_scores is not None:
+        weights = weights_from_scores(scores, mask, positions)
+    elif torch.is_grad_enabled() and scores.requires_grad:
+        weights = masked_softmax(scores, mask)
+    else:
+        weights = masked_softmax_(scores, mask)  # no gradient will flow: the scores are not needed again
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ values, weights  # (N, h, L, S) @ (N, h, S, dv) -> (N, h, L, dv)
+
+
+def _check_heads(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """query (N, h, L, d), key (N, h_kv, S, d), value (N, h_kv, S, dv), h a multiple of h_kv."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError(
+            "attend expects per-head tensors query (N, h, L, d), key (N, h_kv, S, d), value (N, h_kv, S, dv) "
+            f"(split_heads makes them); got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if key.size(1) == 0 or key.size(1) != value.size(1) or query.size(1) % key.size(1):
+        raise ValueError(
+            f"the {query.size(1)} query heads must be a multiple of the key/value heads, and key and value need "
+            f"one head count: got query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    check_query_key_value(query[:, :1], key[:, :1], value[:, :1])  # dtypes, batch, d and S; heads checked above
+
+
+class AttentionCore(nn.Module):
+    """The base of every multi-head front end: one ``attend_heads`` and one rule from scores to weights.
+
+    No parameters of its own: a subclass adds its projections (and so its state dict). It projects its inputs
+    to heads, q (N, h, L, d) and k, v (N, h_kv, S, ·), calls ``self.attend_heads(q, k, v, mask)`` and merges
+    the heads (``merge_heads``) into its output projection.
+
+    ``weights_from_scores``: None (``masked_softmax``) or a ``WeightsFromScores`` function that replaces it,
+    for an experiment that changes what the heads may read (``helpers.analysis.sinks.blocked_key`` hides one
+    key with it). A variant whose rule differs for good overrides ``scores_to_weights`` instead. Either way
+    the attention is spelled out, as with ``need_weights``.
+    """
+
+    weights_from_scores: WeightsFromScores | None = None
+
+    def scores_to_weights(self, scores: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
+        """scores (N, h, L, S) -> weights (N, h, L, S): the hook if one is set, else ``masked_softmax``."""
+        if self.weights_from_scores is not None:
+            return self.weights_from_scores(scores, mask, positions)
+        return masked_softmax(scores, mask)
+
+    def attend_heads(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        positions: Tensor | None = None,
+        dropout_p: float = 0.0,
+        scale: float | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``attend`` with this module's rule from scores to weights: (out (N, h, L, dv), weights or None)."""
+        replaced = self.weights_from_scores is not None or type(self).scores_to_weights is not (
+            AttentionCore.scores_to_weights
+        )
+        return attend(
+            query,
+            key,
+            value,
+            mask,
+            need_weights=need_weights,
+            weights_from_scores=self.scores_to_weights if replaced else None,
+            positions=positions,
+            dropout_p=dropout_p,
+            scale=scale,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast paths: the same numbers as the teaching code above, computed with less time or memory
+# ---------------------------------------------------------------------------------------------
+def fused_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, scale=None
+) -> Tensor:
+    """``attend``'s output without its weights: torch's fused kernel. (N, h, L, d), (N, h_kv, S, d) x 2 -> (N, h, L, d).
+
+    It never materialises the (N, h, L, S) weights, and with h_kv < h it reads each key/value head for its g
+    query heads in place (``enable_gqa``) instead of copying the keys and values g times."""
+    grouped = query.size(1) != key.size(1)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=grouped
+    )
+
+
+def masked_softmax_(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``masked_softmax`` written over ``scores`` (returned): for when no gradient flows through them.
+
+    Saves allocating and filling a second (..., L, S) tensor, the largest of the whole computation."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1, out=scores)
+    scores.add_(_additive_mask(mask, scores))
+    blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1)
+    return torch.softmax(scores.masked_fill_(blocked_row, 0.0), dim=-1, out=scores).masked_fill_(blocked_row, 0.0)
+
+
+def fused_self_attention_heads(
+    x: Tensor, in_proj_weight: Tensor, in_proj_bias: Tensor | None, num_heads: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Self-attention's q, k, v heads from one product: x (N, L, E), weight (3E, E) -> (N, h, L, d) x 3.
+
+    The same numbers as projecting with W_q, W_k, W_v one by one and ``split_heads``; one (N, L, E) @ (E, 3E)
+    product instead of three, and the heads are strided views into it: torch's fused kernel reads them in place
+    and writes its output token-major, so merging the heads afterwards is free too."""
+    N, L, _ = x.shape
+    qkv = F.linear(x, in_proj_weight, in_proj_bias)  # (N, L, 3E)
+    qkv = qkv.view(N, L, 3, num_heads, -1).permute(2, 0, 3, 1, 4)  # (3, N, h, L, d), a view
+    return qkv.unbind(0)
+
+
+# ---------------------------------------------------------------------------------------------
 # Multi-head attention (lesson 04), a drop-in for torch.nn.MultiheadAttention
 # ---------------------------------------------------------------------------------------------
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(AttentionCore):
     """Multi-head attention built from scratch, drop-in compatible with ``nn.MultiheadAttention``.
 
     Same constructor, parameter names (``in_proj_weight`` or ``q/k/v_proj_weight``,
@@ -414,22 +614,17 @@ class MultiHeadAttention(nn.Module):
         S = key.size(1)
         if is_causal and attn_mask is None:
             raise ValueError("is_causal=True is a hint that attn_mask is causal: pass the causal attn_mask too")
+        mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, query.dtype)  # (N|1, h|1, L, S)
 
-        # The step-by-step sdpa (weights wanted) multiplies head-major matrices, so it gets one copy in
-        # that layout; torch's fused kernel reads strided heads in place.
-        q, k, v = self._project_heads(query, key, value, head_major=need_weights)  # (N, h, L, d), (N, h, S, d) x 2
-        mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)  # (N or 1, h or 1, L, S)
-        dropout_p = self.dropout if self.training else 0.0
-
-        if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        if not need_weights and self._qkv_same_embed_dim and query is key and key is value:
+            # Fast path, the same numbers: self-attention's three projections as one strided product.
+            q, k, v = fused_self_attention_heads(query, self.in_proj_weight, self.in_proj_bias, self.num_heads)
         else:
-            # No weights wanted: torch's fused kernel computes the same thing faster and with less
-            # memory (it never materialises the (N, h, L, S) weights).
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            weights = None
+            q, (k, v) = self.project_query(query), self.project_key_value(key, value)  # (N, h, L|S, d)
+            if need_weights:  # the spelled-out products read head-major matrices faster: one copy each
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        out, weights = self.attend_projected(q, k, v, mask, need_weights)  # (N, L, E), (N, h, L, S) or None
 
-        out = self.out_proj(self._merge_heads(out))  # (N, h, L, d) -> (N, L, E) -> (N, L, E)
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)  # (N, h, L, S) -> (N, L, S)
         if unbatched:
@@ -439,41 +634,38 @@ class MultiHeadAttention(nn.Module):
             out = out.transpose(0, 1)  # (N, L, E) -> (L, N, E)
         return out, weights
 
-    # -- steps of the forward pass ---------------------------------------------------------------
-    def _split_heads(self, x: Tensor) -> Tensor:
-        """(N, T, E) -> (N, h, T, d): give each head its own slice of d = E / h features."""
-        N, T, _ = x.shape
-        return x.view(N, T, self.num_heads, self.head_dim).transpose(1, 2)
-
-    def _merge_heads(self, x: Tensor) -> Tensor:
-        """(N, h, T, d) -> (N, T, E): concatenate the heads' outputs side by side."""
-        N, _, T, _ = x.shape
-        return x.transpose(1, 2).reshape(N, T, self.embed_dim)
-
-    def _project_heads(
-        self, query: Tensor, key: Tensor, value: Tensor, head_major: bool = False
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Apply W_q, W_k, W_v (and biases), then split heads: (N, T, ·) -> (N, h, T, d) each.
-
-        Self-attention's heads are strided views of one projection unless ``head_major`` asks for a
-        contiguous head-major copy."""
+    # -- steps of the forward pass (batch first), also what a decoder runs one position at a time -------
+    def project_query(self, query: Tensor) -> Tensor:
+        """W_q (and its bias), then split heads: query (N, L, E) -> (N, h, L, d)."""
         E = self.embed_dim
-        if self._qkv_same_embed_dim and query is key and key is value:
-            # Self-attention: one (N, L, E) @ (E, 3E) product for Q, K and V together. The heads are
-            # strided views into it, not a copy: torch's fused kernel reads them in place and writes its
-            # output token-major, so merging the heads afterwards is free too (two copies saved, about a
-            # fifth of the time at length 256).
-            N, L, _ = query.shape
-            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (N, L, 3E)
-            qkv = qkv.view(N, L, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, N, h, L, d), a view
-            return (qkv.contiguous() if head_major else qkv).unbind(0)
-        b_q, b_k, b_v = (None,) * 3 if self.in_proj_bias is None else self.in_proj_bias.split(E)
+        weight = self.in_proj_weight[:E] if self._qkv_same_embed_dim else self.q_proj_weight
+        bias = None if self.in_proj_bias is None else self.in_proj_bias[:E]
+        return split_heads(F.linear(query, weight, bias), self.num_heads)
+
+    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """W_k and W_v (and biases), then split heads: key (N, S, kdim), value (N, S, vdim) -> (N, h, S, d) x 2.
+
+        What a decoder caches of its earlier positions, or of the encoder's memory (``helpers.kv_cache``)."""
+        E = self.embed_dim
         if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.split(E)
+            w_k, w_v = self.in_proj_weight[E : 2 * E], self.in_proj_weight[2 * E :]
         else:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # (N, ·, E)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+            w_k, w_v = self.k_proj_weight, self.v_proj_weight
+        b_k = b_v = None
+        if self.in_proj_bias is not None:
+            b_k, b_v = self.in_proj_bias[E : 2 * E], self.in_proj_bias[2 * E :]
+        k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)  # (N, S, E) each
+        return split_heads(k, self.num_heads), split_heads(v, self.num_heads)
+
+    def attend_projected(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Heads already projected, q (N, h, L, d), k and v (N, h, S, d); ``mask`` broadcastable to
+        (N, h, L, S), True = may attend or float added (``merge_masks`` makes one from torch-style masks).
+        Returns the output (N, L, E) after W_o and the weights (N, h, L, S) or None."""
+        dropout_p = self.dropout if self.training else 0.0
+        out, weights = self.attend_heads(q, k, v, mask, need_weights=need_weights, dropout_p=dropout_p)
+        return self.out_proj(merge_heads(out)), weights  # (N, h, L, d) -> (N, L, E) -> W_o -> (N, L, E)
 
     def _to_batch_first(self, query, key, value, key_padding_mask, unbatched):
         """Check shapes and bring every input to (N, T, features)."""
@@ -612,7 +804,7 @@ def _blocked_to_additive(mask: Tensor, name: str, dtype: torch.dtype) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 # Grouped-query attention (lesson 04's modern variant)
 # ---------------------------------------------------------------------------------------------
-class GroupedQueryAttention(nn.Module):
+class GroupedQueryAttention(AttentionCore):
     """Attention whose ``num_heads`` query heads share ``num_kv_heads`` key/value heads.
 
     ``num_kv_heads == num_heads`` is standard multi-head attention; ``num_kv_heads == 1`` is
@@ -671,20 +863,12 @@ class GroupedQueryAttention(nn.Module):
         _check_batch_and_length(query, key, value, "(N, T, E)", switchable=False)
         N, L, _ = query.shape
         S = key.size(1)
-        g = self.num_heads // self.num_kv_heads  # query heads per key/value head
-        q = self.q_proj(query).view(N, L, self.num_heads, self.head_dim).transpose(1, 2)  # (N, h, L, d)
-        k = self.k_proj(key).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, h_kv, S, d)
-        v = self.v_proj(value).view(N, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (N, h_kv, S, d)
-        # Each key/value head serves g consecutive query heads: repeat it so the shapes line up.
-        k = k.repeat_interleave(g, dim=1)  # (N, h_kv, S, d) -> (N, h, S, d)
-        v = v.repeat_interleave(g, dim=1)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (N, h, L, d)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (N, h_kv, S, d)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)  # (N, h_kv, S, d): each serves g query heads
         mask = merge_masks(attn_mask, key_padding_mask, N, self.num_heads, L, S, q.dtype)
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            if average_attn_weights:
-                weights = weights.mean(dim=1)
-        else:
-            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
-        out = out.transpose(1, 2).reshape(N, L, self.embed_dim)  # (N, h, L, d) -> (N, L, E)
-        return self.out_proj(out), weights
+        out, weights = self.attend_heads(q, k, v, mask, need_weights=need_weights, dropout_p=dropout_p)
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)  # (N, h, L, S) -> (N, L, S)
+        return self.out_proj(merge_heads(out)), weights  # (N, h, L, d) -> (N, L, E) -> W_o
