@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.attention import GroupedQueryAttention
+from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
 from helpers.embeddings import PositionalEncoding
+from helpers.kv_cache import KVCache, extend
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 from helpers.swiglu import SwiGLU
@@ -101,31 +102,16 @@ class GPTConfig:
 def kv_cache_bytes(
     num_layers: int, num_kv_heads: int, head_dim: int, tokens: int, bytes_per_number: int = 2, batch_size: int = 1
 ) -> int:
-    """Size of a KV cache: 2 (keys and values) × n_layers × h_kv × d × tokens × bytes (× N)."""
+    """Size of a KV cache: 2 (keys and values) × n_layers × h_kv × d × tokens × bytes (× N).
+
+    Every size must be a positive int; ``tokens`` may be 0 (an empty cache)."""
+    sizes = {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    sizes.update(bytes_per_number=bytes_per_number, batch_size=batch_size)
+    for name, value in sizes.items():
+        _positive_int(name, value)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"tokens must be an int >= 0 (the cached length), got {tokens!r}")
     return 2 * num_layers * num_kv_heads * head_dim * tokens * bytes_per_number * batch_size
-
-
-class KVCache:
-    """Per layer, the keys and values of every token seen so far: two (N, h_kv, T, d) tensors, or None at first.
-
-    A model updates ``layers`` only once a whole step has run, all layers at once, so a step interrupted
-    half-way (an error, Ctrl-C) leaves the cache as it was. ``GPT`` refuses a cache made for another depth,
-    batch size, head count or head size.
-    """
-
-    def __init__(self, num_layers: int) -> None:
-        _positive_int("num_layers", num_layers)
-        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        """T: how many tokens the cache holds (the position of the next token)."""
-        first = self.layers[0]
-        return 0 if first is None else first[0].size(-2)
-
-    def nbytes(self) -> int:
-        """Bytes held by all cached keys and values."""
-        return sum(t.numel() * t.element_size() for entry in self.layers if entry is not None for t in entry)
 
 
 def attention_mask(query_positions: Tensor, num_keys: int, window: int | None) -> Tensor:
@@ -142,12 +128,13 @@ def attention_mask(query_positions: Tensor, num_keys: int, window: int | None) -
     return may_attend
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(AttentionCore):
     """Masked self-attention with a KV cache, using ``GroupedQueryAttention``'s four projections.
 
     ``helpers.GroupedQueryAttention`` projects its key and value *inputs* on every call; a cache must keep the
     projected (and, with RoPE, rotated) keys and values instead, so this module owns one and runs its
-    ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` itself. Without cache and rotary positions it computes
+    ``q_proj``, ``k_proj``, ``v_proj`` and ``out_proj`` itself, around the attention core
+    (``helpers.attention.AttentionCore.attend_heads``). Without cache and rotary positions it computes
     exactly ``self.projections(x, x, x, attn_mask=causal_mask(L))`` (tested).
 
     ``self.projections.out_proj`` is an ``nn.Linear(E, E)`` whose input is the h heads' outputs concatenated,
@@ -182,30 +169,21 @@ class CausalSelfAttention(nn.Module):
 
         Returns the output (N, L, E) and the keys and values of all T tokens, (N, h_kv, T, d) each; with
         ``need_weights`` also the attention weights (N, h, L, T)."""
-        N, L, _ = x.shape
-        p, h, h_kv, d = self.projections, self.num_heads, self.num_kv_heads, self.head_dim
-        q = p.q_proj(x).view(N, L, h, d).transpose(1, 2)  # (N, h, L, d)
-        k = p.k_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
-        v = p.v_proj(x).view(N, L, h_kv, d).transpose(1, 2)  # (N, h_kv, L, d)
+        p = self.projections
+        q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
+        k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
+        v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
-            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
+            cos, sin = (
+                rotation
+                if rotation is not None
+                else rotary_cos_sin(positions, self.head_dim, self.rotary_base, x.dtype)
+            )
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
-        if past is not None:
-            k = torch.cat((past[0], k), dim=2)  # (N, h_kv, T, d): the new tokens go after the old ones
-            v = torch.cat((past[1], v), dim=2)
+        k, v = extend(past, (k, v))  # (N, h_kv, T, d): the new tokens go after the old ones
         mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend
-        if need_weights or self.weights_from_scores is not None:
-            g = h // h_kv  # spelled out: each key/value head copied for the g query heads of its group
-            keys, values = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)  # (N, h, T, d)
-            scores = (q @ keys.transpose(-2, -1)) / math.sqrt(d)  # (N, h, L, T)
-            if self.weights_from_scores is None:
-                weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            else:
-                weights = self.weights_from_scores(scores, mask, positions)
-            out = weights @ values  # (N, h, L, d)
-        else:  # enable_gqa: query head i reads key/value head i // g without copying the cache g times
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=h != h_kv)  # (N, h, L, d)
-        out = p.out_proj(out.transpose(1, 2).reshape(N, L, h * d))  # heads concatenated (N, L, h·d), then mixed
+        out, weights = self.attend_heads(q, k, v, mask, need_weights=need_weights, positions=positions)
+        out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
         return (out, (k, v), weights) if need_weights else (out, (k, v))
 
 
@@ -266,6 +244,9 @@ class GPT(nn.Module):
         return x if self.positional is None else self.positional(x, start=start)
 
     def _check_cache(self, cache: KVCache, N: int) -> None:
+        """Refuse a cache this call cannot extend: another model's, another depth, batch or head layout, a
+        dtype or device other than the model's, or layers that disagree with each other (every layer is checked).
+        """
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         c = self.config
@@ -274,15 +255,36 @@ class GPT(nn.Module):
                 f"cache has {len(cache.layers)} layers but this model has {c.num_layers}: "
                 f"make one with model.new_cache()"
             )
-        first = cache.layers[0]
-        if first is not None:
-            expected = (N, c.num_kv_heads, first[0].size(2), c.head_dim)
-            if tuple(first[0].shape) != expected:
-                raise ValueError(
-                    f"cache holds keys of shape {tuple(first[0].shape)} (N, h_kv, T, d) but this call needs "
-                    f"{expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, d = {c.head_dim}): "
-                    f"a cache serves one model and one batch; make one with model.new_cache()"
-                )
+        filled = [i for i, entry in enumerate(cache.layers) if entry is not None]
+        if not filled:
+            cache.check_owner(self)
+            return
+        if len(filled) != c.num_layers:
+            empty = sorted(set(range(c.num_layers)) - set(filled))
+            raise ValueError(
+                f"cache layers {empty} are empty but layers {filled} are filled: every layer holds the same tokens; "
+                "make a new cache with model.new_cache()"
+            )
+        length = cache.length
+        dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
+        expected = (N, c.num_kv_heads, length, c.head_dim)
+        for index, entry in enumerate(cache.layers):
+            if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
+                raise TypeError(f"cache layer {index} must be a (keys, values) pair of tensors, got {entry!r:.80}")
+            for name, tensor in zip(("keys", "values"), entry, strict=True):
+                if tuple(tensor.shape) != expected:
+                    raise ValueError(
+                        f"cache layer {index} holds {name} of shape {tuple(tensor.shape)} (N, h_kv, T, d) but this "
+                        f"call needs {expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, T = {length} as in "
+                        f"layer 0, d = {c.head_dim}): a cache serves one model and one batch; make one with "
+                        "model.new_cache()"
+                    )
+                if tensor.dtype != dtype or tensor.device != device:
+                    raise TypeError(
+                        f"cache layer {index} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
+                        f"is {dtype} on {device}: make a new cache with model.new_cache() after moving the model"
+                    )
+        cache.check_owner(self)  # last: a cache of other sizes gets the message that names them
 
     def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)
@@ -306,7 +308,7 @@ class GPT(nn.Module):
             x = x[:, -1:]  # (N, 1, E): V × E multiply-adds per token, the largest layer, saved for the others
         logits = self.lm_head(self.norm(x))
         if cache is not None:
-            cache.layers = presents  # every layer at once, only after the whole step has run
+            cache.update(self, presents)  # every layer at once, only after the whole step has run
         return (logits, all_weights) if need_weights else logits
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
@@ -317,6 +319,8 @@ class GPT(nn.Module):
             raise TypeError(f"ids must be integer token ids, got dtype {ids.dtype}")
         if ids.numel() == 0:
             raise ValueError(f"ids must hold at least one token, got shape {tuple(ids.shape)}")
+        if cache is not None:  # before cache.length is read
+            self._check_cache(cache, ids.size(0))
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(
@@ -325,7 +329,8 @@ class GPT(nn.Module):
         return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
 
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.blocks))
+        """An empty ``KVCache`` for this model (it refuses to serve another)."""
+        return KVCache(len(self.blocks), owner=self)
 
 
 @torch.no_grad()

@@ -21,7 +21,6 @@ n_layers layers. Attention weights are (N, h, T, T): rows are queries i, columns
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from helpers.attention import AttentionCore, causal_mask, merge_heads, split_heads
 
 __all__ = [
     "AttentionOnlyTransformer",
@@ -99,9 +100,12 @@ def repeated_batch(
 # ---------------------------------------------------------------------------------------------
 # The model: attention only, so every computation is a head's
 # ---------------------------------------------------------------------------------------------
-class HeadAttention(nn.Module):
+class HeadAttention(AttentionCore):
     """Causal multi-head self-attention with separate W_Q, W_K, W_V and an output projection ``out_proj``
-    whose input is the h head outputs side by side, (N, T, h·d): a hook there sees every head apart."""
+    whose input is the h head outputs side by side, (N, T, h·d): a hook there sees every head apart.
+
+    A thin layer over the course's attention core (``helpers.attention.AttentionCore``): its own projections,
+    the course's causal mask, the core's scores, softmax and weighted sum."""
 
     def __init__(self, embed_dim: int, num_heads: int) -> None:
         super().__init__()
@@ -115,13 +119,10 @@ class HeadAttention(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x (N, T, E) -> (output (N, T, E), weights (N, h, T, T))."""
-        N, T, E = x.shape
-        q, k, v = (p(x).view(N, T, self.num_heads, self.head_dim).transpose(1, 2) for p in self.projections())
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (N, h, T, T)
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # True = blocked
-        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
-        heads = (weights @ v).transpose(1, 2).reshape(N, T, E)  # (N, T, h·d): head 0's d numbers first
-        return self.out_proj(heads), weights
+        q, k, v = (split_heads(p(x), self.num_heads) for p in self.projections())  # (N, h, T, d) each
+        may_attend = ~causal_mask(x.size(1), device=x.device)  # (T, T): query i reads keys 0..i
+        heads, weights = self.attend_heads(q, k, v, may_attend, need_weights=True)  # (N, h, T, d), (N, h, T, T)
+        return self.out_proj(merge_heads(heads)), weights  # (N, T, h·d): head 0's d numbers first
 
     def projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
         return self.q_proj, self.k_proj, self.v_proj

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from helpers.attention import masked_softmax
 from helpers.gpt import GPT
 
 __all__ = ["SinkRemoval", "blocked_key", "sink_removal_effect"]
@@ -32,9 +33,9 @@ def _weights_without_key(key: int, renormalize: bool):
         if key < may_attend.size(1):
             hidden[:, key] = positions > key  # the queries after the blocked token
         if renormalize:  # a softmax over the other keys: the share is spread over them
-            return scores.masked_fill(~may_attend | hidden, float("-inf")).softmax(dim=-1)
+            return masked_softmax(scores, may_attend & ~hidden)
         # the intact weights with the share dropped: those rows now sum to less than 1
-        return scores.masked_fill(~may_attend, float("-inf")).softmax(dim=-1).masked_fill(hidden, 0.0)
+        return masked_softmax(scores, may_attend).masked_fill(hidden, 0.0)
 
     return weights
 
