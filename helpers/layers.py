@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.attention import MultiHeadAttention
+from helpers.attention import MultiHeadAttention, merge_masks
+from helpers.kv_cache import extend
 
 __all__ = [
     "Decoder",
@@ -162,8 +163,9 @@ class InspectableDecoderLayer(nn.Module):
     kernel, which never builds the (N, h, L, S) weights) and both attributes are ``None``, so no weights
     from an earlier pass linger. ``clear_records()`` drops them on demand.
 
-    For decoding, ``forward_step`` runs the layer for the newest target position only, reusing a
-    cache of the earlier positions' inputs (what their keys and values are made from).
+    For decoding, ``step`` runs the layer for the newest target position only, reusing the projected keys
+    and values of the earlier positions and of the memory (its entry of a ``helpers.kv_cache.KVCache``);
+    ``forward_step`` does the same from a cache of the earlier positions' inputs, projected again each step.
 
     Inside a stack the layer is deep-copied ``num_layers`` times: read the records from
     ``decoder.layers[i]`` (or all at once with ``cross_attention_weights(decoder)``).
@@ -288,38 +290,102 @@ class InspectableDecoderLayer(nn.Module):
         return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     # -- one position at a time, for decoding ----------------------------------------------------
+    def step(
+        self,
+        x: Tensor,
+        past: tuple[Tensor, Tensor, Tensor, Tensor] | None,
+        memory: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
+        """The layer's output for the newest target position only, from the projected keys and values it keeps.
+
+        x (N, 1, E): the newest position's input. past: None at the first position, then what the previous
+        step returned, the layer's entry of a ``helpers.kv_cache.KVCache``: the masked self-attention's keys
+        and values of the t earlier positions, (N, h, t, d) each, and the cross-attention's keys and values of
+        the memory, (N, h, S, d) each. ``memory`` (N, S, E) is read at the first position only, where its keys
+        and values are projected once for every later step. Returns the output (N, 1, E), equal to row t of
+        ``forward`` on all t + 1 positions with a causal mask, and the entry for the next step (t + 1 positions).
+
+        Why this is all a step needs: with a causal mask, earlier positions never see later ones, so their
+        outputs, keys and values do not change when a token is added; the new position projects its own query,
+        key and value and reads the kept ones. Cross-attention and feed-forward are per position. Batch first
+        only; no masks besides the memory's padding (a sequence being decoded has no padding of its own).
+        With ``record`` on, ``cross_attn_weights`` holds this position's (N, h, 1, S).
+        """
+        self._check_step(x)
+        if past is None:
+            if not isinstance(memory, Tensor):
+                raise ValueError("the first step (past=None) needs the encoder's memory (N, S, E)")
+            memory_kv = self.multihead_attn.project_key_value(memory, memory)  # (N, h, S, d) x 2, kept from now on
+            self_kv = None
+        elif isinstance(past, tuple) and len(past) == 4 and all(isinstance(t, Tensor) for t in past):
+            self_kv, memory_kv = past[:2], past[2:]
+        else:
+            raise TypeError(
+                "past must be None or the (keys, values, memory keys, memory values) a previous step returned, "
+                f"got {type(past).__name__}"
+            )
+        kept = []
+
+        def self_attention(h: Tensor) -> Tensor:  # (N, 1, E): the new position's query over t + 1 keys
+            attention = self.self_attn
+            k, v = extend(self_kv, attention.project_key_value(h, h))  # (N, h, t + 1, d) each
+            kept.extend((k, v))
+            return self.dropout1(attention.attend_projected(attention.project_query(h), k, v)[0])
+
+        def cross_attention(h: Tensor) -> Tensor:  # (N, 1, E) over the memory's S kept keys
+            attention, (k, v) = self.multihead_attn, memory_kv
+            N, S = h.size(0), k.size(2)
+            mask = merge_masks(None, memory_key_padding_mask, N, attention.num_heads, 1, S, h.dtype)
+            out, weights = attention.attend_projected(attention.project_query(h), k, v, mask, self.record)
+            self.cross_attn_weights = None if weights is None else weights.detach()
+            return self.dropout2(out)
+
+        out = self._step_sublayers(x, self_attention, cross_attention)
+        return out, (*kept, *memory_kv)
+
     def forward_step(
         self, x: Tensor, past: Tensor | None, memory: Tensor, memory_key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
-        """The layer's output for the newest target position only, reusing what earlier positions left.
+        """``step`` with a cache of the layer's *inputs* instead of their projections (each step projects them
+        all again, and the memory too); kept for callers of that interface (``Seq2SeqTransformer.decode_step``).
 
         x (N, 1, E): the newest position's input. past (N, t, E) or None: the inputs of the layer's
         self-attention at the t earlier positions, as returned by the previous step. Returns the
         output (N, 1, E), equal to row t of ``forward`` on all t + 1 positions with a causal mask,
         and the new cache (N, t + 1, E) for the next step.
-
-        Why this is all a step needs: with a causal mask, earlier positions never see later ones, so
-        their outputs do not change when a token is added; the new position needs only their keys
-        and values, which come from its self-attention's inputs. Everything else (cross-attention,
-        feed-forward) is per position. Batch first only; no masks besides the memory's padding (a
-        sequence being decoded has no padding of its own).
         """
+        self._check_step(x)
+        kept = []
+
+        def self_attention(h: Tensor) -> Tensor:
+            seen = h if past is None else torch.cat([past, h], dim=1)  # (N, t+1, E)
+            kept.append(seen)
+            return self.dropout1(self.self_attn(h, seen, seen, need_weights=False)[0])
+
+        def cross_attention(h: Tensor) -> Tensor:
+            return self._mha_block(h, memory, None, memory_key_padding_mask)
+
+        return self._step_sublayers(x, self_attention, cross_attention), kept[0]
+
+    def _step_sublayers(
+        self, x: Tensor, self_attention: Callable[[Tensor], Tensor], cross_attention: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """The layer's residual blocks for one position, pre- or post-norm, around the two attentions given."""
+        if self.norm_first:
+            x = x + self_attention(self.norm1(x))
+            x = x + cross_attention(self.norm2(x))
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self_attention(x))
+        x = self.norm2(x + cross_attention(x))
+        return self.norm3(x + self._ff_block(x))
+
+    def _check_step(self, x: Tensor) -> None:
         if not self.self_attn.batch_first:
             raise ValueError("forward_step needs a batch-first layer (batch_first=True)")
-        if x.dim() != 3 or x.size(1) != 1:
-            raise ValueError(
-                f"forward_step takes one position per sequence, x of shape (N, 1, E); got {tuple(x.shape)}"
-            )
-        if self.norm_first:
-            normed = self.norm1(x)
-            seen = normed if past is None else torch.cat([past, normed], dim=1)  # (N, t+1, E)
-            x = x + self.dropout1(self.self_attn(normed, seen, seen, need_weights=False)[0])
-            x = x + self._mha_block(self.norm2(x), memory, None, memory_key_padding_mask)
-            return x + self._ff_block(self.norm3(x)), seen
-        seen = x if past is None else torch.cat([past, x], dim=1)  # (N, t+1, E)
-        x = self.norm1(x + self.dropout1(self.self_attn(x, seen, seen, need_weights=False)[0]))
-        x = self.norm2(x + self._mha_block(x, memory, None, memory_key_padding_mask))
-        return self.norm3(x + self._ff_block(x)), seen
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(1) != 1:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"forward_step takes one position per sequence, x of shape (N, 1, E); got {shape}")
 
 
 # ---------------------------------------------------------------------------------------------

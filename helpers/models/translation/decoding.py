@@ -1,11 +1,11 @@
 """Turning a trained model's next-token scores into translations: greedy search and beam search.
 
 Shapes: N sentences, K beams, S source length, L produced length (tokens incl. EOS), V vocabulary,
-layers x h heads. Both searches cache what decoding can: the encoder runs once per batch and its
-output (the memory, (N, S, E)) serves every step, and each decoder layer keeps the inputs of the
-positions already decoded (``Seq2SeqTransformer.decode_step``), so a step runs the decoder for the
-newest position only instead of the whole prefix again. Finished sentences leave the batch so that
-each greedy step only runs the decoder for those still writing.
+layers x h heads. Both searches cache what decoding can: the encoder runs once per batch, and each
+decoder layer keeps, in a ``helpers.kv_cache.KVCache``, the projected keys and values of the positions
+already decoded and those of the memory (projected once, at the first step), so a step runs the decoder
+for the newest position only (``decode_step_cached``) instead of the whole prefix again. Finished
+sentences leave the batch so that each greedy step only runs the decoder for those still writing.
 
 Each search can also return the cross-attention of every decoder layer and head for the tokens it
 produced. Because the decoder is causal, the attention of output row t depends only on the tokens
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from helpers.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from helpers.kv_cache import KVCache
 from helpers.models.translation.model import Seq2SeqTransformer
 
 
@@ -72,18 +73,48 @@ def greedy_decode(
     tokens = torch.full((N, max_len + 1), PAD_ID, dtype=torch.long, device=src.device)
     tokens[:, 0] = BOS_ID
     alive = torch.arange(N, device=src.device)  # sentences still writing
-    cache = None  # per decoder layer: (n_alive, t, E), the inputs of the positions already read
+    cache = new_decoder_cache(model)  # per decoder layer: keys and values of the positions read, and the memory's
     for t in range(max_len):
-        logits, cache = model.decode_step(tokens[alive, t : t + 1], memory, src_padding, cache)  # (n_alive, V)
+        logits = decode_step_cached(model, tokens[alive, t : t + 1], memory, src_padding, cache)  # (n_alive, V)
         next_token = never_special(logits).argmax(dim=-1)  # (n_alive,)
         tokens[alive, t + 1] = next_token
         writing = next_token.ne(EOS_ID) & limits[alive].gt(t + 1)  # t + 1 tokens written so far
-        alive, memory, src_padding = alive[writing], memory[writing], src_padding[writing]
-        cache = [layer_cache[writing] for layer_cache in cache]
+        alive, src_padding = alive[writing], src_padding[writing]
+        cache.select(writing)
         if alive.numel() == 0:
             break
     ids = [_until_eos(row[1:].tolist()) for row in tokens]
     return Decoded(ids, _attention_for(model, src, ids) if return_attention else None)
+
+
+def new_decoder_cache(model: Seq2SeqTransformer) -> KVCache:
+    """An empty cache for ``decode_step_cached``: one entry per decoder layer, tagged with ``model``."""
+    return KVCache(len(model.decoder_layers), owner=model)
+
+
+def decode_step_cached(
+    model: Seq2SeqTransformer, token: Tensor, memory: Tensor, src_padding: Tensor, cache: KVCache
+) -> Tensor:
+    """Logits (N, V) for the next token after one more target token ``token`` (N, 1), from ``cache``.
+
+    The first call (an empty cache, ``token`` = BOS) projects ``memory`` (N, S, E) into every layer's
+    cross-attention keys and values; every call adds the new position's self-attention keys and values, so
+    the cache then holds, per layer, (N, h, t + 1, d) x 2 and (N, h, S, d) x 2. Equal to the last row of
+    ``model.decode`` on the whole sequence so far (tested), as is ``model.decode_step``, which keeps the
+    layers' inputs instead and projects them again at every step. ``src_padding`` (N, S), True = padding.
+    """
+    if not isinstance(cache, KVCache) or len(cache.layers) != len(model.decoder_layers):
+        raise TypeError(f"cache must be new_decoder_cache(model), got {type(cache).__name__}")
+    cache.check_owner(model)
+    x = model.positions(model.tgt_embedding(token), start=cache.length)  # (N, 1, E)
+    entries = []
+    for layer, past in zip(model.decoder_layers, cache.layers, strict=True):
+        x, entry = layer.step(x, past, memory if past is None else None, src_padding)
+        entries.append(entry)
+    if model.transformer.decoder.norm is not None:
+        x = model.transformer.decoder.norm(x)
+    cache.update(model, entries)  # every layer at once, after the whole step
+    return model.generator(x[:, -1])  # (N, V)
 
 
 def never_special(logits: Tensor) -> Tensor:
@@ -135,9 +166,9 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start identical: expand only the first, or the K beams would be copies
     lengths = torch.zeros(N, K, dtype=torch.long, device=device)
     finished = torch.zeros(N, K, dtype=torch.bool, device=device)
-    cache = None  # per decoder layer: (N*K, t, E), reordered with the beams below
+    cache = new_decoder_cache(model)  # per decoder layer, (N*K, ·) rows: reordered with the beams below
     for _ in range(max_len):
-        logits, cache = model.decode_step(tokens[:, -1:], memory, src_padding, cache)  # (N*K, V)
+        logits = decode_step_cached(model, tokens[:, -1:], memory, src_padding, cache)  # (N*K, V)
         log_probs = F.log_softmax(never_special(logits), dim=-1)  # (N*K, V)
         V = log_probs.size(-1)
         log_probs = log_probs.view(N, K, V)
@@ -155,7 +186,7 @@ def beam_search(
         finished = finished.gather(1, beam) | token.eq(EOS_ID) | lengths.ge(limits)
         rows = (torch.arange(N, device=device).unsqueeze(1) * K + beam).view(-1)  # (N*K,) parent rows
         tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)  # (N*K, t+1)
-        cache = [layer_cache[rows] for layer_cache in cache]  # each beam continues its parent's cache
+        cache.select(rows)  # each beam continues its parent's cache
         if finished.all():
             break
     winner = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)  # (N,)
