@@ -24,6 +24,9 @@ import importlib
 # name -> the module that defines it, imported on first use (PEP 562).
 _EXPORTS = {
     # helpers.attention
+    "AttentionCore": "helpers.attention",
+    "attend": "helpers.attention",
+    "masked_softmax": "helpers.attention",
     "GroupedQueryAttention": "helpers.attention",
     "MaskConventionWarning": "helpers.attention",
     "MultiHeadAttention": "helpers.attention",
@@ -60,7 +63,7 @@ _EXPORTS = {
     # helpers.gpt
     "GPT": "helpers.gpt",
     "GPTConfig": "helpers.gpt",
-    "KVCache": "helpers.gpt",
+    "KVCache": "helpers.kv_cache",
     "generate": "helpers.gpt",
     "kv_cache_bytes": "helpers.gpt",
     # helpers.analysis.circuits

@@ -169,16 +169,12 @@ class CausalSelfAttention(AttentionCore):
 
         Returns the output (N, L, E) and the keys and values of all T tokens, (N, h_kv, T, d) each; with
         ``need_weights`` also the attention weights (N, h, L, T)."""
-        p = self.projections
+        p, d = self.projections, self.head_dim
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
-            cos, sin = (
-                rotation
-                if rotation is not None
-                else rotary_cos_sin(positions, self.head_dim, self.rotary_base, x.dtype)
-            )
+            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         k, v = extend(past, (k, v))  # (N, h_kv, T, d): the new tokens go after the old ones
         mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend

@@ -21,6 +21,9 @@ heads, d head size):
     helpers.layers.InspectableDecoderLayer  (keys, values, memory keys, memory values): the masked
                                          self-attention's (N, h, T, d) and the cross-attention's (N, h, S, d),
                                          the latter projected from the encoder's memory once, at the first step
+
+A new kind of attention keeps what it needs in the same object, e.g. latent attention its per-token latent
+(N, 1, T, r) and its decoupled rotary key (N, 1, T, d_rope), and checks its own entries as ``GPT`` does.
 """
 
 from __future__ import annotations
