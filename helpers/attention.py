@@ -534,6 +534,11 @@ class MultiHeadAttention(AttentionCore):
         ``average_attn_weights=False``, or None with ``need_weights=False``.
     Unbatched inputs drop the N dimension everywhere.
 
+    The steps, as lesson 04 teaches them: ``project_query`` and ``project_key_value`` (W_q, W_k, W_v, then
+    ``split_heads``), ``attend_projected`` (the core's ``attend_heads``, ``merge_heads``, W_o). Self-attention
+    without weights takes the fast path instead (``fused_self_attention_heads``, then the fused kernel): the
+    same numbers, tested.
+
     Differences from torch, on purpose: ``add_bias_kv`` and ``add_zero_attn`` raise
     ``NotImplementedError``; a query whose every key is masked gets zero weights (torch gives NaN
     when it returns weights, zeros when it does not).
