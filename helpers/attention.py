@@ -396,13 +396,16 @@ def attend(
     groups = query.size(1) // key.size(1)
     keys, values = repeat_kv_heads(key, groups), repeat_kv_heads(value, groups)  # (N, h, S, ·)
     scores = query @ keys.transpose(-2, -1)  # (N, h, L, d) @ (N, h, d, S) -> (N, h, L, S)
-    scores = scores / math.sqrt(query.size(-1)) if scale is None else scores * scale
+    # Without a gradient to follow, the (N, h, L, S) scores are scaled and turned into weights in place.
+    in_place = not (torch.is_grad_enabled() and scores.requires_grad)
+    if scale is None:
+        scores = scores.div_(math.sqrt(query.size(-1))) if in_place else scores / math.sqrt(query.size(-1))
+    else:
+        scores = scores.mul_(scale) if in_place else scores * scale
     if weights_from_scores is not None:
         weights = weights_from_scores(scores, mask, positions)
-    elif torch.is_grad_enabled() and scores.requires_grad:
-        weights = masked_softmax(scores, mask)
     else:
-        weights = masked_softmax_(scores, mask)  # no gradient will flow: the scores are not needed again
+        weights = masked_softmax_(scores, mask) if in_place else masked_softmax(scores, mask)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ values, weights  # (N, h, L, S) @ (N, h, S, dv) -> (N, h, L, dv)
