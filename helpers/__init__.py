@@ -75,6 +75,7 @@ _EXPORTS = {
     "logit_lens": "helpers.analysis.attribution",
     "name_pairs": "helpers.analysis.ioi",
     "path_patching": "helpers.analysis.patching",
+    "path_patching_map": "helpers.analysis.patching",
     "residual_patching": "helpers.analysis.patching",
     # helpers.analysis.head_roles
     "HeadRoles": "helpers.analysis.head_roles",

@@ -24,7 +24,7 @@ T tokens, E embedding size, h query heads, h_kv key/value heads, d head size, n_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from helpers.analysis.circuits import record_head_outputs
 from helpers.gpt import GPT
 
-__all__ = ["PathPatch", "path_patching", "query_heads_moved", "residual_patching"]
+__all__ = ["PathPatch", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
 
 Metric = Callable[[Tensor], Tensor]
 
@@ -188,46 +188,57 @@ def _head_columns(head: int, d: int) -> slice:
     return slice(head * d, (head + 1) * d)
 
 
-@torch.no_grad()
-def path_patching(
-    model: GPT,
-    clean: Tensor,
-    corrupted: Tensor,
-    metric: Metric,
-    sender: tuple[int, int],
-    receivers: Iterable[tuple[int, int]],
-    kind: str = "q",
-) -> PathPatch:
-    """Patch ``sender`` = (layer, query head)'s output from the corrupted run into the receivers' ``kind`` input
-    only ("q": receivers are (layer, query head); "k" or "v": (layer, key/value head), see the module's note on
-    grouped queries), and measure ``metric`` on the clean prompts. Three clean runs and one corrupted one.
+class _Received(Exception):
+    """Raised once the receivers' inputs are recorded: the layers after them need not run (step 2)."""
 
-    1. Record every head's output on clean and on corrupted prompts.
-    2. Run clean prompts with every head frozen at its clean output but the sender's at its corrupted one; record
-       the receivers' ``kind`` projections (their slice of q_proj, k_proj or v_proj, before rotary positions).
-    3. Run clean prompts with only those slices replaced: the metric there is ``patched``."""
-    _check_runs(model, clean, corrupted)
+
+@dataclass
+class _Runs:
+    """Step 1, shared by every sender: the metric and every head's output (N, T, h, d) per layer, clean and
+    corrupted."""
+
+    clean_metric: float
+    corrupted_metric: float
+    clean_heads: list[Tensor]
+    corrupted_heads: list[Tensor]
+
+
+def _record_runs(model: GPT, clean: Tensor, corrupted: Tensor, metric: Metric) -> _Runs:
     c = model.config
-    sender_layer = _index("sender layer", sender[0], c.num_layers)
-    _index("sender query head", sender[1], c.num_heads)
-    by_layer = _check_receivers(model, kind, receivers, sender_layer)
     projections = [_projections(model, layer).out_proj for layer in range(c.num_layers)]
     with record_head_outputs(projections, c.num_heads) as recorded:
         clean_metric = float(metric(model(clean)))
         clean_heads = list(recorded)
         corrupted_metric = float(metric(model(corrupted)))
         corrupted_heads = list(recorded)
+    return _Runs(clean_metric, corrupted_metric, clean_heads, corrupted_heads)
 
-    d = c.head_dim
+
+def _received_inputs(model: GPT, clean: Tensor, runs: _Runs, sender, by_layer, kind) -> dict[int, Tensor]:
+    """Step 2: the receivers' ``kind`` projections (N, T, ·) on clean prompts with every head frozen clean but the
+    sender's corrupted. The forward pass stops once the last receiver layer's input is recorded."""
     received: dict[int, Tensor] = {}
+    last = max(by_layer)
+
+    def record(_, __, out, layer):
+        received[layer] = out
+        if layer == last:
+            raise _Received
+
     with ExitStack() as stack:
-        stack.enter_context(_replaced_head_outputs(model, clean_heads, sender, corrupted_heads[sender_layer]))
+        stack.enter_context(_replaced_head_outputs(model, runs.clean_heads, sender, runs.corrupted_heads[sender[0]]))
         for layer in by_layer:
             module = getattr(_projections(model, layer), f"{kind}_proj")
-            handle = module.register_forward_hook(lambda _, __, out, layer=layer: received.__setitem__(layer, out))
+            handle = module.register_forward_hook(lambda m, a, out, layer=layer: record(m, a, out, layer))
             stack.callback(handle.remove)
-        model(clean)
+        with suppress(_Received):
+            model(clean)
+    return received
 
+
+def _patched_metric(model: GPT, clean: Tensor, metric: Metric, received, by_layer, kind) -> float:
+    """Step 3: clean prompts with only the receivers' slices of their ``kind`` projections replaced."""
+    d = model.config.head_dim
     with ExitStack() as stack:
         for layer, heads in by_layer.items():
             module = getattr(_projections(model, layer), f"{kind}_proj")
@@ -240,5 +251,70 @@ def path_patching(
 
             handle = module.register_forward_hook(patch)
             stack.callback(handle.remove)
-        patched = float(metric(model(clean)))
-    return PathPatch(patched, clean_metric, corrupted_metric)
+        return float(metric(model(clean)))
+
+
+def _check_sender(model: GPT, sender) -> tuple[int, int]:
+    c = model.config
+    layer, head = sender
+    return _index("sender layer", layer, c.num_layers), _index("sender query head", head, c.num_heads)
+
+
+@torch.no_grad()
+def path_patching(
+    model: GPT,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    sender: tuple[int, int],
+    receivers: Iterable[tuple[int, int]],
+    kind: str = "q",
+) -> PathPatch:
+    """Patch ``sender`` = (layer, query head)'s output from the corrupted run into the receivers' ``kind`` input
+    only ("q": receivers are (layer, query head); "k" or "v": (layer, key/value head), see the module's note on
+    grouped queries), and measure ``metric`` on the clean prompts.
+
+    1. Record every head's output on clean and on corrupted prompts.
+    2. Run clean prompts with every head frozen at its clean output but the sender's at its corrupted one; record
+       the receivers' ``kind`` projections (their slice of q_proj, k_proj or v_proj, before rotary positions).
+    3. Run clean prompts with only those slices replaced: the metric there is ``patched``.
+
+    For many senders and the same receivers, ``path_patching_map`` runs step 1 once."""
+    _check_runs(model, clean, corrupted)
+    sender = _check_sender(model, sender)
+    by_layer = _check_receivers(model, kind, receivers, sender[0])
+    runs = _record_runs(model, clean, corrupted, metric)
+    received = _received_inputs(model, clean, runs, sender, by_layer, kind)
+    patched = _patched_metric(model, clean, metric, received, by_layer, kind)
+    return PathPatch(patched, runs.clean_metric, runs.corrupted_metric)
+
+
+@torch.no_grad()
+def path_patching_map(
+    model: GPT,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    receivers: Iterable[tuple[int, int]],
+    kind: str = "q",
+    senders: Iterable[tuple[int, int]] | None = None,
+) -> Tensor:
+    """``path_patching``'s effect for many senders into the same receivers: (n_layers, h), entry [layer, head] =
+    (patched − clean) / (clean − corrupted) for that sender (−1: the path carries the whole difference), NaN for
+    heads not patched. ``senders`` defaults to every head in a layer before the first receiver's. Step 1 runs
+    once; each sender costs one forward pass up to the receivers and one whole one."""
+    _check_runs(model, clean, corrupted)
+    c = model.config
+    receivers = list(receivers)
+    first = min((layer for layer, _ in receivers), default=0)
+    if senders is None:
+        senders = [(layer, head) for layer in range(first) for head in range(c.num_heads)]
+    senders = [_check_sender(model, sender) for sender in senders]
+    by_layer = _check_receivers(model, kind, receivers, max((layer for layer, _ in senders), default=-1))
+    runs = _record_runs(model, clean, corrupted, metric)
+    result = torch.full((c.num_layers, c.num_heads), float("nan"))
+    for sender in senders:
+        received = _received_inputs(model, clean, runs, sender, by_layer, kind)
+        patched = _patched_metric(model, clean, metric, received, by_layer, kind)
+        result[sender] = PathPatch(patched, runs.clean_metric, runs.corrupted_metric).effect
+    return result

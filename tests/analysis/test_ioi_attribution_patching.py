@@ -240,3 +240,18 @@ def test_bad_senders_and_receivers_are_refused(batch, sender, receivers, kind, e
     metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
     with pytest.raises(ValueError, match=error):
         path_patching(model, batch.ids, batch.corrupted, metric, sender=sender, receivers=receivers, kind=kind)
+
+
+def test_the_map_gives_each_senders_single_path_patch(batch):
+    from helpers.analysis.patching import path_patching_map
+
+    model = small_gpt(seed=3)
+    metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
+    receivers = [(2, 1), (2, 5)]
+    effects = path_patching_map(model, batch.ids, batch.corrupted, metric, receivers, senders=[(0, 4), (1, 2)])
+    assert effects.shape == (3, 6) and torch.isnan(effects).sum() == 18 - 2
+    for sender in [(0, 4), (1, 2)]:
+        single = path_patching(model, batch.ids, batch.corrupted, metric, sender=sender, receivers=receivers)
+        assert float(effects[sender]) == pytest.approx(single.effect, abs=1e-5)
+    every = path_patching_map(model, batch.ids, batch.corrupted, metric, receivers)  # every head before layer 2
+    assert not torch.isnan(every[:2]).any() and torch.isnan(every[2]).all()
