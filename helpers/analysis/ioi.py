@@ -5,8 +5,8 @@
 model that has learned the task puts more logit on IO than on S at the last position (END); the **logit
 difference** logit(IO) − logit(S) there measures how well (Wang et al., 2022, on GPT-2 small).
 
-``ioi_batch(tokenizer, template, pairs)`` writes one template with every pair of names in both orders (ABB: IO
-first; BAB: S first), with the positions of IO, S1, S2 and END in each prompt, and the **corrupted "ABC" batch**:
+``ioi_batch(tokenizer, template, pairs)`` writes one template with every pair of names in both roles and both
+orders (ABB: IO named first; BAB: S named first), with the positions of IO, S1, S2 and END in each prompt, and the **corrupted "ABC" batch**:
 the same prompts with S2 replaced by a third name C, so that no name repeats and nothing tells the model which
 name to avoid. One template per batch, so that every prompt of a batch has the same length T (each name is one
 token) and the batch is a plain (N, T) tensor.
@@ -85,10 +85,13 @@ def _one_token(tokenizer, name: str) -> int:
 
 
 def ioi_batch(tokenizer, template: str, pairs: Sequence[tuple[str, str, str]]) -> IOIBatch:
-    """The prompts of ``template`` for every (A, B, C) of ``pairs`` (see ``name_pairs``), in both orders, IO = A
-    and S = B in each: ABB ("When A and B …, B gave … to") and BAB ("When B and A …, B gave … to", the subject
-    named first). N = 2 · len(pairs), prompt 2k in ABB order and 2k + 1 in BAB order.
+    """The prompts of ``template`` for every (A, B, C) of ``pairs`` (see ``name_pairs``): each pair of names in
+    both roles (IO = A, S = B, then IO = B, S = A) and both orders, ABB ("When A and B …, B gave … to": IO named
+    first) and BAB ("When B and A …, B gave … to": S named first). N = 4 · len(pairs); prompts 4k .. 4k + 3 are
+    pair k's (IO = A ABB, IO = A BAB, IO = B ABB, IO = B BAB).
 
+    Both roles matter: a model may simply like one name more than another (its logit is higher whatever the
+    prompt), and with each name once as IO and once as S that preference cancels in the mean logit difference.
     The corrupted prompt replaces S2 by C. Refuses names that are not one token, a template without {A}, {B} and
     {S} in that order, and names that repeat within a triple."""
     _check_template(template)
@@ -99,12 +102,13 @@ def ioi_batch(tokenizer, template: str, pairs: Sequence[tuple[str, str, str]]) -
         if len(triple) != 3 or len(set(triple)) != 3:
             raise ValueError(f"each triple holds three different names (A, B, C), got {triple!r}")
         a, b, third = triple
-        for first, second, subject, indirect in ((a, b, b, a), (b, a, b, a)):  # ABB, then BAB
-            prompts.append(template.format(A=first, B=second, S=subject))
-            corrupted.append(template.format(A=first, B=second, S=third))
-            io.append(_one_token(tokenizer, indirect))
-            s.append(_one_token(tokenizer, subject))
-            c.append(_one_token(tokenizer, third))
+        for indirect, subject in ((a, b), (b, a)):
+            for first, second in ((indirect, subject), (subject, indirect)):  # ABB, then BAB
+                prompts.append(template.format(A=first, B=second, S=subject))
+                corrupted.append(template.format(A=first, B=second, S=third))
+                io.append(_one_token(tokenizer, indirect))
+                s.append(_one_token(tokenizer, subject))
+                c.append(_one_token(tokenizer, third))
     ids = [tokenizer(p)["input_ids"] for p in prompts]
     bad = [tokenizer(p)["input_ids"] for p in corrupted]
     if len({len(x) for x in ids + bad}) != 1:

@@ -42,11 +42,14 @@ def small_gpt(norm: str = "rms", seed: int = 0, vocab: int = 64) -> GPT:
 
 
 # --- the task -------------------------------------------------------------------------------------------------
-def test_the_batch_holds_both_orders_and_the_roles_positions(batch):
-    assert len(batch.prompts) == 6 and batch.ids.shape == batch.corrupted.shape
-    assert batch.prompts[0] == "When Mary and John went to the store, John gave a drink to"  # ABB
-    assert batch.prompts[1] == "When John and Mary went to the store, John gave a drink to"  # BAB
-    rows = torch.arange(6)
+def test_the_batch_holds_both_roles_and_orders_and_the_roles_positions(batch):
+    assert len(batch.prompts) == 12 and batch.ids.shape == batch.corrupted.shape
+    assert batch.prompts[0] == "When Mary and John went to the store, John gave a drink to"  # IO = Mary, ABB
+    assert batch.prompts[1] == "When John and Mary went to the store, John gave a drink to"  # IO = Mary, BAB
+    assert batch.prompts[2] == "When John and Mary went to the store, Mary gave a drink to"  # IO = John, ABB
+    assert batch.prompts[3] == "When Mary and John went to the store, Mary gave a drink to"  # IO = John, BAB
+    assert (batch.io[0::4] == batch.s[2::4]).all()  # each name once as IO, once as S: a liked name cancels
+    rows = torch.arange(12)
     assert (batch.ids[rows, batch.positions["IO"]] == batch.io).all()
     assert (batch.ids[rows, batch.positions["S1"]] == batch.s).all()
     assert (batch.ids[rows, batch.positions["S2"]] == batch.s).all()
@@ -75,14 +78,14 @@ def test_bad_templates_and_names_are_refused(template, names, error):
 
 
 def test_the_logit_difference_reads_io_minus_s_at_the_last_position(batch):
-    logits = torch.zeros(6, batch.ids.size(1), 100)
-    rows = torch.arange(6)
+    logits = torch.zeros(12, batch.ids.size(1), 100)
+    rows = torch.arange(12)
     logits[rows, -1, batch.io] = 3.0
     logits[rows, -1, batch.s] = 1.0
     logits[rows, -2, batch.s] = 50.0  # another position: not read
     assert float(logit_difference(logits, batch)) == 2.0
-    assert logit_difference(logits, batch, per_prompt=True).shape == (6,)
-    with pytest.raises(ValueError, match="N = 6"):
+    assert logit_difference(logits, batch, per_prompt=True).shape == (12,)
+    with pytest.raises(ValueError, match="N = 12"):
         logit_difference(logits[:3], batch)
 
 
@@ -90,7 +93,7 @@ def test_the_logit_difference_reads_io_minus_s_at_the_last_position(batch):
 def test_the_residual_stream_starts_at_the_embedding_and_ends_at_the_logits(batch):
     model = small_gpt()
     stream = residual_stream(model, batch.ids)
-    assert stream.shape == (4, 6, batch.ids.size(1), 24)
+    assert stream.shape == (4, 12, batch.ids.size(1), 24)
     with torch.no_grad():
         torch.testing.assert_close(stream[0], model.token_embedding(batch.ids))
         torch.testing.assert_close(model.lm_head(model.norm(stream[-1])), model(batch.ids))
@@ -255,3 +258,12 @@ def test_the_map_gives_each_senders_single_path_patch(batch):
         assert float(effects[sender]) == pytest.approx(single.effect, abs=1e-5)
     every = path_patching_map(model, batch.ids, batch.corrupted, metric, receivers)  # every head before layer 2
     assert not torch.isnan(every[:2]).any() and torch.isnan(every[2]).all()
+
+
+def test_a_name_the_model_just_likes_cancels_in_the_mean(batch):
+    """The embedding of END is the same in every prompt, so alone it can only prefer one name over another; with
+    each name once as IO and once as S, that preference cancels: the lens reads 0 there, whatever the model."""
+    for seed in (0, 1):
+        lens = logit_lens(small_gpt(seed=seed), batch, per_prompt=True)
+        assert float(lens[0].abs().max()) > 1e-3  # per prompt it is not 0 ...
+        assert float(lens[0].mean()) == pytest.approx(0.0, abs=1e-5)  # ... but over the balanced batch it is
