@@ -6,10 +6,10 @@ model that has learned the task puts more logit on IO than on S at the last posi
 difference** logit(IO) − logit(S) there measures how well (Wang et al., 2022, on GPT-2 small).
 
 ``ioi_batch(tokenizer, template, pairs)`` writes one template with every pair of names in both roles and both
-orders (ABB: IO named first; BAB: S named first), with the positions of IO, S1, S2 and END in each prompt, and the **corrupted "ABC" batch**:
-the same prompts with S2 replaced by a third name C, so that no name repeats and nothing tells the model which
-name to avoid. One template per batch, so that every prompt of a batch has the same length T (each name is one
-token) and the batch is a plain (N, T) tensor.
+orders (ABB: IO named first; BAB: S named first), with the positions of IO, S1, S2 and END in each prompt, and
+the **corrupted "ABC" batch**: the same prompts with S2 replaced by a third name C, so that no name repeats and
+nothing tells the model which name to avoid. One template per batch, so that every prompt of a batch has the same
+length T (each name is one token) and the batch is a plain (N, T) tensor.
 
 Shapes: N prompts, T tokens, V vocabulary.
 """
