@@ -71,6 +71,15 @@ _EXPORTS = {
     "induction_score": "helpers.analysis.circuits",
     "repeated_batch": "helpers.analysis.circuits",
     "train_induction": "helpers.analysis.circuits",
+    # helpers.analysis.ioi, .attribution, .patching (lesson 12)
+    "direct_logit_attribution": "helpers.analysis.attribution",
+    "ioi_batch": "helpers.analysis.ioi",
+    "logit_difference": "helpers.analysis.ioi",
+    "logit_lens": "helpers.analysis.attribution",
+    "name_pairs": "helpers.analysis.ioi",
+    "path_patching": "helpers.analysis.patching",
+    "path_patching_map": "helpers.analysis.patching",
+    "residual_patching": "helpers.analysis.patching",
     # helpers.analysis.head_roles
     "HeadRoles": "helpers.analysis.head_roles",
     "SimilarityTask": "helpers.analysis.head_roles",

@@ -182,6 +182,24 @@ def _forward(query, key, value, attn_mask, tiling: _Tiling, scale: float) -> tup
     return output, logsumexp
 
 
+def _first_derivative_only(backward):
+    """Refuse create_graph=True at once when the gradient flowing in is a constant (the first gradient of a plain
+    sum): ``once_differentiable`` then marks nothing, and the second derivative failed later with torch's bare
+    "element 0 of tensors does not require grad". (A gradient that itself requires grad is marked by
+    ``once_differentiable``, whose error names the function.) Grad mode is on inside a backward only when it was
+    asked to build a graph of the gradients."""
+
+    def checked(ctx, grad_output):
+        if torch.is_grad_enabled() and not grad_output.requires_grad:
+            raise RuntimeError(
+                "flash_attention has first derivatives only: create_graph=True (a second derivative) is not "
+                "supported; use helpers.scaled_dot_product_attention for higher-order gradients"
+            )
+        return backward(ctx, grad_output)
+
+    return checked
+
+
 class _FlashAttention(torch.autograd.Function):
     """Tiled attention whose backward recomputes each tile's weights from the saved log-sum-exp of every row,
     exp(scores - logsumexp), instead of storing the (L, S) weights. No gradient for a float ``attn_mask``."""
@@ -194,6 +212,7 @@ class _FlashAttention(torch.autograd.Function):
         return output
 
     @staticmethod
+    @_first_derivative_only
     @once_differentiable  # the backward is itself not differentiable: a second derivative is refused, not wrong
     def backward(ctx, grad_output):
         query, key, value, output, logsumexp = ctx.saved_tensors

@@ -322,6 +322,8 @@ class GPT(nn.Module):
             raise ValueError(
                 f"ids must be token ids in 0 .. V - 1 = {self.config.vocab_size - 1}, got values {low} .. {high}"
             )
+        if ids.dtype not in (torch.int32, torch.int64):  # uint8, int16, …: in range, but nn.Embedding takes these two
+            ids = ids.long()
         return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
 
     def new_cache(self) -> KVCache:

@@ -221,3 +221,12 @@ def test_online_softmax_update_rescales_the_old_sum():
         .isnan()
         .any()
     )
+
+
+def test_a_second_derivative_of_a_plain_sum_is_refused_by_name():
+    q, k, v = (torch.randn(1, 5, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = flash_attention(q, k, v, block_size=2, query_block_size=2)
+    with pytest.raises(RuntimeError, match="flash_attention has first derivatives only"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    (first,) = torch.autograd.grad(flash_attention(q, k, v, block_size=2).sum(), q)  # a first derivative: fine
+    assert first.shape == q.shape

@@ -21,6 +21,7 @@ n_layers layers. Attention weights are (N, h, T, T): rows are queries i, columns
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -140,6 +141,10 @@ class AttentionOnlyTransformer(nn.Module):
         self, vocab_size: int, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2, max_len: int = 64
     ) -> None:
         super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("embed_dim", embed_dim), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("max_len", max_len)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.num_heads, self.max_len = num_heads, max_len
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.position = nn.Embedding(max_len, embed_dim)
@@ -148,7 +153,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def output_projections(self) -> list[nn.Linear]:
         """Each layer's ``out_proj``, whose input is (N, T, h·d): where ``head_hooks`` attach."""
-        return [layer.out_proj for layer in self.layers]
+        return [_remember_heads(layer.out_proj, self.num_heads) for layer in self.layers]
 
     def forward(self, ids: Tensor, need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         """ids (N, T) -> logits (N, T, V), and with ``need_weights`` the per-layer weights (N, h, T, T)."""
@@ -285,10 +290,40 @@ def _split(heads: Tensor, num_heads: int) -> Tensor:
     return heads.unflatten(-1, (num_heads, heads.size(-1) // num_heads))
 
 
+# The head count of each output projection that ``output_projections`` handed out. A wrong ``num_heads`` would cut
+# (N, T, h·d) into blocks of the wrong width and "head 0" would silently be two heads, or half of one.
+_HEADS_OF: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def _remember_heads(projection: nn.Module, num_heads: int) -> nn.Module:
+    _HEADS_OF[projection] = num_heads
+    return projection
+
+
+def _check_num_heads(projections: Sequence[nn.Module], num_heads: int) -> None:
+    """``num_heads`` must be a positive int that splits each projection's input, and the model's own count
+    where it is known."""
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+    for layer, projection in enumerate(projections):
+        known = _HEADS_OF.get(projection)
+        if known is not None and known != num_heads:
+            raise ValueError(f"layer {layer}'s attention has {known} heads, but num_heads={num_heads} was given")
+        features = getattr(projection, "in_features", None)
+        if features is not None and features % num_heads:
+            raise ValueError(f"layer {layer}'s {features} head features do not split into {num_heads} heads")
+
+
+def _is_index(value) -> bool:
+    """A position in a list: an int, and not a bool (True would silently be 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @contextmanager
 def record_head_outputs(projections: Sequence[nn.Module], num_heads: int) -> Iterator[list[Tensor]]:
     """Record the head outputs of every layer inside the block: the list yielded holds, per layer, the
     input of its output projection in the latest forward pass, split by head, (N, T, h, d) (detached)."""
+    _check_num_heads(projections, num_heads)
     recorded: list[Tensor] = [torch.empty(0)] * len(projections)
     handles = []
 
@@ -328,10 +363,14 @@ def head_hooks(
     ``mean_head_outputs``) or a list of per-layer (N, T, h, d) outputs recorded on another input (activation
     patching). The hooks are forward pre-hooks on the output projections; on exit they are removed.
     """
+    _check_num_heads(projections, num_heads)
     chosen: dict[int, list[int]] = {}
     for layer, head in heads:
-        if not (0 <= layer < len(projections) and 0 <= head < num_heads):
-            raise ValueError(f"no head ({layer}, {head}): {len(projections)} layers of {num_heads} heads")
+        if not (_is_index(layer) and _is_index(head) and 0 <= layer < len(projections) and 0 <= head < num_heads):
+            raise ValueError(
+                f"no head ({layer!r}, {head!r}): (layer, head) are ints in 0 .. {len(projections) - 1} and "
+                f"0 .. {num_heads - 1} ({len(projections)} layers of {num_heads} heads)"
+            )
         chosen.setdefault(layer, []).append(head)
     if isinstance(replacement, str) and replacement != "zero":
         raise ValueError(f"replacement must be 'zero' or a list of per-layer tensors, got {replacement!r}")
@@ -344,6 +383,11 @@ def head_hooks(
             else:
                 source = replacement[layer]
                 if source.dim() == 2:  # (h, d) means: the same at every position
+                    if source.shape != outputs.shape[2:]:  # an (h, 1) would broadcast over d without a word
+                        raise ValueError(
+                            f"mean for layer {layer} is {tuple(source.shape)}, expected (h, d) = "
+                            f"{tuple(outputs.shape[2:])}: one mean vector per head (see mean_head_outputs)"
+                        )
                     outputs[:, :, which] = source[which].to(outputs.dtype)
                 elif source.shape != outputs.shape:
                     raise ValueError(
@@ -404,10 +448,15 @@ def output_projections(model: nn.Module) -> list[nn.Module]:
     Works for this module's ``AttentionOnlyTransformer`` and for ``helpers.gpt.GPT`` (lesson 09's SmolLM2),
     whose attention's output projection takes the heads' outputs side by side, (N, T, h·d).
     """
-    found = [module for name, module in model.named_modules() if name.split(".")[-1] == "out_proj"]
+    found = [(name, module) for name, module in model.named_modules() if name.split(".")[-1] == "out_proj"]
     if not found:
         raise ValueError(f"{type(model).__name__} has no submodule named out_proj")
-    return found
+    for name, module in found:  # the attention that owns the projection knows its head count
+        owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+        heads = getattr(owner, "num_heads", None)
+        if _is_index(heads):
+            _remember_heads(module, heads)
+    return [module for _, module in found]
 
 
 def _logits(output: Tensor | tuple) -> Tensor:

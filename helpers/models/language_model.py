@@ -21,6 +21,7 @@ the lesson and the tests compare against.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -96,12 +97,32 @@ def _open_reader(gguf, path: Path):
     return PlainViewReader(str(path))
 
 
-def _value(field):
-    """A GGUF metadata field's value (a number, a string, or a list of them)."""
-    if hasattr(field, "contents"):
-        return field.contents()
-    part = field.parts[field.data[0]]
-    return bytes(part).decode() if field.types and field.types[0].name == "STRING" else part.tolist()[0]
+def _value(name: str, field, path: Path):
+    """A GGUF metadata field's value (a number, a string, or a list of them); a string that is not UTF-8 (GGUF's
+    encoding) is refused naming the field, not with a bare ``UnicodeDecodeError``."""
+    try:
+        if hasattr(field, "contents"):
+            return field.contents()
+        part = field.parts[field.data[0]]
+        return bytes(part).decode() if field.types and field.types[0].name == "STRING" else part.tolist()[0]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: metadata field {name} is not valid UTF-8 text ({error.reason})") from None
+
+
+def _not_a_file(path: Path) -> str:
+    """What a path that is not a regular file is: missing, a folder, or something else that exists."""
+    if not path.exists():
+        return "missing"
+    return "a folder" if path.is_dir() else "not a regular file (a pipe, socket or device)"
+
+
+def _positive_finite(path: Path, meta: dict, key: str, default: float) -> float:
+    """A float setting of the header that must be finite and > 0 (an infinite RMSNorm epsilon would silently
+    turn every normalised vector into zeros, a NaN one into NaN)."""
+    value = meta.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{path}: {key} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tensor], dict]:
@@ -113,12 +134,16 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
     gguf = _gguf()
     path = Path(path) if path is not None else gguf_path()
     if not path.is_file():
-        raise FileNotFoundError(f"expected a GGUF file, but {path} is {'a folder' if path.is_dir() else 'missing'}")
+        raise FileNotFoundError(f"expected a GGUF file, but {path} is {_not_a_file(path)}")
     try:
         reader = _open_reader(gguf, path)
     except Exception as error:  # the reader's own errors (bad magic, short reads) do not name the file
         raise ValueError(f"{path} is not a readable GGUF file (truncated or another format): {error}") from error
-    meta = {name: _value(field) for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.")}
+    meta = {
+        name: _value(name, field, path)
+        for name, field in reader.fields.items()
+        if not name.startswith("tokenizer.ggml.")
+    }
     architecture = meta.get("general.architecture")
     if architecture != "llama":
         raise ValueError(f"{path} holds a {architecture!r} model; this loader builds Llama-style models ('llama')")
@@ -140,8 +165,8 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
     config = GPTConfig(
         vocab_size=V, embed_dim=E, num_heads=h, num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
         max_len=int(meta.get("llama.context_length", 2048)), positions="rotary", norm="rms",
-        norm_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)), feed_forward="swiglu",
-        rotary_base=float(meta.get("llama.rope.freq_base", 10000.0)),
+        norm_eps=_positive_finite(path, meta, "llama.attention.layer_norm_rms_epsilon", 1e-5),
+        feed_forward="swiglu", rotary_base=_positive_finite(path, meta, "llama.rope.freq_base", 10000.0),
         tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
     )  # fmt: skip
     expected = _expected_shapes(config)
@@ -159,7 +184,11 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
             array = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as error:
             raise ValueError(f"{path}: cannot de-quantize {name} ({t.tensor_type.name}): {error}") from error
-        tensors[name] = torch.from_numpy(array.reshape(shape).astype("float32", copy=False).copy())
+        tensor = torch.from_numpy(array.reshape(shape).astype("float32", copy=False).copy())
+        if not torch.isfinite(tensor).all():  # a NaN weight would load silently and turn every logit into NaN
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(f"{path}: tensor {name} holds {bad} NaN or infinite numbers; the file is damaged")
+        tensors[name] = tensor
     return config, tensors, meta
 
 
@@ -220,7 +249,33 @@ def load_tokenizer(path: str | Path | None = None):
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    return PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        return PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
+    except Exception as error:  # transformers' own message (often a KeyError) does not say what the file lacks
+        missing = _missing_tokenizer_fields(path)
+        if missing:
+            raise ValueError(
+                f"{path} has no complete tokenizer: it lacks the metadata fields {missing} that build one"
+            ) from error
+        raise
+
+
+def _missing_tokenizer_fields(path: Path) -> list[str]:
+    """The GGUF fields a tokenizer is built from that the file lacks (read only after a failure): the model kind
+    and the tokens always, the merges for a byte-level BPE ("gpt2", SmolLM2's), the scores for a SentencePiece
+    one ("llama")."""
+    try:
+        fields = _open_reader(_gguf(), path).fields
+        kind = (
+            _value("tokenizer.ggml.model", fields["tokenizer.ggml.model"], path)
+            if "tokenizer.ggml.model" in fields
+            else None
+        )
+    except Exception:
+        return []
+    wanted = ["tokenizer.ggml.model", "tokenizer.ggml.tokens"]
+    wanted += {"gpt2": ["tokenizer.ggml.merges"], "llama": ["tokenizer.ggml.scores"]}.get(kind, [])
+    return [name for name in wanted if name not in fields]
 
 
 def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = True):
@@ -262,10 +317,24 @@ def load_reference_lm(path: str | Path | None = None):
 
 
 def chat_prompt(tokenizer, question: str) -> Tensor:
-    """The chat template around one user question, ready for the model to answer: ids (1, T)."""
-    messages = [{"role": "user", "content": question}]
+    """The chat template around one user question, ready for the model to answer: ids (1, T).
+
+    The question is the user's *text*: a ``<|im_end|>`` typed inside it is spelled out as ordinary tokens, so it
+    cannot close the user's turn and start a reply of its own (only the template writes special tokens)."""
+    if not isinstance(question, str):
+        raise TypeError(f"the question must be a string, got {type(question).__name__}")
+    marker = "\ue000question\ue000"  # a private-use character: never produced by text a learner types
+    if marker in question:
+        raise ValueError("the question contains the private marker U+E000 'question' U+E000; remove it")
+    messages = [{"role": "user", "content": marker}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return torch.tensor([tokenizer(text)["input_ids"]])
+    before, after = text.split(marker)
+    ids = (
+        tokenizer(before)["input_ids"]
+        + tokenizer(question, split_special_tokens=True)["input_ids"]
+        + tokenizer(after)["input_ids"]
+    )
+    return torch.tensor([ids])
 
 
 TRANSLATE_REQUEST = "Translate into English: {}"
@@ -277,6 +346,10 @@ def chat_translate(model: GPT, tokenizer, sentences: Sequence[str], max_new_toke
     non-empty line is kept, without a leading "English:" label or enclosing quotes, so that BLEU scores words."""
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string")
+    sentences = list(sentences)
+    wrong = [(i, type(s).__name__) for i, s in enumerate(sentences) if not isinstance(s, str)]
+    if wrong:
+        raise TypeError(f"sentences must all be strings; got {wrong[:3]} (index, type)")
     answers = []
     for sentence in sentences:
         prompt = chat_prompt(tokenizer, TRANSLATE_REQUEST.format(sentence))  # (1, T0)
