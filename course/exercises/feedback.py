@@ -78,18 +78,181 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     """Call the learner's ``function``; any exception it raises becomes a ``LearnerError``.
 
     ``NotImplementedError`` passes through unchanged: it means "not attempted yet". A function defined with
-    the wrong parameters is told so by name (a ``wrong`` verdict), before it runs.
+    the wrong parameters is told so by name (a ``wrong`` verdict), before it runs. Every call holds the learner
+    to the course's three rules for any exercise (each a ``wrong`` verdict that names the mistake):
+
+    - **the inputs stay as they were**: a tensor argument (or one inside a tuple, list or dict argument) that
+      the call changed in place is refused, since the caller may still need it;
+    - **torch, not numpy**: a numpy array returned (alone or inside a tuple, list or dict) is refused;
+    - **randomness from the generator given**: when an argument is a ``torch.Generator``, the call is repeated
+      with a copy of that generator (the result must be the same) and with a differently seeded one (it must
+      differ): code that draws from torch's global stream, or ignores the generator, is refused.
     """
     function = function._function if isinstance(function, LearnerCode) else function
     _expect_signature(function, args, kwargs)
+    generators = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Generator)]
+    state = generators[0].get_state() if generators else None
+    result = _call_once(function, args, kwargs)
+    if generators:
+        _expect_drawn_from(function, generators[0], state, result, args, kwargs)
+    # An object made by the learner's class runs the learner's methods: it stays behind the proxy too.
+    return LearnerCode(result) if isinstance(function, type) and callable(result) else result
+
+
+def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """One call of the learner's code, its inputs compared before and after, its result checked for numpy."""
+    before = _tensor_inputs(args, kwargs)
+    kept = [(where, tensor, _copy(tensor)) for where, tensor in before]
     try:
         result = function(*args, **kwargs)
     except NotImplementedError:
         raise
     except Exception as error:  # anything the learner's code does wrong is the learner's to fix
         raise LearnerError(error) from error
-    # An object made by the learner's class runs the learner's methods: it stays behind the proxy too.
-    return LearnerCode(result) if isinstance(function, type) and callable(result) else result
+    name = _name(function)
+    for where, tensor, copy in kept:
+        if copy is not None and not _same_tensor(tensor, copy):
+            raise wrong(
+                f"`{name}` changed its input {_argument_name(function, where)} in place: the caller's "
+                "tensor now holds other numbers, and the caller may still need the original. Leave every input "
+                "as it came: build the result in a new tensor (work on a copy, or use operations that return "
+                "a new tensor) and return that."
+            )
+    where = _numpy_inside(result)
+    if where is not None:
+        raise wrong(
+            f"`{name}` returned a numpy array{where}: every exercise works in torch, so return a tensor (a "
+            "torch.Tensor); a trip through numpy also loses the dtype, the device and the gradient. Stay with "
+            "torch operations."
+        )
+    return result
+
+
+def _name(function: Callable[..., Any]) -> str:
+    return getattr(function, "__name__", type(function).__name__)
+
+
+def _tensor_inputs(args: tuple, kwargs: dict) -> list[tuple[tuple, Tensor]]:
+    """Every tensor among the arguments, or one level inside a tuple, list or dict argument, with where it is:
+    (position or keyword,) or (position or keyword, index or key)."""
+    found = []
+    for key, value in (*enumerate(args), *kwargs.items()):
+        if isinstance(value, Tensor):
+            found.append(((key,), value))
+        elif isinstance(value, (tuple, list)):
+            found += [((key, i), item) for i, item in enumerate(value) if isinstance(item, Tensor)]
+        elif isinstance(value, dict):
+            found += [((key, k), item) for k, item in value.items() if isinstance(item, Tensor)]
+    return found
+
+
+def _copy(tensor: Tensor) -> Tensor | None:
+    """A copy to compare against after the call (None for a tensor without numbers to compare)."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return None
+    return tensor.detach().clone()
+
+
+def _same_tensor(tensor: Tensor, copy: Tensor) -> bool:
+    """Whether ``tensor`` still holds what ``copy`` recorded (NaN equal to NaN)."""
+    if tensor.shape != copy.shape or tensor.dtype != copy.dtype:
+        return False
+    now = tensor.detach()
+    if now.dtype.is_floating_point or now.dtype.is_complex:
+        return bool(((now == copy) | (now.isnan() & copy.isnan())).all())
+    return torch.equal(now, copy)
+
+
+def _argument_name(function: Callable[..., Any], where: tuple) -> str:
+    """`x`, or `args[0]` for a tensor inside a tuple argument, named as the learner's function names it."""
+    key = where[0]
+    if isinstance(key, int):
+        key = _positional_names(function, key + 1)[key]
+    inner = f"[{where[1]!r}]" if len(where) > 1 else ""
+    return f"`{key}{inner}`"
+
+
+def _positional_names(function: Callable[..., Any], count: int) -> list[str]:
+    """The names the first ``count`` positional arguments have inside ``function`` (``*args`` ones as args[i])."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    names = []
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
+        elif parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+    return names + [f"number {i + 1}" for i in range(len(names), count)]
+
+
+def _numpy_inside(result: Any, depth: int = 0) -> str | None:
+    """None if no numpy array is in ``result``; else where it is ("" for the result itself)."""
+    if type(result).__module__ == "numpy" and hasattr(result, "shape") and hasattr(result, "__array__"):
+        return "" if depth == 0 else None
+    if depth < 2 and isinstance(result, (tuple, list, dict)):
+        items = result.items() if isinstance(result, dict) else enumerate(result)
+        for key, item in items:
+            if type(item).__module__ == "numpy" and hasattr(item, "__array__") and hasattr(item, "shape"):
+                return f" (item {key!r} of the {type(result).__name__} it returned)"
+            if _numpy_inside(item, depth + 1) is not None:
+                return f" (inside item {key!r} of the {type(result).__name__} it returned)"
+    return None
+
+
+def _expect_drawn_from(
+    function: Callable[..., Any], generator: torch.Generator, state: Tensor, result: Any, args: tuple, kwargs: dict
+) -> None:
+    """Call ``function`` again with a copy of ``generator`` as it was (same result expected), then with one in
+    another state (another result expected). Results that cannot be compared (objects) are not judged."""
+
+    def again(replacement: torch.Generator) -> Any:
+        def swap(value: Any) -> Any:
+            return replacement if value is generator else value
+
+        return _call_once(function, tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()})
+
+    same = torch.Generator(device=generator.device)
+    same.set_state(state)
+    repeated = _same_result(result, again(same))
+    if repeated is None:
+        return
+    name = _name(function)
+    if not repeated:
+        raise wrong(
+            f"`{name}` gave different results for two generators in the same state: some random numbers come "
+            "from torch's global random stream, not from the generator it was given. Pass that generator to "
+            "every random call (generator=...), so that the same generator always gives the same result."
+        )
+    other = torch.Generator(device=generator.device)
+    seed = 1
+    while torch.equal(other.manual_seed(seed).get_state(), state):
+        seed += 1
+    if _same_result(result, again(other)):
+        raise wrong(
+            f"`{name}` gave the same result for generators seeded differently: it ignores the generator it "
+            "was given. Draw every random number from that generator (generator=...)."
+        )
+
+
+def _same_result(a: Any, b: Any) -> bool | None:
+    """Whether two results are equal (tensors, numbers, strings, and tuples, lists or dicts of them); None when
+    they cannot be compared."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if _copy(a) is None or _copy(b) is None:
+            return None
+        return a.shape == b.shape and a.dtype == b.dtype and _same_tensor(a, b.detach())
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return False
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        if len(a) != len(b):
+            return False
+        verdicts = [_same_result(x, y) for x, y in zip(a, b, strict=True)]
+        return None if None in verdicts else all(verdicts)
+    if isinstance(a, (int, float, str, bool, type(None))) and isinstance(b, (int, float, str, bool, type(None))):
+        return a == b
+    return None
 
 
 def _expect_signature(function: Callable[..., Any], args: tuple, kwargs: dict) -> None:

@@ -16,6 +16,7 @@ from course.exercises.feedback import (
     as_tensor,
     call_learner,
     close,
+    diagnose_cases,
     expect_shape,
     learner_check,
     run_check,
@@ -42,23 +43,32 @@ def reference_induction_score(weights: Tensor, ids: Tensor) -> Tensor:
     return induction_score(weights, ids)
 
 
-def _score_case() -> tuple[Tensor, Tensor]:
-    """Causal random weights (2, 3, 8, 8) and ids where tokens recur (some twice earlier, some never)."""
+def _score_cases() -> list[tuple[Tensor, Tensor]]:
+    """Causal random weights (N, 3, T, T) and ids, in two cases: tokens that recur (some twice earlier, some
+    never); and runs of one token (ids[i - 1] == ids[i]) under weights heavy on the diagonal, where counting the
+    key j = i itself, or the keys after i, changes the score by far more than the tolerance."""
     generator = torch.Generator().manual_seed(10)
-    ids = torch.tensor([[5, 1, 2, 5, 1, 2, 5, 1], [3, 4, 3, 6, 4, 9, 3, 6]])
-    future = torch.ones(8, 8, dtype=torch.bool).triu(1)
-    scores = 2 * torch.randn(2, 3, 8, 8, generator=generator)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1), ids
+    recurring = torch.tensor([[5, 1, 2, 5, 1, 2, 5, 1], [3, 4, 3, 6, 4, 9, 3, 6]])
+    runs = torch.tensor([[7, 7, 2, 7, 7, 7, 4, 2], [1, 2, 2, 3, 3, 1, 8, 3]])
+    cases = []
+    for ids, diagonal in ((recurring, 0.0), (runs, 3.0)):
+        T = ids.size(1)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        scores = 2 * torch.randn(ids.size(0), 3, T, T, generator=generator) + diagonal * torch.eye(T)
+        cases.append((torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1), ids))
+    return cases
 
 
-def _targets(ids: Tensor, shift: int) -> Tensor:
-    """[n, i, j] = ids[j - shift] == ids[i] and j < i (0 <= j - shift < T)."""
+def _targets(ids: Tensor, shift: int, keys: str = "earlier") -> Tensor:
+    """[n, i, j] = ids[j - shift] == ids[i] (0 <= j - shift < T), for keys j < i ("earlier"), j <= i
+    ("up to i") or any j ("all")."""
     N, T = ids.shape
     match = torch.zeros(N, T, T, dtype=torch.bool)
     for j in range(T):
         if 0 <= j - shift < T:
             match[:, :, j] = ids == ids[:, j - shift, None]
-    return match & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    allowed = {"earlier": -1, "up to i": 0, "all": T}[keys]
+    return match & torch.ones(T, T, dtype=torch.bool).tril(allowed)
 
 
 def _induction_mistakes(weights: Tensor, ids: Tensor) -> dict[str, Callable[[], Tensor]]:
@@ -80,6 +90,12 @@ def _induction_mistakes(weights: Tensor, ids: Tensor) -> dict[str, Callable[[], 
         ),
         "off by one the other way: you took keys j with ids[j + 1] == ids[i], the token BEFORE the earlier "
         "occurrence. The target is the token after it: ids[j - 1] == ids[i].": lambda: average(_targets(ids, -1)),
+        "the key j = i counts too (j <= i): where a token repeats the one just before it, ids[i - 1] == ids[i], "
+        "the query's own position becomes a target, and a query can find a 'target' in itself. Only keys before "
+        "the query count: j < i.": lambda: average(_targets(ids, 1, "up to i")),
+        "the keys are not limited to j < i: a query whose token comes again LATER counts as having a target, "
+        "though under the causal mask it puts no weight there, so it adds a 0 to the average. Keep only the keys "
+        "before the query, j < i.": lambda: average(_targets(ids, 1, "all")),
         "queries that have no earlier occurrence are counted as scoring 0: average only over the queries that "
         "have at least one target key.": lambda: average(right, over_all_queries=True),
         "each sequence is averaged first, so a sequence with few repeats weighs as much as one with many: add "
@@ -94,24 +110,28 @@ def check_induction_score(score: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``score(weights (N, h, T, T), ids (N, T)) -> (h,)``."""
 
     def body() -> str:
-        weights, ids = _score_case()
-        h = weights.size(1)
-        answer = as_tensor(call_learner(score, weights.clone(), ids.clone()), "induction_score(...)")
-        if answer.dim() == 0:
-            raise wrong(f"one score per head, (h,) = ({h},): keep the heads apart (do not average over dim 1).")
-        if tuple(answer.shape) == (weights.size(0), h):
-            raise wrong(f"one score per head, (h,) = ({h},): average over the sequences too.")
-        expect_shape(answer, (h,), "the scores (h,)")
-        expected = reference_induction_score(weights, ids)
-        if close(answer, expected, atol=1e-6):
-            return f"per-head induction scores {[round(x, 2) for x in expected.tolist()]} on the check's batch."
-        for hint, result in _induction_mistakes(weights, ids).items():
-            if close(answer, result(), atol=1e-6):
-                raise wrong(hint)
-        rounded = [round(x, 3) for x in expected.tolist()]
-        raise wrong(
-            "for each query i, add the weights on keys j < i with ids[j - 1] == ids[i]; average those sums over "
-            f"the queries that have such a key, one number per head. Expected {rounded}."
+        answers = []
+        for weights, ids in _score_cases():
+            h = weights.size(1)
+            answer = as_tensor(call_learner(score, weights.clone(), ids.clone()), "induction_score(...)")
+            if answer.dim() == 0:
+                raise wrong(f"one score per head, (h,) = ({h},): keep the heads apart (do not average over dim 1).")
+            if tuple(answer.shape) == (weights.size(0), h):
+                raise wrong(f"one score per head, (h,) = ({h},): average over the sequences too.")
+            expect_shape(answer, (h,), "the scores (h,)")
+            answers.append(answer)
+        cases = _score_cases()
+        expected = [reference_induction_score(weights, ids) for weights, ids in cases]
+        if all(close(answer, right, atol=1e-6) for answer, right in zip(answers, expected, strict=True)):
+            return f"per-head induction scores {[round(x, 2) for x in expected[0].tolist()]} on the check's batch."
+        mistakes = [_induction_mistakes(weights, ids) for weights, ids in cases]
+        rounded = [round(x, 3) for x in expected[0].tolist()]
+        raise diagnose_cases(
+            answers,
+            mistakes,
+            "for each query i, add the weights on the earlier keys whose previous token is the query's token; "
+            f"average those sums over the queries that have such a key, one number per head. Expected {rounded} "
+            "on the check's first batch.",
         )
 
     return run_check("induction score of each head", body)
@@ -161,10 +181,51 @@ def _row_verdict(ids: Tensor, predictable: Tensor, n: int) -> tuple[int, int]:
             "the mask is one position late: it marks the tokens that are predicted. Mark the queries instead, "
             "the positions whose NEXT token is known: the first length - 1 positions of the second copy."
         )
+    if copies(a + 1, b + 2, length):
+        raise wrong(
+            f"row {n}: the mask is one position early: it starts at the first copy's last token, whose next token "
+            "(the second copy's first) is a repeat but which is itself not in the second copy. Mark the first "
+            "length - 1 positions of the second copy."
+        )
+    if copies(a + length, b + length + 1, length):
+        raise wrong(
+            f"row {n}: the mask marks the first copy. Its next tokens cannot be known yet, nothing before them "
+            "repeats them; the second copy's are. Mark the first length - 1 positions of the second copy."
+        )
+    if copies(a, b, length):
+        raise wrong(
+            f"row {n}: the second copy is one token short ({count} tokens of a {length}-token segment): copy the "
+            "whole segment, all `length` tokens, then mark the first length - 1 positions of the copy."
+        )
+    for distance in range(length + 1, len(row)):
+        if copies(a, b + 1, distance):
+            gap = distance - length
+            raise wrong(
+                f"row {n}: there {'is' if gap == 1 else 'are'} {gap} token{'s' if gap > 1 else ''} between the "
+                "first copy and the second: the second copy starts right where the first ends (at start + length)."
+            )
     raise wrong(
         f"row {n}: the marked positions (and the token after each) should repeat the segment just before them: "
         "put the second copy right after the first and mark its first length - 1 positions."
     )
+
+
+def _batch_answer(answer: object, N: int, T: int, V: int) -> tuple[Tensor, Tensor]:
+    """(ids, predictable) from the learner's answer, or a hint naming what is wrong with its form."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise wrong("return two tensors: (ids, predictable)")
+    ids, predictable = answer
+    if not isinstance(ids, Tensor) or not isinstance(predictable, Tensor):
+        raise wrong("ids and predictable should both be tensors")
+    expect_shape(ids, (N, T), "ids", "(N, T)")
+    expect_shape(predictable, (N, T), "predictable", "(N, T)")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise wrong(f"ids should be integer token ids (torch.long), got dtype {ids.dtype}")
+    if predictable.dtype != torch.bool:
+        raise wrong(f"predictable should be a boolean mask, got dtype {predictable.dtype}")
+    if ids.min() < 0 or ids.max() >= V:
+        raise wrong(f"token ids must lie in [0, vocab_size) = [0, {V}), got {int(ids.min())}..{int(ids.max())}")
+    return ids, predictable
 
 
 @learner_check
@@ -174,19 +235,7 @@ def check_repeated_batch(make_batch: Callable[..., tuple[Tensor, Tensor]]) -> Ve
     def body() -> str:
         N, T, V, low, high = 128, 40, 1000, 4, 12
         answer = call_learner(make_batch, N, T, V, low, high, torch.Generator().manual_seed(10))
-        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-            raise wrong("return two tensors: (ids, predictable)")
-        ids, predictable = answer
-        if not isinstance(ids, Tensor) or not isinstance(predictable, Tensor):
-            raise wrong("ids and predictable should both be tensors")
-        expect_shape(ids, (N, T), "ids", "(N, T)")
-        expect_shape(predictable, (N, T), "predictable", "(N, T)")
-        if ids.dtype.is_floating_point or ids.dtype == torch.bool:
-            raise wrong(f"ids should be integer token ids (torch.long), got dtype {ids.dtype}")
-        if predictable.dtype != torch.bool:
-            raise wrong(f"predictable should be a boolean mask, got dtype {predictable.dtype}")
-        if ids.min() < 0 or ids.max() >= V:
-            raise wrong(f"token ids must lie in [0, vocab_size) = [0, {V}), got {int(ids.min())}..{int(ids.max())}")
+        ids, predictable = _batch_answer(answer, N, T, V)
         rows = [_row_verdict(ids, predictable, n) for n in range(N)]
         lengths = sorted({length for _, length in rows})
         if len(lengths) == 1:
@@ -201,7 +250,28 @@ def check_repeated_batch(make_batch: Callable[..., tuple[Tensor, Tensor]]) -> Ve
         if lengths[-1] < high:
             raise wrong(
                 f"over {N} rows no segment was {high} tokens long: torch.randint's upper bound is exclusive, so "
-                "draw lengths with torch.randint(low, high + 1, ...)."
+                "the largest length needs one more than high."
+            )
+        # A small vocabulary and short rows, where every token id and every place must show up.
+        n, t, v, small_low, small_high = 300, 12, 5, 2, 5
+        answer = call_learner(make_batch, n, t, v, small_low, small_high, torch.Generator().manual_seed(11))
+        small_ids, small_predictable = _batch_answer(answer, n, t, v)
+        places = [_row_verdict(small_ids, small_predictable, row) for row in range(n)]
+        missing = sorted(set(range(v)) - set(small_ids.unique().tolist()))
+        if missing:
+            raise wrong(
+                f"with vocab_size = {v}, token {missing[0]} never appears in {n * t} ids: every id in "
+                f"[0, vocab_size) = [0, {v}) should be drawn, 0 and vocab_size - 1 included."
+            )
+        if not any(start == 0 for start, _ in places):
+            raise wrong(
+                f"over {n} rows of {t} tokens no segment starts at position 0: the first place is a possible place."
+            )
+        if not any(start + 2 * length == t for start, length in places):
+            raise wrong(
+                f"over {n} rows of {t} tokens no second copy ends at the row's last position: the last place the "
+                "two copies fit, start = seq_len - 2·length, is never drawn. torch.randint's upper bound is "
+                "exclusive: the largest start needs one more."
             )
         return f"{N} rows with segments of {lengths[0]}..{lengths[-1]} tokens at varying places: no shortcut."
 
@@ -237,13 +307,20 @@ def check_patch_hook(make_hook: Callable[[int, int, Tensor], Callable]) -> Verdi
         hook = call_learner(make_hook, head, h, source.clone())
         if not callable(hook):
             raise wrong(f"make_hook should return a function hook(module, args), got {type(hook).__name__}")
-        given = run.clone()
-        result = call_learner(hook, projection, (given,))
+        result = call_learner(hook, projection, (run.clone(),))  # an edit of the input in place is refused there
         if result is None:
-            result = given  # changed in place: allowed for a pre-hook
-        elif isinstance(result, (tuple, list)):
+            raise wrong(
+                "the hook returned None, which tells PyTorch to keep the layer's input as it was: return the new "
+                "arguments, a tuple holding the patched copy of the input."
+            )
+        if isinstance(result, list):
+            raise wrong(
+                "the hook returned a list: PyTorch takes only a tuple as the new arguments (anything else becomes "
+                "the one argument, here a list the layer cannot use). Return a tuple holding the patched tensor."
+            )
+        if isinstance(result, tuple):
             if len(result) != 1:
-                raise wrong(f"return the new arguments, (x,), one tensor; got {len(result)} items")
+                raise wrong(f"return the new arguments, a tuple of one tensor; got {len(result)} items")
             result = result[0]
         patched = as_tensor(result, "the hook's new input")
         expect_shape(patched, (N, T, h * d), "the hook's new input", "(N, T, h·d)")
@@ -258,8 +335,8 @@ def check_patch_hook(make_hook: Callable[[int, int, Tensor], Callable]) -> Verdi
 
         idx = torch.arange(h * d)
         mistakes = {
-            "every head was replaced: copy only the chosen head's block, source[..., head * d:(head + 1) * d], "
-            "where d = x.size(-1) // num_heads.": source,
+            "every head was replaced: copy only the chosen head's block of d columns from the source, where d, "
+            "the head size, is the input's last dimension divided by the number of heads.": source,
             "the chosen head was zeroed, not patched: take its block from `source` instead.": blocks(
                 torch.zeros_like(run), (idx // d) == head
             ),
@@ -267,8 +344,10 @@ def check_patch_hook(make_hook: Callable[[int, int, Tensor], Callable]) -> Verdi
             "numbers, columns k·d to (k + 1)·d - 1, as x.view(N, T, h, d)[:, :, k] gives.": blocks(
                 source, (idx % h) == head
             ),
-            "the slice uses num_heads where the head size belongs: d = x.size(-1) // num_heads, and head k is "
-            "columns k·d to (k + 1)·d - 1.": blocks(source, (idx >= head * h) & (idx < (head + 1) * h)),
+            "the slice uses num_heads where the head size belongs: the head size d is the input's last dimension "
+            "divided by the number of heads, and head k is columns k·d to (k + 1)·d - 1.": blocks(
+                source, (idx >= head * h) & (idx < (head + 1) * h)
+            ),
             "the block is off by one head: head 1 is the second block (heads count from 0).": blocks(
                 source, (idx // d) == head - 1
             ),
@@ -277,7 +356,10 @@ def check_patch_hook(make_hook: Callable[[int, int, Tensor], Callable]) -> Verdi
             if close(patched, result_mistake):
                 raise wrong(hint_text)
         if close(patched, run):
-            raise wrong("the input came back unchanged: replace the head's block with the source's and return (x,).")
+            raise wrong(
+                "the input came back unchanged: in a copy of the input, replace the chosen head's block with the "
+                "source's, and return that copy."
+            )
         raise wrong("only columns head·d to (head + 1)·d - 1 of the input should change, to the source's values.")
 
     return run_check("a hook that patches one head", body)

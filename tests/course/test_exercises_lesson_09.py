@@ -98,3 +98,65 @@ def test_layer_mapping_mistakes_get_specific_hints(mistake, fragment):
 def test_untouched_stubs_are_not_attempted():
     for check in (check_rms_norm, check_swiglu, check_layer_mapping):
         assert check(not_attempted).status == "not attempted"
+
+
+# --- issue 35: answers that used to pass ---------------------------------------------------------
+def rms_in_place(x, weight, eps):
+    x /= torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # the caller's x is changed
+    return x * weight
+
+
+def test_rms_norm_refuses_numpy_in_place_edits_and_a_fixed_dimension():
+    assert_hint(check_rms_norm(lambda x, w, eps: right_rms(x, w, eps).numpy()), "returned a numpy array")
+    assert_hint(check_rms_norm(rms_in_place), "changed its input `x` in place")
+    dim_2 = lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(dim=2, keepdim=True) + eps) * w  # noqa: E731
+    assert_hint(check_rms_norm(dim_2), "of shape (5, 6)", "your code raised IndexError", "LAST dimension")
+    # Counted from the front, the last dim of a 3-D x is dim 2; on a 4-D x that is a wrong answer, not an error.
+    from_front = lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(dim=min(x.dim() - 1, 2), keepdim=True) + eps) * w  # noqa: E731
+    assert_hint(check_rms_norm(from_front), "of shape (2, 2, 3, 6)", "other numbers")
+
+
+def test_swiglu_refuses_numpy():
+    assert_hint(check_swiglu(lambda *args: right_swiglu(*args).numpy()), "returned a numpy array")
+
+
+def test_layer_mapping_tries_several_layers():
+    first_digit = lambda name: course_name(name).replace(f"blocks.{name.split('.')[1]}.", f"blocks.{name[4]}.")  # noqa: E731
+    assert_hint(check_layer_mapping(first_digit), "blk.12.attn_norm.weight belongs to block 12", "first digit")
+    fixed = lambda name: course_name(f"blk.4.{name.split('.')[2]}.weight")  # noqa: E731
+    assert_hint(check_layer_mapping(fixed), "maps to block 4", "take it from the tensor's name")
+
+
+def _solution_lines(notebook: str) -> list[str]:
+    """The code lines between # BEGIN SOLUTION and # END SOLUTION, comments stripped, trivial ones left out."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    lines, inside = [], False
+    for cell in json.loads((root / "notebooks" / notebook).read_text(encoding="utf-8"))["cells"]:
+        for line in "".join(cell["source"]).splitlines():
+            inside = (inside or "BEGIN SOLUTION" in line) and "END SOLUTION" not in line
+            code = line.split("  #")[0].strip()
+            if inside and "SOLUTION" not in line and len(code) >= 10:
+                lines.append(code)
+    return lines
+
+
+def _message_strings(module) -> list[str]:
+    """Every string constant in ``module``'s source (an f-string's constant pieces, each on its own)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(module))
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_no_hint_gives_the_solution_away():
+    import course.exercises.lesson09 as checks
+
+    lines = _solution_lines("09_language_model.ipynb")
+    assert len(lines) >= 5, lines  # the three solutions were found
+    for text in _message_strings(checks):
+        for line in lines:
+            assert line not in text, (line, text)

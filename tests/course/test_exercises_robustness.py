@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05, 07 and 08 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05 and 07-10 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -35,6 +35,15 @@ from course.exercises.lesson08 import (
     check_similarity_scores,
     check_stack_qkv,
     reference_previous_token_score,
+)
+from course.exercises.lesson09 import check_rms_norm, check_swiglu
+from course.exercises.lesson10 import (
+    check_induction_score,
+    check_patch_hook,
+    check_repeated_batch,
+    reference_induction_score,
+    reference_patch_hook,
+    reference_repeated_batch,
 )
 from helpers.rotary import apply_rotary
 
@@ -119,6 +128,9 @@ RIGHT = {
     "rotary cache step": (check_rotary_cache_step, _rotary_step),
     "stack q, k, v": (check_stack_qkv, lambda q, k, v, bq, bk, bv: (torch.cat([q, k, v]), torch.cat([bq, bk, bv]))),
     "previous-token score": (check_previous_token_score, reference_previous_token_score),
+    "RMSNorm": (check_rms_norm, lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w),
+    "SwiGLU": (check_swiglu, lambda x, g, u, d: (F.silu(x @ g.T) * (x @ u.T)) @ d.T),
+    "induction score": (check_induction_score, reference_induction_score),
 }
 
 
@@ -133,7 +145,7 @@ def _map(result, change):
     return change(result)
 
 
-_ONE_DIMENSIONAL = {"online softmax update", "previous-token score"}
+_ONE_DIMENSIONAL = {"online softmax update", "previous-token score", "induction score"}
 
 # Odd answers that raise nothing: each check must say what is wrong without crashing.
 ODD_ANSWERS = {
@@ -383,3 +395,108 @@ def test_the_similarity_check_survives_odd_answers(odd):
     verdict = check_similarity_scores(lambda cosines: odd)
     assert verdict.status == "wrong" and CHECK_BUG not in verdict.message, verdict.message
     assert "your code raised" not in verdict.message, verdict.message
+
+
+# --- one policy for every check (issue 35): numpy refused, inputs left alone, the generator used ---------------
+def _numpy(result):
+    return tuple(t.numpy() for t in result) if isinstance(result, tuple) else result.numpy()
+
+
+def _edits_its_input(right):
+    """The right answer, computed first; then the first tensor argument is changed in place."""
+
+    def answer(*args):
+        result = right(*args)
+        first = next(a for a in args if isinstance(a, torch.Tensor))
+        with torch.no_grad():
+            first.logical_not_() if first.dtype == torch.bool else first.add_(1)
+        return result
+
+    return answer
+
+
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_every_check_refuses_a_numpy_answer(exercise):
+    check, right = RIGHT[exercise]
+    verdict = check(lambda *a: _numpy(_map(right(*a), lambda t: t.detach())))
+    assert verdict.status == "wrong" and "returned a numpy array" in verdict.message, verdict
+
+
+@pytest.mark.parametrize("exercise", list(RIGHT))
+def test_every_check_refuses_an_answer_that_changes_its_input(exercise):
+    if exercise == "positional encoding":
+        pytest.skip("its inputs are two numbers, no tensor")
+    check, right = RIGHT[exercise]
+    verdict = check(_edits_its_input(right))
+    assert verdict.status == "wrong" and "in place" in verdict.message, verdict
+    assert CHECK_BUG not in verdict.message
+
+
+def test_lesson_10s_other_checks_follow_the_policy_too():
+    def batch_numpy(*args):
+        ids, predictable = reference_repeated_batch(*args)
+        return ids.numpy(), predictable
+
+    assert "returned a numpy array (item 0" in check_repeated_batch(batch_numpy).message
+
+    def hook_in_place(head, num_heads, source):
+        def hook(module, args):
+            reference = reference_patch_hook(head, num_heads, source)(module, args)
+            args[0].copy_(reference[0])
+            return reference
+
+        return hook
+
+    assert "changed its input `args[0]` in place" in check_patch_hook(hook_in_place).message
+
+
+def _demo_check(function, *inputs):
+    return run_check("demo", lambda: f"got {type(call_learner(function, *inputs)).__name__}")
+
+
+def test_a_generator_must_be_used_and_nothing_else():
+    def right(n, generator):
+        return torch.randint(10, (n,), generator=generator)
+
+    def global_stream(n, generator):
+        return torch.randint(10, (n,))
+
+    def ignored(n, generator):
+        return torch.arange(n)
+
+    def makes_an_object(n, generator):
+        return object()  # not comparable: not judged
+
+    generator = torch.Generator().manual_seed(3)
+    assert _demo_check(right, 20, generator).passed
+    assert "two generators in the same state" in _demo_check(global_stream, 20, generator).message
+    assert "seeded differently" in _demo_check(ignored, 20, generator).message
+    assert _demo_check(makes_an_object, 20, generator).passed
+    # The caller's generator moves on as after one call: the repeats use copies.
+    generator, once = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    right(20, once)
+    assert _demo_check(right, 20, generator).passed
+    assert torch.equal(generator.get_state(), once.get_state())
+
+
+def test_inputs_are_compared_inside_tuples_and_dicts_and_nan_equals_nan():
+    x = torch.tensor([1.0, float("nan")])
+    assert _demo_check(lambda pair: pair[0] * 2, (x.clone(),)).passed  # NaN is unchanged, not "changed"
+
+    def edits_a_dict(table):
+        table["k"].zero_()
+        return table["k"]
+
+    assert "changed its input `table['k']` in place" in _demo_check(edits_a_dict, {"k": torch.ones(2)}).message
+    assert "input `x` in place" in _demo_check(lambda x: x.mul_(2), torch.ones(2)).message
+    assert (
+        "input `args[1]` in place" in _demo_check(lambda *args: args[1].add_(1), torch.ones(1), torch.ones(1)).message
+    )
+
+
+def test_numpy_is_found_inside_what_is_returned():
+    x = torch.ones(2)
+    assert "numpy array:" in _demo_check(lambda t: t.numpy(), x).message
+    assert "item 1 of the tuple" in _demo_check(lambda t: (t, t.numpy()), x).message
+    assert "item 'a' of the dict" in _demo_check(lambda t: {"a": t.numpy()}, x).message
+    assert _demo_check(lambda t: float(t.sum()), x).passed  # a plain number is no numpy array
