@@ -67,6 +67,7 @@ def test_the_folded_solution_note_names_the_sites_button():
         for cell in nb.cells:
             assert "click the bar" not in cell.source, (path.name, cell.source)
     assert noted, "no lesson says how to unfold a solution in JupyterLab any more: update the site's wording"
-    assert "Show the solution" in site._SITE_UNFOLD and "Show the solution" in Path(site.__file__).with_name(
-        "site_static"
-    ).joinpath("site.js").read_text()
+    assert (
+        "Show the solution" in site._SITE_UNFOLD
+        and "Show the solution" in Path(site.__file__).with_name("site_static").joinpath("site.js").read_text()
+    )
