@@ -1,10 +1,12 @@
 """The lessons' reference solutions as text, for tests that hold that no solution leaks where a learner reads.
 
 A solution is what lies between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` in a lesson's code cells. What would
-give it away is any of its lines, or any expression inside them that is more than a name (``x @ weight.T + bias``,
-``~key_padding_mask[:, None, :]``), of at least ``MIN_CHARS`` characters once whitespace is removed: shorter ones
-(``q @ k``, ``x.T``) are the vocabulary a hint may speak in. Text is compared with all whitespace removed, so
-line breaks, indentation and spacing around operators do not hide a copy.
+give it away is one of its statements (``scores = q @ k.transpose(-2, -1) / math.sqrt(d)``, ``return`` left off),
+or an expression inside one that holds two operations or more (``x @ weight.T + bias``,
+``~key_padding_mask[:, None, :]``), of at least ``MIN_CHARS`` characters once whitespace is removed. One call or
+operator (``math.sqrt(d)``, ``float('-inf')``), names (``nn.Linear``) and the tuple an exercise returns are the
+vocabulary a hint may speak in. Text is compared with all whitespace removed, so line breaks, indentation and
+spacing around operators do not hide a copy.
 """
 
 from __future__ import annotations
@@ -19,8 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 MIN_CHARS = 12
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-# Names and attribute chains (nn.Linear, key_padding_mask.unsqueeze) are words, not answers; so are constants.
-_WORDS = (ast.Name, ast.Attribute, ast.Constant)
+# Names, attribute chains (nn.Linear, key_padding_mask.unsqueeze), constants (-1 too) and tuples of them (the
+# `output, k_cache, v_cache` an exercise's signature states) are words, not answers. An expression gives a
+# solution away when it holds at least two operations (a call, an operator, an index...), as in
+# `x @ weight.T + bias`; `math.sqrt(d)` or `float('-inf')` alone name an idea.
+_WORD_NODES = (ast.Name, ast.Attribute, ast.Constant, ast.Load, ast.Tuple, ast.USub, ast.UnaryOp)
+MIN_OPERATIONS = 2
+
+
+def _operations(node: ast.AST) -> int:
+    """How many operations ``node`` holds: calls, operators, subscripts, comparisons... (a negative number: 0)."""
+    count = 0
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.UnaryOp) and isinstance(inner.operand, ast.Constant):
+            continue
+        if (isinstance(inner, ast.expr) and not isinstance(inner, _WORD_NODES)) or isinstance(inner, ast.UnaryOp):
+            count += 1
+    return count
 
 
 def squeeze(text: str) -> str:
@@ -40,30 +57,59 @@ def solution_regions(notebook: Path) -> list[str]:
     return regions
 
 
-def _expressions(code: str) -> list[str]:
-    """Every expression in ``code`` that is more than a word, as written and as ``ast.unparse`` writes it."""
+def _statements(code: str) -> list[str]:
+    """Each simple statement of ``code`` that computes something, as written (``return`` left off)."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:  # a region that is part of a larger statement: its lines still count
+    except SyntaxError:  # a region that is part of a larger statement: it has no statements of its own
         return []
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.expr) and not isinstance(node, _WORDS):
+        value = getattr(node, "value", None)
+        statement = isinstance(node, ast.Return | ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr)
+        if statement and value and _operations(value):
+            text = ast.get_source_segment(code, node) or ""
+            found += [re.sub(r"^return\s+", "", text), ast.unparse(value)]
+    return found
+
+
+def _expressions(code: str) -> list[str]:
+    """Every expression in ``code`` of at least MIN_OPERATIONS operations, as written and as unparsed."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.expr) and _operations(node) >= MIN_OPERATIONS:
             found += [ast.get_source_segment(code, node) or "", ast.unparse(node)]
     return found
 
 
 def giveaways(notebook: Path) -> set[str]:
-    """The squeezed solution text of ``notebook`` that no hint may hold: lines and expressions, ≥ MIN_CHARS."""
+    """The squeezed solution text of ``notebook`` that no hint may hold: statements and expressions of at least
+    MIN_CHARS characters (a statement that only names things, like ``return output, k_cache, v_cache``, is none)."""
     found = set()
     for region in solution_regions(notebook):
-        lines = [line.strip() for line in region.splitlines()]
-        candidates = [line for line in lines if line and not line.startswith("#")] + _expressions(region)
-        for text in candidates:
-            text = re.sub(r"^return\s+", "", text.split("  #")[0].strip())
+        for text in _statements(region) + _expressions(region):
             if len(squeeze(text)) >= MIN_CHARS:
                 found.add(squeeze(text))
     return found
+
+
+def student_text(notebook: Path) -> str:
+    """Everything the student copy of ``notebook`` shows (its cells' text), squeezed."""
+    from course.assignments import _read, student_copy
+
+    copy = student_copy(_read(notebook), str(notebook))
+    return squeeze("\n".join(cell.source for cell in copy.cells))
+
+
+def secrets(notebook: Path) -> set[str]:
+    """The giveaways of ``notebook`` that its student copy does not show anyway (the prose may state a formula,
+    ``x + sublayer(norm(x))``, that the exercise then asks to write)."""
+    shown = student_text(notebook)
+    return {text for text in giveaways(notebook) if text not in shown}
 
 
 def lesson_notebook(number: str) -> Path:
