@@ -41,8 +41,9 @@ def _operations(node: ast.AST) -> int:
 
 
 def squeeze(text: str) -> str:
-    """``text`` with all whitespace removed: the form every comparison uses."""
-    return re.sub(r"\s+", "", text)
+    """``text`` with all whitespace removed and ``torch.nn.functional.`` written ``F.`` (as the lessons import it):
+    the form every comparison uses."""
+    return re.sub(r"\s+", "", text).replace("torch.nn.functional.", "F.")
 
 
 def solution_regions(notebook: Path) -> list[str]:

@@ -18,7 +18,10 @@ from solution_text import MIN_CHARS, giveaways, lesson_notebook, squeeze
 EXERCISES = Path(__file__).resolve().parents[2] / "course" / "exercises"
 # Lessons 09 and 10's check modules are rewritten to the same rule on the branch `lessons0910`; until it is merged,
 # their hints still hold solution code (strict: the test says so as soon as they stop).
-OTHER_BRANCH = {"10": "lesson 10's hints are reworded on the branch lessons0910 (not merged yet)"}
+OTHER_BRANCH = {
+    "09": "lesson 09's SwiGLU hint is reworded on the branch lessons0910 (not merged yet)",
+    "10": "lesson 10's hints are reworded on the branch lessons0910 (not merged yet)",
+}
 LESSONS = sorted(
     path.name[:2] for path in (Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb")
 )
