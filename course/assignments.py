@@ -512,6 +512,8 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
     for cell in graded.cells:
         if cell.cell_type == "markdown":
             cell.source = drop_folded_notes(cell.source)  # nbgrader's release holds no solution to unfold
+    # The solution run's widget state (31-56 KB a lesson): nbgrader clears outputs on release but keeps this.
+    graded.metadata.pop("widgets", None)
     return graded
 
 

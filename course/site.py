@@ -9,6 +9,13 @@ button. Search runs in the page over an index written as a script (``_static/sea
 from ``file://`` too. A finished site is checked for scripts, style sheets, fonts or images that would be
 fetched from a network; the site is written to a temporary folder first and moved into place only when
 complete, so a failed build leaves the previous site as it was.
+
+``--no-solutions`` (``make site SOLUTIONS=0``) builds the site for the weeks a lesson is graded: every solution
+region is the student's stub (its cell's outputs cleared), ``solution-only`` cells are left out, and notes about a
+folded solution are dropped, as in a student copy; the rest of each lesson stays as executed.
+
+A lesson's file name becomes a page name in every page's links, so only ``NN_[a-z0-9_]+.ipynb`` is accepted
+(a name like ``02_x" onmouseover="….ipynb`` is refused), and every attribute is escaped all the same.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.assignments import is_solution_cell
+from course.assignments import SOLUTION_ONLY_TAG, drop_folded_notes, is_solution_cell, strip_solutions
 from helpers.viewing.head_view import HEAD_VIEW_IDS, WIDGET_STATE, WIDGET_VIEW, export_html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +43,7 @@ NOTEBOOKS_DIR = ROOT / "notebooks"
 README = ROOT / "README.md"
 DEFAULT_OUT = ROOT / "build" / "site"
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+LESSON_NAME = re.compile(r"[0-9]{2}_[a-z0-9_]+\.ipynb")  # what a page name may be built from
 SOLUTION_TAG = "site-solution"  # added to solution cells on the way to export; nbconvert writes celltag_<tag>
 MARKER = ".course-site"  # in every built site: a folder without it is never replaced
 STATIC = "_static"
@@ -127,10 +135,17 @@ def read_lesson(path: Path, summaries: dict[str, str] | None = None) -> Lesson:
 
 
 def find_lessons(notebooks_dir: Path = NOTEBOOKS_DIR, readme: Path | None = README) -> list[Lesson]:
-    """Every ``NN_*.ipynb`` in ``notebooks_dir``, in file-name order."""
+    """Every ``NN_*.ipynb`` in ``notebooks_dir``, in file-name order; refuses a name outside ``NN_[a-z0-9_]+``."""
     paths = sorted(Path(notebooks_dir).glob(LESSON_GLOB))
     if not paths:
         raise SiteError(f"no lessons in {notebooks_dir}: expected notebooks named like 01_embeddings.ipynb")
+    odd = [path.name for path in paths if not LESSON_NAME.fullmatch(path.name)]
+    if odd:
+        raise SiteError(
+            f"lesson file names must be two digits, an underscore, then lower-case letters, digits and underscores "
+            f"(like 01_embeddings.ipynb), since each becomes a page name in every page's links; rename or move "
+            f"{', '.join(repr(name) for name in odd)}"
+        )
     summaries = _readme_summaries(readme)
     return [read_lesson(path, summaries) for path in paths]
 
@@ -213,18 +228,23 @@ def _inline_markdown(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
 
 
+def _attribute(value: str) -> str:
+    """``value`` made safe inside a double-quoted HTML attribute (quotes, <, > and & escaped)."""
+    return html.escape(value, quote=True)
+
+
 def _sidebar(lessons: Sequence[Lesson], current: Lesson | None, sections: Sequence[dict]) -> str:
     items = []
     for lesson in lessons:
         here = lesson is current
         attributes = ' aria-current="page" class="site-current"' if here else ""
         items.append(
-            f'<li><a href="{lesson.page}"{attributes}><span class="site-number">{lesson.number}</span> '
+            f'<li><a href="{_attribute(lesson.page)}"{attributes}><span class="site-number">{lesson.number}</span> '
             f"{html.escape(lesson.short_title)}</a>"
         )
         if here and sections:
             links = "".join(
-                f'<li><a href="#{html.escape(s["anchor"])}">{html.escape(s["heading"])}</a></li>' for s in sections
+                f'<li><a href="#{_attribute(s["anchor"])}">{html.escape(s["heading"])}</a></li>' for s in sections
             )
             items.append(f'<ul class="site-sections">{links}</ul>')
         items.append("</li>")
@@ -241,12 +261,12 @@ def _sidebar(lessons: Sequence[Lesson], current: Lesson | None, sections: Sequen
 
 def _pager(previous: Lesson | None, following: Lesson | None, where: str) -> str:
     back = (
-        f'<a rel="prev" class="site-prev" href="{previous.page}">← {html.escape(previous.title)}</a>'
+        f'<a rel="prev" class="site-prev" href="{_attribute(previous.page)}">← {html.escape(previous.title)}</a>'
         if previous
         else '<a rel="prev" class="site-prev" href="index.html">← all lessons</a>'
     )
     forward = (
-        f'<a rel="next" class="site-next" href="{following.page}">{html.escape(following.title)} →</a>'
+        f'<a rel="next" class="site-next" href="{_attribute(following.page)}">{html.escape(following.title)} →</a>'
         if following
         else '<a class="site-next" href="index.html">all lessons ↑</a>'
     )
@@ -286,11 +306,16 @@ def wrap_lesson_page(page_html: str, lessons: Sequence[Lesson], index: int, sect
     return page_html[:close] + _pager(previous, following, "bottom") + page_html[close:]
 
 
-def landing_page(lessons: Sequence[Lesson]) -> str:
+def landing_page(lessons: Sequence[Lesson], solutions: bool = True) -> str:
     """index.html: what the course is, the lesson table, and the sidebar."""
+    exercises = (
+        "Exercise solutions are folded: try first, then click <em>Show the solution</em>."
+        if solutions
+        else "These pages hold no solutions: solve the exercises in your own copy of the lessons."
+    )
     rows = "".join(
         f'<tr><td class="site-number">{lesson.number}</td>'
-        f'<td><a class="site-lesson-link" href="{lesson.page}">{html.escape(lesson.title)}</a></td>'
+        f'<td><a class="site-lesson-link" href="{_attribute(lesson.page)}">{html.escape(lesson.title)}</a></td>'
         f"<td>{_inline_markdown(lesson.summary)}</td>"
         f"<td>{lesson.head_views or ''}</td></tr>\n"
         for lesson in lessons
@@ -306,8 +331,8 @@ def landing_page(lessons: Sequence[Lesson]) -> str:
         "<p>A hands-on course on multi-head attention, from token embeddings to real pretrained models. "
         "These pages are the lessons as executed: read them here, then run them in JupyterLab "
         "(<code>make lab</code>) to change the code and solve the exercises. The head views are live: hover a "
-        "token, click a head. Exercise solutions are folded: try first, then click "
-        "<em>Show the solution</em>. Formulas appear as their TeX source (nothing is loaded from a network).</p>\n"
+        f"token, click a head. {exercises} Formulas appear as their TeX source (nothing is loaded from a "
+        "network).</p>\n"
         '<table class="site-lesson-table">\n<thead><tr><th>#</th><th>lesson</th>'
         "<th>what you will be able to do</th><th>head views</th></tr></thead>\n"
         f"<tbody>\n{rows}</tbody>\n</table>\n</main>\n</body>\n</html>\n"
@@ -347,14 +372,44 @@ def check_offline(site: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Building
 # ---------------------------------------------------------------------------------------------
-def _export(lesson: Lesson, work: Path) -> str:
-    """The lesson exported by export_html, its solution cells tagged (celltag_site-solution) for folding."""
-    nb = nbformat.read(lesson.path, as_version=4)
+# The lessons tell a reader of JupyterLab where a folded solution opens; the site folds it behind a button.
+_JUPYTERLAB_UNFOLD = "click the bar to the left of the folded cell"
+_SITE_UNFOLD = "click *Show the solution* below"
+
+
+def _with_folded_solutions(nb: nbformat.NotebookNode) -> None:
+    """Tag the solution cells (celltag_site-solution) for site.js to fold, and say how to unfold them here."""
     for cell in nb.cells:
         if is_solution_cell(cell):
             tags = cell.metadata.setdefault("tags", [])
             if SOLUTION_TAG not in tags:
                 tags.append(SOLUTION_TAG)
+        elif cell.cell_type == "markdown":
+            cell.source = cell.source.replace(_JUPYTERLAB_UNFOLD, _SITE_UNFOLD)
+
+
+def _without_solutions(nb: nbformat.NotebookNode) -> None:
+    """Take out what gives an exercise away, as a student copy does, and keep every other output as executed."""
+    kept = []
+    for cell in nb.cells:
+        if SOLUTION_ONLY_TAG in cell.metadata.get("tags", []):
+            continue
+        if cell.cell_type == "code" and is_solution_cell(cell):
+            cell.source, _ = strip_solutions(cell.source)
+            cell.outputs = []  # whatever the solution printed
+        elif cell.cell_type == "markdown":
+            cell.source = drop_folded_notes(cell.source)
+        kept.append(cell)
+    nb.cells = kept
+
+
+def _export(lesson: Lesson, work: Path, solutions: bool = True) -> str:
+    """The lesson exported by export_html: solutions folded for site.js, or (``solutions=False``) taken out."""
+    nb = nbformat.read(lesson.path, as_version=4)
+    if solutions:
+        _with_folded_solutions(nb)
+    else:
+        _without_solutions(nb)
     copy = work / lesson.path.name
     nbformat.write(nb, copy)
     return export_html(copy, work / lesson.page).read_text(encoding="utf-8")
@@ -374,9 +429,13 @@ def _replace(out: Path, built: Path) -> None:
 
 
 def build(
-    out: str | Path = DEFAULT_OUT, notebooks_dir: str | Path = NOTEBOOKS_DIR, readme: Path | None = README
+    out: str | Path = DEFAULT_OUT,
+    notebooks_dir: str | Path = NOTEBOOKS_DIR,
+    readme: Path | None = README,
+    solutions: bool = True,
 ) -> list[Lesson]:
-    """Build the site from every executed lesson in ``notebooks_dir`` into ``out``; returns the lessons."""
+    """Build the site from every executed lesson in ``notebooks_dir`` into ``out``; returns the lessons.
+    ``solutions=False``: a site without any exercise's solution (for the weeks a lesson is graded)."""
     out = Path(out).resolve()
     notebooks_dir = Path(notebooks_dir).resolve()
     if out == notebooks_dir or notebooks_dir.is_relative_to(out):
@@ -390,12 +449,12 @@ def build(
         entries = []
         with tempfile.TemporaryDirectory(prefix="course-site-") as work:
             for index, lesson in enumerate(lessons):
-                page = _export(lesson, Path(work))
+                page = _export(lesson, Path(work), solutions)
                 found = search_entries(lesson, page)
                 wrapped = wrap_lesson_page(page, lessons, index, _main_sections(page, found))
                 (site / lesson.page).write_text(wrapped, encoding="utf-8")
                 entries += found
-        (site / "index.html").write_text(landing_page(lessons), encoding="utf-8")
+        (site / "index.html").write_text(landing_page(lessons, solutions), encoding="utf-8")
         assets = Path(__file__).resolve().parent / "site_static"
         for name in ("site.css", "site.js"):
             shutil.copy(assets / name, site / STATIC / name)
@@ -420,16 +479,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.site", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the site's folder (default: build/site)")
     parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="the lessons (default: notebooks/)")
+    parser.add_argument(
+        "--no-solutions",
+        action="store_true",
+        help="leave every exercise's solution out (make site SOLUTIONS=0): for the weeks a lesson is graded",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        lessons = build(args.out, args.notebooks)
+        lessons = build(args.out, args.notebooks, solutions=not args.no_solutions)
     except SiteError as error:
         print(f"course.site: {error}", file=sys.stderr)
         return 1
     views = sum(lesson.head_views for lesson in lessons)
+    solutions = "no solutions" if args.no_solutions else "solutions folded"
     print(
-        f"wrote {len(lessons)} lessons ({views} interactive head views) to {args.out / 'index.html'} "
+        f"wrote {len(lessons)} lessons ({views} interactive head views, {solutions}) to {args.out / 'index.html'} "
         f"in {time.perf_counter() - start:.1f} s"
     )
     return 0

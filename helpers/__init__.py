@@ -115,6 +115,66 @@ _EXPORTS = {
     "Translator": "helpers.models.translation",
     "load_checkpoint": "helpers.models.translation",
     "save_checkpoint": "helpers.models.translation",
+    # ... and every other name a lesson imports (README: importable from helpers itself; tests/test_lesson_imports.py)
+    # helpers.analysis.circuits
+    "composition_scores": "helpers.analysis.circuits",
+    "corrupt_first_copy": "helpers.analysis.circuits",
+    "duplicate_token_score": "helpers.analysis.circuits",
+    "head_hooks": "helpers.analysis.circuits",
+    "head_scores": "helpers.analysis.circuits",
+    "output_projections": "helpers.analysis.circuits",
+    "patching_map": "helpers.analysis.circuits",
+    "previous_token_score": "helpers.analysis.circuits",
+    "repeated_log_prob": "helpers.analysis.circuits",
+    "repeated_loss": "helpers.analysis.circuits",
+    # helpers.analysis.head_roles
+    "ablation_costs": "helpers.analysis.head_roles",
+    "gradient_importance": "helpers.analysis.head_roles",
+    "pruning_curve": "helpers.analysis.head_roles",
+    # helpers.analysis.sinks
+    "sink_removal_effect": "helpers.analysis.sinks",
+    # helpers.gpt
+    "train_gpt": "helpers.gpt",
+    # helpers.layers
+    "cross_attention_weights": "helpers.layers",
+    "recording": "helpers.layers",
+    # helpers.models.language_model
+    "chat_prompt": "helpers.models.language_model",
+    "chat_translate": "helpers.models.language_model",
+    # helpers.models.pretrained
+    "attention_views": "helpers.models.pretrained",
+    "load_reference_bert": "helpers.models.pretrained",
+    "load_reference_sentence_transformer": "helpers.models.pretrained",
+    # helpers.models.translation
+    "alignment_report": "helpers.models.translation",
+    "head_ablation": "helpers.models.translation",
+    "score_translations": "helpers.models.translation",
+    # helpers.models.translation.evaluation
+    "crossing_example": "helpers.models.translation.evaluation",
+    "reference_word_attention": "helpers.models.translation.evaluation",
+    # helpers.viewing.plotting
+    "attention_heatmap": "helpers.viewing.plotting",
+    "attention_kinds_figure": "helpers.viewing.plotting",
+    "head_grid": "helpers.viewing.plotting",
+    "head_split_diagram": "helpers.viewing.plotting",
+    "layer_head_heatmap": "helpers.viewing.plotting",
+    "layer_head_tables": "helpers.viewing.plotting",
+    "mask_plot": "helpers.viewing.plotting",
+    "position_similarity_plot": "helpers.viewing.plotting",
+    "positional_encoding_heatmap": "helpers.viewing.plotting",
+    "readable_head_grid": "helpers.viewing.plotting",
+    "scaling_experiment_plot": "helpers.viewing.plotting",
+    "transformer_diagram": "helpers.viewing.plotting",
+    "use_compact_png": "helpers.viewing.plotting",
+    "word_alignment_grid": "helpers.viewing.plotting",
+    # helpers.viewing.widgets
+    "attention_explorer": "helpers.viewing.widgets",
+    "cross_attention_explorer": "helpers.viewing.widgets",
+    "head_browser": "helpers.viewing.widgets",
+    "sharpness_figure": "helpers.viewing.widgets",
+    "show_attention": "helpers.viewing.widgets",
+    "show_cross_attention": "helpers.viewing.widgets",
+    "temperature_explorer": "helpers.viewing.widgets",
 }
 
 __all__ = sorted(_EXPORTS)

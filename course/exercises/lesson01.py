@@ -68,10 +68,9 @@ def check_one_hot_lookup(one_hot_lookup: Callable[[Tensor, Tensor], Tensor]) -> 
                 answer,
                 {
                     "you multiplied by the transposed table: the one-hot rows (N, L, V) pick out rows of "
-                    "`weight` (V, E), so compute `one_hot @ weight`, not `one_hot @ weight.T`.": one_hot
-                    @ weight.double().T,
-                    "you returned the one-hot vectors themselves: multiply them by the table, "
-                    "`one_hot @ weight`, to pick out the rows.": one_hot,
+                    "`weight` (V, E) as it is, so the table needs no transpose.": one_hot @ weight.double().T,
+                    "you returned the one-hot vectors themselves: multiply them by the table to pick out "
+                    "its rows.": one_hot,
                 },
                 "the shape is right but the numbers are not the rows of `weight` picked by `ids`: "
                 "build `F.one_hot(ids, num_classes=V)`, turn it into floats, then multiply by `weight`.",
@@ -90,18 +89,20 @@ def _lookup_error_hint(message: str, vocab_size: int, dim: int) -> str:
     if "shapes cannot be multiplied" in message or "size mismatch" in message or "must match" in message:
         return (
             f"the shapes do not fit ({message}). The one-hot vectors need one entry per vocabulary word: "
-            f"`F.one_hot(ids, num_classes=weight.shape[0])` (here V={vocab_size}), which (..., V) @ (V, E={dim}) "
-            "can multiply. Without num_classes, one_hot only counts up to the largest id it sees."
+            f"give `F.one_hot` the vocabulary size as num_classes, the table's first dimension (here V={vocab_size}), "
+            f"so that (..., V) @ (V, E={dim}) can multiply. Without num_classes, one_hot only counts up to the "
+            "largest id it sees."
         )
     if "Class values must be smaller than num_classes" in message:
         return (
             f"`F.one_hot` was given too few classes ({message}). The one-hot vectors need one entry per "
-            f"vocabulary word: `num_classes=weight.shape[0]` (V={vocab_size}), not weight.shape[1] (E={dim})."
+            f"vocabulary word: num_classes is the table's number of rows (V={vocab_size}), not of columns "
+            f"(E={dim})."
         )
     if "Expected size for first two dimensions of batch2" in message or "batch1" in message:
         return (
-            f"the shapes do not fit ({message}). The one-hot vectors come first: (N, L, V) @ (V, E) = (N, L, E), "
-            "`one_hot @ weight`, not `weight @ one_hot` or `weight.T @ one_hot`."
+            f"the shapes do not fit ({message}). The one-hot vectors come first and the table second: "
+            "(N, L, V) @ (V, E) = (N, L, E)."
         )
     return f"your code raised RuntimeError: {message}"
 

@@ -49,22 +49,25 @@ def _projection(linear_projection, x: Tensor, weight: Tensor, bias: Tensor) -> T
             raise
     answer = as_tensor(result, "the projection")
     expect_shape(answer, (*x.shape[:-1], weight.size(0)), "the projection", "(N, L, E_out)")
-    refuse_shortcuts(recorder, "linear projection", "write `x @ weight.T + bias`, to see what nn.Linear computes.")
+    refuse_shortcuts(
+        recorder, "linear projection", "write the product and the sum yourself, to see what nn.Linear computes."
+    )
     return answer
 
 
 def _projection_mistakes(x: Tensor, w: Tensor, b: Tensor) -> dict[str, Callable[[], Tensor]]:
     """The usual mistakes for one case (float64), computed lazily; those whose shapes do not fit are skipped."""
     return {
-        "the weight is used untransposed: nn.Linear stores it as (E_out, E_in) and computes `x @ weight.T + bias`. "
-        "With a square weight `x @ weight` runs but gives other numbers.": lambda: x @ w + b,
-        "the weight is used untransposed AND the bias is missing: nn.Linear computes `x @ weight.T + bias`.": lambda: (
-            x @ w
+        "the weight is used untransposed: nn.Linear stores it as (E_out, E_in), one row per output feature, so "
+        "x meets its transpose. With a square weight the untransposed product runs but gives other numbers.": lambda: (
+            x @ w + b
         ),
-        "the bias is missing: nn.Linear adds it after the product, `x @ weight.T + bias`.": lambda: x @ w.T,
-        "the bias is subtracted: nn.Linear adds it, `x @ weight.T + bias`.": lambda: x @ w.T - b,
+        "the weight is used untransposed AND the bias is missing: nn.Linear stores its weight as (E_out, E_in), "
+        "so x meets its transpose, and then adds the bias.": lambda: x @ w,
+        "the bias is missing: nn.Linear adds it after the product.": lambda: x @ w.T,
+        "the bias is subtracted: nn.Linear adds it.": lambda: x @ w.T - b,
         # only where E_in = E_out: the bias (E_out,) cannot be added to x (..., E_in) otherwise
-        "the bias is added to x before the product: nn.Linear adds it to the result, `x @ weight.T + bias`.": lambda: (
+        "the bias is added to x before the product: nn.Linear adds it to the result of the product.": lambda: (
             (x + b) @ w.T
         ),
     }
@@ -92,9 +95,12 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
             expected.append(F.linear(x, weight, bias))  # x @ weight.T + bias
             tables.append(_projection_mistakes(x.double(), weight.double(), bias.double()))
         if all(close(a, e) for a, e in zip(answers, expected, strict=True)):
-            return "your projection gives the same numbers as nn.Linear (x @ weight.T + bias)."
+            return "your projection gives the same numbers as nn.Linear."
         raise diagnose_cases(
-            answers, tables, "the shape is right but the numbers differ from nn.Linear's `x @ weight.T + bias`."
+            answers,
+            tables,
+            "the shape is right but the numbers differ from nn.Linear's: a product with the weight as nn.Linear "
+            "stores it, then the bias.",
         )
 
     return run_check("linear projection", body)

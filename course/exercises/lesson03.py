@@ -86,7 +86,8 @@ def _times(weights: Callable[[], Tensor], v: Tensor) -> Tensor:
 def _not_transposed_hint(error: Exception) -> str:
     return (
         f"your code works for one sentence but not for a batch ({error}). `k.T` reverses EVERY dimension of a "
-        "batched (N, S, d) tensor; swap only the last two: `k.transpose(-2, -1)`, giving (N, d, S)."
+        "batched (N, S, d) tensor; swap only the last two dimensions (`transpose` counts them from the end "
+        "too), giving (N, d, S)."
     )
 
 
@@ -112,11 +113,13 @@ _BATCH_MISTAKES: dict[str, _Mistake] = {
     "(N, L, S) scores it is the queries. Count from the end, `softmax(scores, dim=-1)`, and your code works "
     "with or without a batch.": lambda q, k, m: _weights(q, k, m, softmax_dim=-2),
     "the scale uses `q.shape[1]`: for one sentence's (L, d) queries that is d, but for a batch's (N, L, d) "
-    "it is L. Take the last dimension, `d = q.shape[-1]`.": lambda q, k, m: _weights(q, k, m, scale=q.size(-2) ** -0.5),
+    "it is L. Take d from the last dimension, counting from the end.": lambda q, k, m: _weights(
+        q, k, m, scale=q.size(-2) ** -0.5
+    ),
     # last: with a padding mask both are all NaN, and the simpler hint should win there
     "`dim=1` and `q.shape[1]` count from the front: for one sentence they are the keys and d, but with a batch "
-    "in front, (N, L, S) scores and (N, L, d) queries, they are the queries and L. Count from the end: "
-    "`softmax(scores, dim=-1)` and `d = q.shape[-1]`.": lambda q, k, m: _weights(
+    "in front, (N, L, S) scores and (N, L, d) queries, they are the queries and L. Count from the end, for "
+    "the softmax's dimension and for d alike.": lambda q, k, m: _weights(
         q, k, m, scale=q.size(-2) ** -0.5, softmax_dim=-2
     ),
     "the softmax runs over dim=0, the batch: `softmax` without `dim=` (or with `dim=0`) picks the first "
@@ -133,10 +136,12 @@ _WEIGHT_MISTAKES: dict[str, _Mistake] = {
     ),
     "the softmax runs over the wrong dimension: each QUERY's row (the last dimension, over the keys) must sum "
     "to 1, so use `softmax(scores, dim=-1)`.": lambda q, k, m: _weights(q, k, softmax_dim=-2),
-    "the keys are not transposed: the scores are Q Kᵀ, `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` runs "
-    "too, but multiplies queries with the wrong numbers.": lambda q, k, m: _weights(q, k, transpose_keys=False),
-    "the softmax is missing: these are the scaled scores; turn each row into weights with "
-    "`torch.softmax(scores, dim=-1)`.": lambda q, k, m: _scaled_scores(q, k),
+    "the keys are not transposed: the scores are Q Kᵀ, each query against each key's d numbers. With L = S = d "
+    "`q @ k` runs too, but multiplies queries with the wrong numbers.": lambda q, k, m: _weights(
+        q, k, transpose_keys=False
+    ),
+    "the softmax is missing: these are the scaled scores; turn each query's row into weights that sum to "
+    "1.": lambda q, k, m: _scaled_scores(q, k),
     "the keys are not transposed AND the scores are not scaled.": lambda q, k, m: _weights(
         q, k, scale=1.0, transpose_keys=False
     ),
@@ -144,10 +149,10 @@ _WEIGHT_MISTAKES: dict[str, _Mistake] = {
     "larger, scores.": lambda q, k, m: _weights(q, k, scale=math.sqrt(q.size(-1))),
     "the scaling comes after the softmax: divide the SCORES by √d, then take the softmax (dividing the weights "
     "leaves rows that sum to 1 / √d).": lambda q, k, m: _unscaled_then_divided(q, k),
-    "the scores are divided by √S, the number of keys: the scale is the size of a query or key, "
-    "`d = q.shape[-1]`.": lambda q, k, m: _weights(q, k, scale=k.size(-2) ** -0.5),
+    "the scores are divided by √S, the number of keys: the scale is the size of a query or key, d, their last "
+    "dimension.": lambda q, k, m: _weights(q, k, scale=k.size(-2) ** -0.5),
     # S, L order: only computable where L = S; elsewhere the shape check has already answered
-    "the scores are K Qᵀ, one row per KEY: compute `q @ k.transpose(-2, -1)` so that row i holds query i's "
+    "the scores are K Qᵀ, one row per KEY: the queries come first, Q Kᵀ, so that row i holds query i's "
     "scores.": lambda q, k, m: _keys_times_queries(q, k),
 }
 
@@ -158,19 +163,19 @@ _MASKED_MISTAKES: dict[str, _Mistake] = {
     "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum to 1. "
     "Fill the blocked SCORES with -inf before the softmax.": lambda q, k, m: _weights(q, k, m, mask_after_softmax=True),
     "the mask is inverted: here True means MAY attend (as in F.scaled_dot_product_attention), so block where "
-    "the mask is False: `scores.masked_fill(~mask, float('-inf'))`.": lambda q, k, m: _weights(q, k, ~m),
+    "the mask is False.": lambda q, k, m: _weights(q, k, ~m),
     "blocked scores are set to 0, not -inf: a score of 0 still gets weight after the softmax. "
     "Use `float('-inf')`.": lambda q, k, m: _weights(q, k, m, mask_fill=0.0),
     "the mask is ignored: block the scores where the mask is False before the softmax.": lambda q, k, m: _weights(q, k),
     "the boolean mask is added to the scores: True and False become 1 and 0, which blocks nothing. Fill the "
-    "blocked scores instead, `scores.masked_fill(~mask, float('-inf'))` (only a FLOAT mask of 0 and -inf is "
-    "added).": lambda q, k, m: _mask_added(q, k, m),
+    "blocked scores with -inf instead, `masked_fill` where the mask is False (only a FLOAT mask of 0 and -inf "
+    "is added).": lambda q, k, m: _mask_added(q, k, m),
     "the scores are not scaled: divide Q Kᵀ by √d before masking and the softmax.": lambda q, k, m: _weights(
         q, k, m, scale=1.0
     ),
     # only computable where L = S = d; elsewhere the shapes do not fit and the case is not judged
-    "the keys are not transposed: the scores are `q @ k.transpose(-2, -1)`. With L = S = d `q @ k` runs too, "
-    "but gives the wrong numbers.": lambda q, k, m: _weights(q, k, m, transpose_keys=False),
+    "the keys are not transposed: the scores are Q Kᵀ. With L = S = d `q @ k` runs too, but gives the wrong "
+    "numbers.": lambda q, k, m: _weights(q, k, m, transpose_keys=False),
 }
 
 
@@ -194,7 +199,7 @@ def _any_wrong(answers: list[Tensor], expected: list[Tensor]) -> bool:
     return any(not close(a, e) for a, e in zip(answers, expected, strict=True))
 
 
-_WRITE_IT_OUT = "`q @ k.transpose(-2, -1) / math.sqrt(d)`, then `masked_fill` (exercise 3), then `torch.softmax`."
+_WRITE_IT_OUT = "the scores Q Kᵀ divided by √d, then `masked_fill` (exercise 3), then a softmax over the keys."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,13 +290,12 @@ def _masked_fallback(answer: Tensor, index: int) -> str:
         return (
             "your output has NaN: some query's softmax ran over -inf only, so every key of that query was blocked. "
             "Here (as in F.scaled_dot_product_attention) True means MAY attend: fill the scores where the mask is "
-            "False, `scores.masked_fill(~mask, float('-inf'))`, and softmax over the keys, `dim=-1`."
+            "False with -inf, and softmax over the keys, `dim=-1`."
         )
     if index == 3:
         return (
             "right for ordinary scores, wrong when a blocked key's score is huge (here about 70): a blocked score "
-            "must be -inf, `scores.masked_fill(~mask, float('-inf'))`. A finite fill such as -10 still lets that key "
-            "through."
+            "must be -inf, `float('-inf')`. A finite fill such as -10 still lets that key through."
         )
     return "the shape is right but the numbers differ from softmax(mask(Q Kᵀ / √d)) @ V."
 
@@ -355,7 +359,8 @@ def check_padding_to_attn_mask(padding_to_attn_mask: Callable[[Tensor], Tensor])
                 torch.bool,
                 "the mask",
                 "F.scaled_dot_product_attention would also take a float mask of 0 "
-                "and -inf, but the exercise asks for the boolean one: `~key_padding_mask[:, None, :]`.",
+                "and -inf, but the exercise asks for the boolean one: turn the padding mask (True = padding) "
+                "into True = may attend, and give it a query dimension to broadcast over.",
             )
         expect_dtype(answer, torch.bool, "the mask", "Booleans come from `~`, `==` or `.bool()`, not `.int()`.")
         may_attend = answer

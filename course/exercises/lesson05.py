@@ -75,8 +75,8 @@ def _block_inputs() -> list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNo
 
 
 _FORMULA = {
-    False: "post-norm (norm_first=False) is norm(x + sublayer(x))",
-    True: "pre-norm (norm_first=True) is x + sublayer(norm(x))",
+    False: "post-norm (norm_first=False) normalises the SUM of x and the sublayer's output",
+    True: "pre-norm (norm_first=True) normalises only the sublayer's INPUT and adds its output to x as it is",
 }
 
 # The usual mistakes for each setting of norm_first: hint -> the variant of ``_block`` it computes.
@@ -98,20 +98,18 @@ _RESIDUAL_MISTAKES: dict[bool, dict[str, str]] = {
         **(
             {
                 "the residual path carries the NORMALISED x: in pre-norm only the sublayer's input is normalised; "
-                "add the original x, x + sublayer(norm(x)), so the residual path stays a clean identity.": (
-                    "normed residual"
-                ),
-                "the sum is normalised as well: pre-norm normalises only the sublayer's input, "
-                "x + sublayer(norm(x)); the output is not normalised.": "norm twice",
-                "the sublayer's OUTPUT is normalised, `x + norm(sublayer(x))`: pre-norm normalises its INPUT, "
-                "x + sublayer(norm(x)).": "norm sublayer only",
+                "add the original x, so that the residual path stays a clean identity.": ("normed residual"),
+                "the sum is normalised as well: pre-norm normalises only the sublayer's input; the block's output "
+                "is not normalised.": "norm twice",
+                "the sublayer's OUTPUT is normalised: pre-norm normalises its INPUT.": "norm sublayer only",
             }
             if norm_first
             else {
-                "only the sublayer's output is normalised, `x + norm(sublayer(x))`: post-norm normalises the SUM, "
-                "norm(x + sublayer(x)).": "norm sublayer only",
-                "the block's input is normalised before the sublayer as well: post-norm normalises only the SUM, "
-                "norm(x + sublayer(x)).": "norm twice",
+                "only the sublayer's output is normalised: post-norm normalises the SUM of x and that output.": (
+                    "norm sublayer only"
+                ),
+                "the block's input is normalised before the sublayer as well: post-norm normalises only the SUM "
+                "of x and the sublayer's output.": "norm twice",
             }
         ),
     }
@@ -149,9 +147,9 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
                     {hint: _block(*case, variant) for hint, variant in _RESIDUAL_MISTAKES[norm_first].items()}
                     for case in cases
                 ]
-            fallback = f"the shape is right but the numbers differ from what {_FORMULA[norm_first]}."
+            fallback = f"the shape is right but the numbers differ from the block's: {_FORMULA[norm_first]}."
             raise diagnose_cases(answers, tables, fallback)
-        return "post-norm norm(x + sublayer(x)) and pre-norm x + sublayer(norm(x))."
+        return "both variants are right: post-norm normalises the sum, pre-norm only the sublayer's input."
 
     return run_check("residual block", body)
 

@@ -257,10 +257,8 @@ ALIGNMENT_MISTAKES: dict[str, Callable[[Tensor, list[tuple[int, int]]], float]] 
         _hits(a, g) / a.size(1)
     ),
     "only the LAST gold partner of each English word is kept (a plain dict, partners[j] = i, overwrites the "
-    "earlier ones): a word can have several ('outdoors' <- 'im Freien'), so keep a set per word "
-    "(partners.setdefault(j, set()).add(i)); it is a hit when the most-attended German word is ANY of them.": (
-        _last_partner_only
-    ),
+    "earlier ones): a word can have several ('outdoors' <- 'im Freien'), so keep a set of partners per word; "
+    "it is a hit when the most-attended German word is ANY of them.": (_last_partner_only),
     "only one gold partner per English word is accepted: a word can have several ('outdoors' <- 'im Freien'); "
     "it is a hit when the most-attended German word is ANY of them.": _smallest_partner_only,
     "a hit is when the German word the English word attends to MOST (the argmax of its row) is a partner, "

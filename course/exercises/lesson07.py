@@ -49,8 +49,8 @@ def _tensors(answer, names: tuple[str, ...]) -> tuple[Tensor, ...]:
 # Exercise 1: one update of the online softmax
 # ---------------------------------------------------------------------------------------------
 ONLINE_MAX_MISTAKES = {
-    "new_max is the block's own maximum: the running maximum must remember earlier blocks, "
-    "`torch.maximum(running_max, block.amax(dim=-1))`.": "block max only",
+    "new_max is the block's own maximum: the running maximum must remember earlier blocks, so take the larger "
+    "of the running maximum and the block's.": "block max only",
     "new_max is one maximum over the whole block: every row keeps its own running maximum, so take the block's "
     "maximum PER ROW, `block.amax(dim=-1)`.": "whole-block max",
 }
@@ -146,11 +146,15 @@ TILED_MISTAKES = {
     "the running output is rescaled upside down: multiply by `exp(running_max - new_max)` (at most 1).": "out inverted",
     "the output is divided by the sum inside the step: keep the UNnormalised weighted sum, and divide once, "
     "after the last block (the sum is not final yet).": "normalised in the step",
-    "the block's weights p use the block's own maximum: p = exp(scores - new_max[:, None]), the same reference "
-    "as the rescaled output.": "own block max",
-    "the block's scores multiply the values without `exp`: p = exp(scores - new_max[:, None]).": "no exp",
-    "the block's softmax is taken inside the step: p must be exp(scores - new_max[:, None]), not divided by its "
-    "own row sum, or blocks with a small sum weigh as much as blocks with a large one.": "block softmax",
+    "the block's weights p use the block's own maximum: exponentiate the scores less new_max, the same "
+    "reference as the rescaled output.": "own block max",
+    "the block's scores multiply the values without `exp`: p are the exponentials of the scores less new_max.": (
+        "no exp"
+    ),
+    "the block's softmax is taken inside the step: p are the exponentials of the scores less new_max, not "
+    "divided by their own row sum, or blocks with a small sum weigh as much as blocks with a large one.": (
+        "block softmax"
+    ),
 }
 
 
@@ -253,8 +257,8 @@ def _grown_caches(answer, args: tuple[Tensor, ...], right_keys: Tensor, right_va
     T = args[3].size(-2)
     if tuple(keys.shape) == tuple(args[3].shape) and close(keys, args[3].double()):
         raise wrong(
-            "the returned k_cache is the old one: append the new token's key and value, "
-            "`torch.cat((k_cache, k_new), dim=2)`, and return the grown caches for the next step."
+            "the returned k_cache is the old one: append the new token's key and value along the positions' "
+            "dimension, and return the grown caches for the next step."
         )
     if keys.dim() == 4 and keys.size(-2) == T + 2:
         raise wrong(f"k_cache grew by two tokens (T = {T} -> {T + 2}): the new key is appended twice.")
@@ -263,7 +267,7 @@ def _grown_caches(answer, args: tuple[Tensor, ...], right_keys: Tensor, right_va
     if close(keys, new_keys):
         raise wrong(
             "the new token went to the FRONT of the cache: positions must stay in order (the cache is read as "
-            "tokens 0..T, and rotary positions depend on it): `torch.cat((k_cache, k_new), dim=2)`."
+            "tokens 0..T, and rotary positions depend on it): append the new token after the cached ones."
         )
     if not (close(keys, right_keys) and close(values, right_values)):
         raise wrong("the grown caches differ from the old caches with the new key and value appended at the end.")
@@ -375,9 +379,10 @@ def check_rotate_pairs(rotate_pairs: Callable[[Tensor, Tensor], Tensor]) -> Verd
 # Exercise 5: a cached step with rotary positions
 # ---------------------------------------------------------------------------------------------
 ROTARY_STEP_MISTAKES = {
-    "the new token is rotated as position 0: with a cache of T tokens the new token sits at position T, "
-    "`positions = torch.tensor([k_cache.size(-2)])`. (At position 0 every new key looks like the first "
-    "token's, the classic cache bug.)": "position 0",
+    "the new token is rotated as position 0: with a cache of T tokens the new token sits at position T, the "
+    "cache's length. (At position 0 every new key looks like the first token's, the classic cache bug.)": (
+        "position 0"
+    ),
     "the new token is rotated one position too far: the cache holds positions 0 .. T-1, so the new one is "
     "T = k_cache.size(-2), not T + 1.": "position T + 1",
     "the new token is rotated one position too early: positions start at 0, so after T cached tokens the "

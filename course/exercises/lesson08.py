@@ -49,9 +49,7 @@ def _stacked_mistakes(q: Tensor, k: Tensor, v: Tensor) -> dict[str, Tensor]:
         "each weight is transposed: nn.Linear and BERT both store (out features, in features), exactly the layout "
         "in_proj_weight uses, so copy them as they are.": torch.cat([q.T, k.T, v.T]),
         "the rows of the three weights are interleaved (q row 0, k row 0, v row 0, ...): put whole blocks one "
-        "after the other, `torch.cat([query_weight, key_weight, value_weight])`.": torch.stack([q, k, v], 1).reshape(
-            3 * E, E
-        ),
+        "after the other, all of W_q's rows, then W_k's, then W_v's.": torch.stack([q, k, v], 1).reshape(3 * E, E),
     }
 
 
@@ -89,7 +87,7 @@ def check_stack_qkv(stack_qkv: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
                     f"the blocks are in the order {', '.join(got)}: MultiHeadAttention reads rows 0..E-1 as W_q, "
                     "E..2E-1 as W_k and 2E..3E-1 as W_v."
                 )
-            raise wrong("in_proj_weight should be torch.cat([query_weight, key_weight, value_weight]) (dim 0).")
+            raise wrong("in_proj_weight should be the three weights stacked along the rows: W_q, then W_k, then W_v.")
         if not close(bias, torch.cat([bq, bk, bv])):
             if close(bias, torch.zeros(3 * E, dtype=torch.float64)):
                 raise wrong("the biases are missing: BERT's projections have biases; stack them the same way.")
@@ -130,7 +128,7 @@ def _attention_case() -> tuple[Tensor, Tensor]:
 
 PREVIOUS_MISTAKES = {
     "that is w[t, t+1], the NEXT token: the previous token of query t is key t-1, one diagonal BELOW the main "
-    "one: weights.diagonal(offset=-1, dim1=-2, dim2=-1).": "next token",
+    "one (a negative offset).": "next token",
     "that is w[t, t], each token's attention to ITSELF (the main diagonal): the previous token is key t-1, "
     "diagonal(offset=-1).": "main diagonal",
     "that is w[t, t-2], two tokens back: the previous token is one diagonal below the main one, "

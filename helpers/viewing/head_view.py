@@ -52,6 +52,7 @@ import matplotlib.pyplot as plt
 import torch
 import traitlets
 
+from helpers.tools.files import write_atomically
 from helpers.viewing.plotting import head_grid, readable_panel_size
 from helpers.viewing.shapes import attention_inputs
 
@@ -511,13 +512,18 @@ def export_html(notebook: str | Path, html_path: str | Path | None = None) -> Pa
 
     Unlike plain ``jupyter nbconvert --to html``, the page loads no widget manager, require.js or
     MathJax from a CDN (formulas stay as TeX source). Returns the path written (default: beside the
-    notebook, ``.html``).
+    notebook, ``.html``). ``html_path`` may not be the notebook itself (by any name); the page is written
+    atomically, so an interrupted export leaves the file that was there before.
     """
     import nbformat
     from nbconvert import HTMLExporter
 
     notebook = Path(notebook)
     html_path = Path(html_path) if html_path is not None else notebook.with_suffix(".html")
+    if html_path.resolve() == notebook.resolve() or (html_path.exists() and html_path.samefile(notebook)):
+        raise ValueError(f"export_html would overwrite the notebook {notebook} with HTML: give another html_path")
+    if html_path.is_dir():
+        raise ValueError(f"html_path {html_path} is a folder: expected the HTML file's path, e.g. lesson.html")
     nb = nbformat.read(notebook, as_version=4)
     # An empty URL makes the template's <script src=""> fetch nothing (HTML: an empty src is an error).
     exporter = HTMLExporter(require_js_url="", mathjax_url="")
@@ -527,5 +533,5 @@ def export_html(notebook: str | Path, html_path: str | Path | None = None) -> Pa
     if remote or "html-manager" in body:
         raise RuntimeError(f"the export would still fetch {remote or 'a widget manager'}: it would not work offline")
     html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(body, encoding="utf-8")
+    write_atomically(html_path, body)
     return html_path

@@ -811,3 +811,13 @@ def test_collapse_changes_only_solution_metadata_and_is_idempotent(tmp_path, cap
 def test_student_copies_do_not_carry_the_collapsed_metadata():
     copy = student_copy(nbformat.reads(LESSONS[0].read_text(), as_version=4), LESSONS[0].name)
     assert all("jupyter" not in cell.metadata for cell in copy.cells)
+
+
+def test_nbgrader_source_drops_the_solution_runs_widget_state():
+    # Lesson 04 saves its head views' and explorers' state (about 50 KB), written while its solutions ran.
+    path = next((ROOT / "notebooks").glob("04_*.ipynb"))
+    lesson = assignments._read(path)
+    assert len(json.dumps(lesson.metadata["widgets"])) > 10_000
+    graded = assignments.nbgrader_source(lesson, str(path))
+    assert "widgets" not in graded.metadata and graded.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" in lesson.metadata  # the lesson itself is untouched

@@ -57,3 +57,21 @@ def test_the_guides_handout_folder_holds_everything_a_student_copy_imports(tmp_p
     for module, path in json.loads(done.stdout).items():
         assert Path(path).resolve().is_relative_to(handout.resolve()), (module, path)
     assert (handout / "data").is_dir() and (handout / "pyproject.toml").is_file()
+    assert_the_readme_is_the_students(handout)
+
+
+def assert_the_readme_is_the_students(handout: Path) -> None:
+    """The hand-out's README speaks to students (issue 38): how to start, check and hand in, and what to keep.
+    The course's README sent them to `make test` (the hand-out has no tests/), the guide and folded solutions."""
+    from course.exercises.feedback import Verdict
+
+    readme = (handout / "README.md").read_text(encoding="utf-8")
+    assert readme == (ROOT / "docs" / "student_readme.md").read_text(encoding="utf-8")
+    for course_only in ("make test", "teaching.md", "tests/", "folded", "solution", "make release"):
+        assert course_only not in readme, course_only
+    assert "make lab" in readme and re.search(r"^lab:", (handout / "Makefile").read_text(), re.MULTILINE)
+    for status in ("pass", "wrong", "not attempted"):  # the verdict lines it shows are the checks' own
+        mark = str(Verdict("x", status, "")).split("]")[0] + "]"
+        assert f"`{mark} …`" in readme, mark
+    for folder in re.findall(r"`(\w+)/`", readme):  # every folder it names is in the hand-out
+        assert (handout / folder).is_dir(), folder

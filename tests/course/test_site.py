@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -203,3 +204,70 @@ def test_a_site_that_would_load_from_a_network_is_refused(tmp_path):
 def test_the_command_line_reports_an_error_without_a_traceback(tmp_path, capsys):
     assert site.main(["--out", str(tmp_path / "site"), "--notebooks", str(tmp_path)]) == 1
     assert "course.site: no lessons in" in capsys.readouterr().err
+
+
+def test_a_lesson_name_that_would_break_out_of_an_attribute_is_refused(lessons, tmp_path):
+    evil = '02_x" onmouseover="alert(1).ipynb'
+    (lessons / evil).write_text((lessons / "01_first.ipynb").read_text())
+    out = tmp_path / "site"
+    with pytest.raises(site.SiteError, match=re.escape(repr(evil))):
+        site.build(out, lessons, readme=None)
+    assert not out.exists()
+    for odd in ("03_Copy.ipynb", "03_first-Copy1.ipynb", "03_ä.ipynb"):  # JupyterLab's copies, capitals, accents
+        (lessons / evil).unlink(missing_ok=True)
+        for leftover in lessons.glob("03_*"):
+            leftover.unlink()
+        (lessons / odd).write_text((lessons / "01_first.ipynb").read_text())
+        with pytest.raises(site.SiteError, match="lower-case letters, digits and underscores"):
+            site.find_lessons(lessons, readme=None)
+
+
+class _Attributes(HTMLParser):
+    """Every (tag, attribute names) of a page, to see that no value broke out of its quotes."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[tuple[str, list[str], dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.found.append((tag, [name for name, _ in attrs], dict(attrs)))
+
+
+def test_every_link_attribute_is_escaped_whatever_the_page_name():
+    lessons = [
+        site.Lesson(Path(f'0{n}_a" onmouseover="alert({n}).ipynb'), f"0{n}", f"Lesson 0{n}: <b>", "s", 0)
+        for n in (1, 2, 3)
+    ]
+    sections = [{"anchor": 'x" onclick="y', "heading": "h"}]
+    for html_text in (site._sidebar(lessons, lessons[1], sections), site._pager(lessons[0], lessons[2], "top")):
+        parser = _Attributes()
+        parser.feed(html_text)
+        for tag, names, values in parser.found:
+            assert tag == "form" or not any(name.startswith("on") for name in names), (tag, names)  # form: ours
+            if tag == "a" and "onmouseover" in values.get("href", ""):
+                assert values["href"] in [lesson.page for lesson in lessons]  # the whole name, inside the quotes
+    parser = _Attributes()
+    parser.feed(site.landing_page(lessons))
+    assert not any(name.startswith("on") and tag != "form" for tag, names, _ in parser.found for name in names)
+    assert "<b>" not in site.landing_page(lessons)
+
+
+def test_a_site_without_solutions_holds_no_solution_and_says_so(lessons, tmp_path):
+    out = tmp_path / "site"
+    site.build(out, lessons, readme=None, solutions=False)
+    texts = {path.name: path.read_text() for path in out.rglob("*") if path.is_file()}
+    for name, text in texts.items():
+        words = "".join(re.sub(r"<[^>]+>", "", text).split())  # highlighted code as its text
+        assert "return42" not in words and "quokka" not in text, name  # the answer, the model answer
+        assert name.endswith(".js") or "celltag_site-solution" not in text, name
+    page = re.sub(r"<[^>]+>", "", texts["01_first.html"])
+    assert "raise NotImplementedError()" in page and "x = 1" in page and "\n1\n" in page  # stub; the rest as run
+    assert "hold no solutions" in texts["index.html"] and "Show the solution" not in texts["index.html"]
+    site.build(out, lessons, readme=None)  # the default keeps them, folded
+    assert "quokka" in (out / "01_first.html").read_text() and "Show the solution" in (out / "index.html").read_text()
+
+
+def test_the_command_line_builds_without_solutions(lessons, tmp_path, capsys):
+    assert site.main(["--out", str(tmp_path / "site"), "--notebooks", str(lessons), "--no-solutions"]) == 0
+    assert "no solutions" in capsys.readouterr().out
+    assert "quokka" not in (tmp_path / "site" / "01_first.html").read_text()

@@ -420,3 +420,41 @@ def test_a_state_saved_with_weights_as_lists_is_still_read_and_exported():
 def test_a_malformed_state_gets_a_clear_error(state, message):
     with pytest.raises(ValueError, match=message):
         decode_weights(state)
+
+
+def _small_notebook(path: Path) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A lesson"), nbformat.v4.new_code_cell("1")])
+    nbformat.write(nb, path)
+    return path
+
+
+def test_export_html_refuses_to_write_over_the_notebook_by_any_name(tmp_path):
+    notebook = _small_notebook(tmp_path / "lesson.ipynb")
+    before = notebook.read_bytes()
+    (tmp_path / "link.ipynb").symlink_to(notebook)
+    (tmp_path / "sub").mkdir()
+    for same in (notebook, tmp_path / "sub" / ".." / "lesson.ipynb", tmp_path / "link.ipynb"):
+        with pytest.raises(ValueError, match="would overwrite the notebook"):
+            export_html(notebook, same)
+    with pytest.raises(ValueError, match="is a folder"):
+        export_html(notebook, tmp_path / "sub")
+    assert notebook.read_bytes() == before and json.loads(before)["cells"]
+
+
+def test_an_interrupted_export_leaves_the_previous_page(tmp_path, monkeypatch):
+    import helpers.tools.files
+
+    notebook = _small_notebook(tmp_path / "lesson.ipynb")
+    page = tmp_path / "lesson.html"
+    page.write_text("the page as it was")
+
+    def interrupted(descriptor):
+        raise KeyboardInterrupt  # Ctrl-C after the new page's bytes, before they replace the old ones
+
+    monkeypatch.setattr(helpers.tools.files.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_html(notebook, page)
+    assert page.read_text() == "the page as it was"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["lesson.html", "lesson.ipynb"]  # nothing half-written
+    monkeypatch.undo()
+    assert "A lesson" in export_html(notebook, page).read_text()

@@ -164,7 +164,11 @@ def _interrupted(args: argparse.Namespace) -> None:
         return  # rank 0 speaks for all
     state = resume_path(args.out)
     if state.is_file():
-        print(f"interrupted: continue with `--resume {state}` (the state saved last)", file=sys.stderr)
+        options = (f" --threads {args.threads}" if args.threads else "") + (
+            f" --device {args.device}" if args.device != "auto" else ""
+        )
+        command = f"{sys.executable} -m helpers.models.translation{options} train --resume {state} --out {args.out}"
+        print(f"interrupted: continue with `{command}` (the state saved last)", file=sys.stderr)
     else:
         print(
             f"interrupted before a resume state was saved (every --save-minutes and at each validation); "

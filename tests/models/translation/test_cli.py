@@ -456,7 +456,8 @@ def test_ctrl_c_prints_one_line_with_the_command_that_continues(tmp_path, capsys
     out = tmp_path / "run.pt"
     assert main(["train", "--out", str(out), "--steps", "4", "--eval-every", "2", "--limit", "50", *TINY]) == 130
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == f"interrupted: continue with `--resume {tmp_path / 'run.resume.pt'}` (the state saved last)"
+    command = f"{sys.executable} -m helpers.models.translation train --resume {tmp_path / 'run.resume.pt'} --out {out}"
+    assert err[-1] == f"interrupted: continue with `{command}` (the state saved last)"  # the whole command
     assert not any("Traceback" in line for line in err)
 
 

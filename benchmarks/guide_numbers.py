@@ -1,0 +1,155 @@
+"""The teacher's guide's measured numbers, measured and written in one place (issue 38: never typed by hand).
+
+    .venv/bin/python benchmarks/guide_numbers.py                       # every lesson and the site (minutes)
+    .venv/bin/python benchmarks/guide_numbers.py --lessons 02 03       # some lessons (others keep their numbers)
+    .venv/bin/python benchmarks/guide_numbers.py --no-lessons          # the site only
+    .venv/bin/python benchmarks/guide_numbers.py --write-guide-only    # measure nothing: rewrite the guide's blocks
+
+Measures how long each lesson runs top to bottom in a fresh kernel (``notebook_times.run``: wall and kernel CPU
+seconds, as CI's nbval run costs) and what ``make site`` prints (lessons, head views, seconds, megabytes), each
+stored with its date and the load average of the minute before (``os.getloadavg``) in
+``benchmarks/guide_numbers.json``. Then the guide's blocks between ``<!-- guide-numbers:NAME -->`` and
+``<!-- /guide-numbers -->`` in docs/teaching.md are rewritten from that file; ``tests/test_guide_numbers.py``
+holds the guide to it. Counts that need no clock (prose words, code cells, exercises and their solution lines)
+are read from the lessons each time. Measure on a quiet machine (load average well below the core count): on a
+busy one every time grows, and the table says so in its last column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from notebook_times import BUDGET_S, run  # noqa: E402
+
+from course.assignments import find_exercises  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "guide_numbers.json"
+GUIDE = ROOT / "docs" / "teaching.md"
+LESSON_GLOB = "[0-9][0-9]_*.ipynb"
+BLOCK = re.compile(r"(<!-- guide-numbers:(\w+) -->\n)(.*?)(<!-- /guide-numbers -->)", re.DOTALL)
+
+
+def _now() -> dict:
+    """When, and how busy the machine was over the last minute."""
+    return {"at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "load_1min": round(os.getloadavg()[0], 1)}
+
+
+def measure_lesson(path: Path) -> dict:
+    before = _now()
+    wall, cpu = run(path)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), **before}
+
+
+def measure_site() -> dict:
+    from course import site
+
+    before = _now()
+    with tempfile.TemporaryDirectory(prefix="guide-site-") as folder:
+        out = Path(folder) / "site"
+        start = time.perf_counter()
+        lessons = site.build(out)
+        seconds = time.perf_counter() - start
+        size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
+    views = sum(lesson.head_views for lesson in lessons)
+    measured = {"lessons": len(lessons), "head_views": views, "seconds": round(seconds, 1), "mb": round(size / 1e6, 1)}
+    return measured | before
+
+
+def lesson_counts(path: Path) -> dict:
+    """What a lesson holds, counted: words of prose, code cells, exercises and their solution lines."""
+    nb = nbformat.read(path, as_version=4)
+    words = sum(len(cell.source.split()) for cell in nb.cells if cell.cell_type == "markdown")
+    code = sum(cell.cell_type == "code" for cell in nb.cells)
+    exercises = find_exercises(nb, path.name)
+    return {"words": words, "code_cells": code, "exercises": len(exercises), "lines": sum(e.lines for e in exercises)}
+
+
+def lessons_block(results: dict) -> str:
+    rows = [
+        "| lesson | machine: wall (s) | machine: kernel CPU (s) | CI budget (s) | prose (words) | code cells "
+        "| exercises (solution lines) | measured (load average) |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for path in sorted((ROOT / "notebooks").glob(LESSON_GLOB)):
+        timing = results.get("lessons", {}).get(path.stem)
+        counts = lesson_counts(path)
+        wall, cpu, when = (
+            (f"{timing['wall_s']:.1f}", f"{timing['cpu_s']:.1f}", f"{timing['at']} ({timing['load_1min']})")
+            if timing
+            else ("not measured", "", "")
+        )
+        rows.append(
+            f"| [{path.stem}](../notebooks/{path.name}) | {wall} | {cpu} | {BUDGET_S.get(path.name[:2], 60)} "
+            f"| {counts['words']:,} | {counts['code_cells']} | {counts['exercises']} ({counts['lines']}) | {when} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def site_block(results: dict) -> str:
+    built = results.get("site")
+    if not built:
+        return "(not measured yet: run `benchmarks/guide_numbers.py --no-lessons`)\n"
+    return (
+        "```console\n$ make site\n.venv/bin/python -m course.site --out build/site\n"
+        f"wrote {built['lessons']} lessons ({built['head_views']} interactive head views, solutions folded) to "
+        f"build/site/index.html in {built['seconds']:.1f} s\n```\n\n"
+        f"({built['seconds']:.0f} s and {built['mb']:.1f} MB, measured {built['at']} at a load average of "
+        f"{built['load_1min']} on the course's 2-core machine; `benchmarks/guide_numbers.py` measures it again.)\n"
+    )
+
+
+BLOCKS = {"lessons": lessons_block, "site": site_block}
+
+
+def render(guide: str, results: dict) -> str:
+    """The guide with every guide-numbers block rewritten from ``results``; an unknown block name is refused."""
+
+    def block(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in BLOCKS:
+            raise SystemExit(f"docs/teaching.md has a guide-numbers block {name!r}; known: {', '.join(BLOCKS)}")
+        return match.group(1) + BLOCKS[name](results) + match.group(4)
+
+    return BLOCK.sub(block, guide)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lessons", nargs="*", metavar="NN", help="lesson numbers to time (default: all)")
+    parser.add_argument("--no-lessons", action="store_true", help="time no lesson")
+    parser.add_argument("--no-site", action="store_true", help="do not build the site")
+    parser.add_argument("--write-guide-only", action="store_true", help="measure nothing; rewrite the guide")
+    args = parser.parse_args(argv)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.write_guide_only:
+        paths = sorted((ROOT / "notebooks").glob(LESSON_GLOB))
+        if args.lessons:
+            paths = [path for path in paths if path.name[:2] in args.lessons]
+        for path in [] if args.no_lessons else paths:
+            results.setdefault("lessons", {})[path.stem] = measured = measure_lesson(path)
+            print(f"{path.stem}: {measured}", flush=True)
+            RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")  # kept if a later one fails
+        if not args.no_site:
+            results["site"] = measure_site()
+            print(f"site: {results['site']}", flush=True)
+        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    GUIDE.write_text(render(GUIDE.read_text(encoding="utf-8"), results), encoding="utf-8")
+    print(f"wrote {RESULTS.relative_to(ROOT)} and the guide's numbers in {GUIDE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
