@@ -202,7 +202,7 @@ def _row_verdict(ids: Tensor, predictable: Tensor, n: int) -> tuple[int, int]:
             gap = distance - length
             raise wrong(
                 f"row {n}: there {'is' if gap == 1 else 'are'} {gap} token{'s' if gap > 1 else ''} between the "
-                "first copy and the second: the second copy starts right where the first ends (at start + length)."
+                "first copy and the second: the second copy starts right where the first ends (no gap, no overlap)."
             )
     raise wrong(
         f"row {n}: the marked positions (and the token after each) should repeat the segment just before them: "

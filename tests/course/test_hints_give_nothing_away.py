@@ -18,10 +18,6 @@ from solution_text import MIN_CHARS, giveaways, lesson_notebook, squeeze
 EXERCISES = Path(__file__).resolve().parents[2] / "course" / "exercises"
 # Lessons 09 and 10's check modules are rewritten to the same rule on the branch `lessons0910`; until it is merged,
 # their hints still hold solution code (strict: the test says so as soon as they stop).
-OTHER_BRANCH = {
-    "09": "lesson 09's SwiGLU hint is reworded on the branch lessons0910 (not merged yet)",
-    "10": "lesson 10's hints are reworded on the branch lessons0910 (not merged yet)",
-}
 LESSONS = sorted(
     path.name[:2] for path in (Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb")
 )
@@ -52,15 +48,7 @@ def test_the_rule_finds_a_solution_written_into_a_hint():
     assert "~key_padding_mask[:,None,:]" in giveaways(lesson_notebook("03"))  # an expression inside a longer line
 
 
-@pytest.mark.parametrize(
-    "number",
-    [
-        pytest.param(number, marks=pytest.mark.xfail(strict=True, reason=OTHER_BRANCH[number]))
-        if number in OTHER_BRANCH
-        else number
-        for number in LESSONS
-    ],
-)
+@pytest.mark.parametrize("number", LESSONS)
 def test_no_message_of_a_lesson_holds_its_solution(number):
     solutions = giveaways(lesson_notebook(number))
     assert solutions, f"lesson {number} has no solution text to hold its hints against"
