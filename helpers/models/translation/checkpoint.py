@@ -28,14 +28,14 @@ VERSION = 1
 
 
 #: Largest model sizes a checkpoint may describe (far above anything a CPU course trains). Checked before the
-#: model is built, so a crafted config cannot ask for gigabytes (the positional table, max_len x d_model, is
+#: model is built, so a crafted config cannot ask for gigabytes (the positional table, max_len x embed_dim, is
 #: computed rather than stored, so it is bounded here alone).
 CONFIG_LIMITS = {
-    "d_model": 4096,
-    "heads": 128,
-    "encoder_layers": 48,
-    "decoder_layers": 48,
-    "feedforward": 32768,
+    "embed_dim": 4096,
+    "num_heads": 128,
+    "num_encoder_layers": 48,
+    "num_decoder_layers": 48,
+    "ff_dim": 32768,
     "max_len": 8192,
     "vocab_size": 1_000_000,
 }

@@ -54,11 +54,11 @@ PRESETS: dict[str, TranslationConfig] = {
     "multi30k": TranslationConfig(
         tokenizer="bpe",
         vocab_size=4000,
-        d_model=256,
-        heads=8,
-        encoder_layers=3,
-        decoder_layers=3,
-        feedforward=512,
+        embed_dim=256,
+        num_heads=8,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        ff_dim=512,
         dropout=0.1,
         tie_output_embedding=True,
         steps=4000,
@@ -73,6 +73,33 @@ CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi
 DEFAULT_CORPUS = "captions"
 #: The smallest vocabulary that holds a word besides the four special tokens (<pad>, <bos>, <eos>, <unk>).
 MIN_VOCAB_SIZE = 5
+
+
+#: Model flags renamed with the config's fields (one vocabulary, the README's notation): the old spelling of a
+#: learner's saved command still works, with a warning naming the new one.
+RENAMED_FLAGS = {
+    "--d-model": "--embed-dim",
+    "--heads": "--num-heads",
+    "--encoder-layers": "--num-encoder-layers",
+    "--decoder-layers": "--num-decoder-layers",
+    "--feedforward": "--ff-dim",
+}
+
+
+class _RenamedFlag(argparse.Action):
+    """Stores a model flag's value; given under its old name, it also says the new one on standard error.
+
+    Printed rather than left to ``warnings``: Python hides a DeprecationWarning raised outside ``__main__``,
+    and the person to tell is the one who typed the command.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string in RENAMED_FLAGS:
+            print(
+                f"warning: {option_string} is deprecated and will be removed; use {RENAMED_FLAGS[option_string]}",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
 
 
 class CommandLineError(Exception):
@@ -132,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "train":
-        try:  # combinations of options (d_model divisible by heads) are checked before anything loads, too
+        try:  # combinations of options (embed_dim divisible by num_heads) are checked before anything loads, too
             args.config = _train_config(args)
         except ValueError as error:
             parser.error(str(error))
@@ -265,11 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, field, kind, note in [
         ("--tokenizer", "tokenizer", str, ""),
         ("--vocab-size", "vocab_size", int_at_least(MIN_VOCAB_SIZE), ""),
-        ("--d-model", "d_model", positive_int, ""),
-        ("--heads", "heads", positive_int, "; must divide --d-model"),
-        ("--encoder-layers", "encoder_layers", positive_int, ""),
-        ("--decoder-layers", "decoder_layers", positive_int, ""),
-        ("--feedforward", "feedforward", positive_int, ""),
+        ("--embed-dim", "embed_dim", positive_int, "; E"),
+        ("--num-heads", "num_heads", positive_int, "; h, must divide --embed-dim"),
+        ("--num-encoder-layers", "num_encoder_layers", positive_int, ""),
+        ("--num-decoder-layers", "num_decoder_layers", positive_int, ""),
+        ("--ff-dim", "ff_dim", positive_int, "; F"),
         ("--dropout", "dropout", fraction, "; in [0, 1)"),
         ("--batch-tokens", "batch_tokens", positive_int, ""),
         ("--lr", "lr", positive_float, ""),
@@ -278,14 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("--val-sentences", "val_sentences", positive_int, ""),
         ("--seed", "seed", non_negative_int, ""),
     ]:
+        old = [name for name, new in RENAMED_FLAGS.items() if new == flag]
         train.add_argument(
             flag,
+            *old,
             dest=field,
             type=kind,
             default=None,
             choices=["word", "bpe"] if field == "tokenizer" else None,
+            action=_RenamedFlag if old else "store",
             help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
-            f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}",
+            f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}" + (f" ({old[0]} is its old name)" if old else ""),
         )
     train.add_argument(
         "--tie-output-embedding",

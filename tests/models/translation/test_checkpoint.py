@@ -68,3 +68,20 @@ def test_truncated_foreign_and_missing_checkpoints_get_clear_errors(tmp_path):
         load_checkpoint(text)
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "absent.pt")
+
+
+def test_a_checkpoint_saved_with_the_old_config_names_loads_and_translates_the_same(tmp_path):
+    """Checkpoints written before the config's fields took GPTConfig's names hold d_model, heads, ...: they load."""
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    path = save_checkpoint(tmp_path / "model.pt", translator)
+    payload = torch.load(path, weights_only=True)
+    old_names = {"embed_dim": "d_model", "num_heads": "heads", "ff_dim": "feedforward"}
+    old_names |= {"num_encoder_layers": "encoder_layers", "num_decoder_layers": "decoder_layers"}
+    payload["config"] = {old_names.get(k, k): v for k, v in payload["config"].items()}
+    assert "d_model" in payload["config"] and "embed_dim" not in payload["config"]
+    torch.save(payload, path)
+    with pytest.warns(DeprecationWarning, match="'d_model' is now 'embed_dim'"):
+        loaded, _ = load_checkpoint(path)
+    assert loaded.model.config == translator.model.config
+    assert loaded.translate(sentences) == translator.translate(sentences)

@@ -31,7 +31,7 @@ from helpers.models.translation.training import (
 )
 
 TINY_CONFIG = replace(
-    LESSON_CONFIG, d_model=16, heads=2, encoder_layers=1, decoder_layers=1, feedforward=32, batch_tokens=300
+    LESSON_CONFIG, embed_dim=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ff_dim=32, batch_tokens=300
 )
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
