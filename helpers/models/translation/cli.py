@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing --out file even if it is not a checkpoint of this course",
+        help="replace an existing --out file (or the .resume file beside it) even if it is not a checkpoint of this "
+        "course",
     )
     train.add_argument(
         "--resume",
@@ -419,7 +420,8 @@ def check_out(out: Path, resume: Path | None = None, force: bool = False) -> Non
 
     Refused: anything that exists and is not a regular file (a device such as /dev/null, a pipe), an existing file
     that is not a checkpoint of this course (unless ``force``), and the ``resume`` file itself (the best weights
-    written over it would drop the run's state).
+    written over it would drop the run's state). The file the run's resume state goes to (:func:`resume_path`,
+    ``notes.txt`` -> ``notes.resume.txt``) is checked the same way, so that it never replaces a file of the user's.
     """
     if resume is not None and out.resolve() == resume.resolve():
         suggestion = out.with_name(out.name.replace(".resume", "")) if ".resume" in out.name else None
@@ -427,21 +429,33 @@ def check_out(out: Path, resume: Path | None = None, force: bool = False) -> Non
             f"--out {out} is the --resume file: the best weights written there would drop the run's state; give the "
             f"checkpoint's own name{f' ({suggestion})' if suggestion else ''}"
         )
-    if out.exists() and not out.is_dir():
-        if not out.is_file():
-            raise CommandLineError(
-                f"--out {out} exists and is not a regular file (a device, a pipe or a socket); refusing to replace "
-                "it with a checkpoint: give a file name"
-            )
-        if not force:
-            try:
-                read_checkpoint(out)
-            except (CheckpointError, OSError):
-                raise CommandLineError(
-                    f"--out {out} exists and is not a checkpoint of this course; refusing to replace it (give "
-                    "another name, or add --force to replace it)"
-                ) from None
+    _check_replaceable(out, f"--out {out}", force)
+    state = resume_path(out)
+    if state.is_dir():
+        raise CommandLineError(
+            f"{state} is a folder, and the run's resume state for --out {out} goes there; give another --out"
+        )
+    _check_replaceable(state, f"{state}, where the run's resume state for --out {out} goes,", force)
     check_writable(out)
+
+
+def _check_replaceable(path: Path, named: str, force: bool) -> None:
+    """Refuse to let a checkpoint replace ``path`` (called ``named`` in the message) unless it is ours or absent."""
+    if not path.exists() or path.is_dir():  # a folder is refused by check_writable, which names what to give
+        return
+    if not path.is_file():
+        raise CommandLineError(
+            f"{named} exists and is not a regular file (a device, a pipe or a socket); refusing to replace "
+            "it with a checkpoint: give a file name"
+        )
+    if not force:
+        try:
+            read_checkpoint(path)
+        except (CheckpointError, OSError):
+            raise CommandLineError(
+                f"{named} exists and is not a checkpoint of this course; refusing to replace it (give "
+                "another --out, or add --force to replace it)"
+            ) from None
 
 
 def remove_stale_parts(out: Path) -> list[Path]:
@@ -534,7 +548,7 @@ def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.dev
             raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
         resume, info = payload["training"], payload.get("info")
         try:
-            check_training_state(resume)
+            check_training_state(resume, model=translator.model)
             corpus_name, data_dir, limit = _check_info(info)
         except ValueError as error:
             raise CheckpointError(f"{args.resume}: {error}") from None

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from helpers.data.batching import Batch, make_batches
 from helpers.data.tokenization import PAD_ID
+from helpers.models.translation.checkpoint import check_dense, check_state_dict
 from helpers.models.translation.config import TranslationConfig
 from helpers.models.translation.distributed import Ranks, current_ranks
 from helpers.models.translation.model import Seq2SeqTransformer
@@ -373,7 +374,7 @@ def train(
     history, best_state = TrainingHistory(), None
     step, epoch, position, elapsed_before = 0, 0, 0, 0.0
     if resume is not None:
-        check_training_state(resume, per_step)
+        check_training_state(resume, per_step, model)  # every tensor against its parameter, before loading
         optimizer.load_state_dict(resume["optimizer"])
         history, best_state = TrainingHistory(**resume["history"]), resume["best_weights"]
         step, epoch, position = resume["step"], resume["epoch"], resume["position"]
@@ -467,10 +468,14 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def check_training_state(state: object, batches_per_step: int | None = None) -> None:
+def check_training_state(
+    state: object, batches_per_step: int | None = None, model: torch.nn.Module | None = None
+) -> None:
     """Raise ValueError naming the field unless ``state`` is a training state :func:`train` can resume.
 
     ``batches_per_step``: the run resuming it must take as many batches a step (processes x accumulate).
+    ``model``: the model it resumes, whose parameters the optimiser state and the best weights must fit
+    (:func:`check_optimizer_state`).
     """
     if not isinstance(state, dict):
         raise ValueError(f"the training state must be a dict, got {type(state).__name__}")
@@ -503,3 +508,58 @@ def check_training_state(state: object, batches_per_step: int | None = None) -> 
             f"the run being resumed took {state['batches_per_step']} batches a step; this one would take "
             f"{batches_per_step} (processes x accumulate must stay the same)"
         )
+    if model is not None:
+        check_optimizer_state(state["optimizer"], model)
+        if state["best_weights"] is not None:
+            check_state_dict(state["best_weights"], model.state_dict(), "the stored best weight")
+
+
+#: What AdamW keeps per parameter: the step count and two running averages of the parameter's shape.
+ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
+
+
+def check_optimizer_state(state: object, model: torch.nn.Module) -> None:
+    """Raise ValueError unless ``state`` is an AdamW state dict for ``model``'s parameters, tensor by tensor.
+
+    ``optimizer.load_state_dict`` checks only the number of parameters; a running average of the wrong shape is
+    then read and written out of bounds by the fused AdamW kernel, which crashes the process (or worse) at the
+    first step. So every tensor is compared with its parameter here, before it is loaded.
+    """
+    named = list(model.named_parameters())  # the order make_optimizer gives them to AdamW (shared ones once)
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        raise ValueError("training state field 'optimizer' is not an optimiser state dict (no 'state' dict)")
+    groups = state.get("param_groups")
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups
+    ):
+        raise ValueError("the optimiser state's 'param_groups' must be a list of dicts with 'params' lists")
+    ids = [i for group in groups for i in group["params"]]
+    if ids != list(range(len(named))):
+        raise ValueError(
+            f"the optimiser state holds parameters {_briefly(ids)}, but the model has {len(named)}, 0..{len(named) - 1}"
+        )
+    for index, values in state["state"].items():
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(named):
+            raise ValueError(f"the optimiser state has an entry for parameter {index!r}; the model has {len(named)}")
+        name, parameter = named[index]
+        if not isinstance(values, dict) or sorted(values) != sorted(ADAM_STATE):
+            found = sorted(values) if isinstance(values, dict) else type(values).__name__
+            raise ValueError(f"the optimiser state of {name} holds {found}, expected {list(ADAM_STATE)}")
+        step = values["step"]
+        if not isinstance(step, Tensor) or step.numel() != 1 or not bool(torch.isfinite(step).all()) or step < 0:
+            raise ValueError(f"the optimiser state's step of {name} must be one finite number >= 0, got {step!r}")
+        for key in ADAM_STATE[1:]:
+            tensor = values[key]
+            if not isinstance(tensor, Tensor) or tensor.shape != parameter.shape or not tensor.is_floating_point():
+                found = (
+                    f"of shape {tuple(tensor.shape)}, {tensor.dtype}" if isinstance(tensor, Tensor) else "not a tensor"
+                )
+                raise ValueError(
+                    f"the optimiser state's {key} of {name} is {found}; expected a floating-point tensor of the "
+                    f"parameter's shape {tuple(parameter.shape)}"
+                )
+            check_dense(tensor, f"the optimiser state's {key} of {name}")
+
+
+def _briefly(ids: list) -> str:
+    return f"{ids[:6]}{' ...' if len(ids) > 6 else ''} ({len(ids)})"

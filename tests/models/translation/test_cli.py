@@ -399,6 +399,31 @@ def test_out_that_exists_and_is_not_a_checkpoint_is_kept_unless_forced(tmp_path,
     assert load_checkpoint(notes)[1]["metrics"]["steps"] == 1
 
 
+@pytest.mark.parametrize(("out", "state"), [("notes.txt", "notes.resume.txt"), ("m7.pt", "m7.resume.pt")])
+def test_the_resume_file_beside_out_that_is_not_ours_is_kept_unless_forced(out, state, tmp_path, capsys, monkeypatch):
+    """The run's state goes to OUT's name with .resume: a file of the user's there is refused, as --out is."""
+    out, state = tmp_path / out, tmp_path / state
+    state.write_text("my own notes")
+    _refuse_training(monkeypatch)
+    assert main(["train", "--out", str(out), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {state}, where the run's resume state for --out {out} goes, exists and is not a checkpoint" in err
+    assert "--force" in err and state.read_text() == "my own notes" and not out.exists()
+    monkeypatch.undo()
+    assert main(["train", "--out", str(out), "--force", "--steps", "1", "--limit", "50", *TINY]) == 0
+    assert "training" in load_checkpoint(state)[1]  # forced: replaced by the run's state
+
+
+def test_a_resume_file_beside_out_that_is_a_folder_or_a_pipe_is_refused(tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+    (tmp_path / "run.resume.pt").mkdir()
+    assert main(["train", "--out", str(tmp_path / "run.pt"), "--steps", "1", "--force"]) == 2
+    assert f"{tmp_path / 'run.resume.pt'} is a folder" in capsys.readouterr().err
+    os.mkfifo(tmp_path / "pipe.resume.pt")
+    assert main(["train", "--out", str(tmp_path / "pipe.pt"), "--steps", "1", "--force"]) == 2
+    assert "exists and is not a regular file" in capsys.readouterr().err
+
+
 def test_out_that_is_a_checkpoint_of_the_course_is_replaced(checkpoint, tmp_path):
     out = tmp_path / "again.pt"
     out.write_bytes(checkpoint.read_bytes())
@@ -460,6 +485,31 @@ def test_a_crafted_resume_file_is_refused_naming_its_field(training, info, expec
     err = capsys.readouterr().err
     assert f"error: {crafted}: {expected}" in err and "--limit" not in err
     assert not (tmp_path / "crafted.pt").exists()
+
+
+def test_a_resume_file_with_a_wrong_shaped_adam_state_is_refused_not_a_crash(checkpoint, tmp_path):
+    """torch's load_state_dict checks only the number of parameters; the fused AdamW kernel then reads and writes a
+    wrong-shaped running average out of bounds and the process dies (SIGSEGV). Run in a child process, so that a
+    crash is a failed test, not a dead test run."""
+    import subprocess
+
+    payload = torch.load(checkpoint.with_name("captions.resume.pt"), weights_only=True)
+    payload["training"]["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3)  # src_embedding's is (V, E)
+    crafted = tmp_path / "crafted.resume.pt"
+    torch.save(payload, crafted)
+    argv = ["train", "--resume", str(crafted), "--out", str(tmp_path / "out.pt"), "--quiet"]
+    child = subprocess.run(
+        [sys.executable, "-m", "helpers.models.translation", "--threads", "1", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.returncode == 2, (child.returncode, child.stderr[-2000:])
+    assert f"error: {crafted}: the optimiser state's exp_avg of src_embedding.embedding.weight is of shape (3,)" in (
+        child.stderr
+    ), child.stderr[-2000:]
+    assert not (tmp_path / "out.pt").exists()
 
 
 def test_ctrl_c_prints_one_line_with_the_command_that_continues(tmp_path, capsys, monkeypatch):
