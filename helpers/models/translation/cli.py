@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from helpers.models.translation.config import LESSON_CONFIG, TranslationConfig
 from helpers.models.translation.evaluation import evaluate
 from helpers.models.translation.pipeline import build_translator, fit
 from helpers.models.translation.training import check_training_state
+from helpers.models.translation.translator import Translator
 from helpers.tools.files import TEMPORARY_SUFFIX
 
 #: Model and training settings per corpus (each can be overridden by a flag).
@@ -533,43 +534,69 @@ def resume_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.resume{out.suffix or '.pt'}")
 
 
+@dataclass
+class _Run:
+    """What a training run starts from: its translator, its corpus and the ``info`` its checkpoints carry, and, for
+    a resumed run, the training state it continues (None for a fresh one)."""
+
+    translator: Translator
+    corpus_name: str
+    train_corpus: ParallelCorpus
+    val_corpus: ParallelCorpus
+    info: dict
+    resume: dict | None = None
+
+
+def _resumed_run(args: argparse.Namespace, device: torch.device) -> _Run:
+    """The run that the ``--resume`` file describes: its weights, state, corpus, data folder and limit, checked."""
+    flags = ("steps", "epochs", "minutes", "limit", "corpus", "data_dir")
+    given = sorted(_overrides(args)) + [flag for flag in flags if getattr(args, flag) is not None]
+    if given:
+        raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
+    translator, payload = load_checkpoint(args.resume, device=device)
+    if "training" not in payload:
+        raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
+    resume, info = payload["training"], payload.get("info")
+    try:
+        check_training_state(resume, model=translator.model)
+        corpus_name, data_dir, limit = _check_info(info)
+    except ValueError as error:
+        raise CheckpointError(f"{args.resume}: {error}") from None
+    train_corpus, val_corpus = _corpora(corpus_name, data_dir, limit, args.download)
+    return _Run(translator, corpus_name, train_corpus, val_corpus, info, resume)
+
+
+def _fresh_run(args: argparse.Namespace, device: torch.device) -> _Run:
+    """A new run from the options: the corpus preset and flags, a translator built on the training split."""
+    corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus or DEFAULT_CORPUS], args.data_dir, args.limit
+    train_corpus, val_corpus = _corpora(corpus_name, data_dir, limit, args.download)
+    config = args.config if "config" in args else _train_config(args)
+    translator = build_translator(train_corpus, config, device)
+    info = {
+        "corpus": corpus_name,
+        "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
+        "train_pairs": len(train_corpus),
+        "limit": limit,
+        "parameters": translator.model.num_parameters(),
+    }
+    return _Run(translator, corpus_name, train_corpus, val_corpus, info)
+
+
+def _corpora(name: str, data_dir: str | None, limit: int | None, download: bool) -> tuple[ParallelCorpus, ...]:
+    """The training split (its first ``limit`` pairs) and the validation split."""
+    return _limited(_load(name, "train", data_dir, download), limit), _load(name, "val", data_dir, download)
+
+
 def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.device) -> int:
     check_out(args.out, args.resume, args.force)  # before minutes of loading and an hour of training
     if ranks.is_main:
         remove_stale_parts(args.out)
-    resume = None
-    if args.resume is not None:
-        flags = ("steps", "epochs", "minutes", "limit", "corpus", "data_dir")
-        given = sorted(_overrides(args)) + [flag for flag in flags if getattr(args, flag) is not None]
-        if given:
-            raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
-        translator, payload = load_checkpoint(args.resume, device=device)
-        if "training" not in payload:
-            raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
-        resume, info = payload["training"], payload.get("info")
-        try:
-            check_training_state(resume, model=translator.model)
-            corpus_name, data_dir, limit = _check_info(info)
-        except ValueError as error:
-            raise CheckpointError(f"{args.resume}: {error}") from None
-    else:
-        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus or DEFAULT_CORPUS], args.data_dir, args.limit
-    train_corpus = _limited(_load(corpus_name, "train", data_dir, args.download), limit)
-    val_corpus = _load(corpus_name, "val", data_dir, args.download)
-    if resume is None:
-        config = args.config if "config" in args else _train_config(args)
-        translator = build_translator(train_corpus, config, device)
-        info = {
-            "corpus": corpus_name,
-            "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
-            "train_pairs": len(train_corpus),
-            "limit": limit,
-            "parameters": translator.model.num_parameters(),
-        }
+    run = _resumed_run(args, device) if args.resume is not None else _fresh_run(args, device)
+    translator, train_corpus, info, resume = run.translator, run.train_corpus, run.info, run.resume
     say = ranks.is_main  # one voice and one writer: rank 0
     if say:
         print(
-            f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
+            f"{run.corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
             f"on {device} x {ranks.world_size} process(es); vocabularies {translator.source_tokenizer.vocab_size} "
             f"(de) / {translator.target_tokenizer.vocab_size} (en)"
             + (f"; resuming at step {resume['step']}" if resume else ""),
@@ -587,7 +614,7 @@ def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.dev
     history = fit(
         translator,
         train_corpus,
-        val_corpus,
+        run.val_corpus,
         steps=args.steps,
         epochs=args.epochs,
         minutes=args.minutes,

@@ -340,3 +340,23 @@ def test_an_optimizer_state_that_does_not_fit_the_model_is_refused_before_it_is_
     crafted = _set(state, path, value)
     with pytest.raises(ValueError, match=re.escape(expected)):
         check_training_state(crafted, model=model)
+
+
+def test_a_resumed_training_state_gives_back_the_state_it_was_built_from(examples):
+    """TrainingState.resumed(saved).to_dict() is saved again: where the run stands, its end, its optimiser."""
+    from helpers.models.translation.training import TrainingState
+
+    saved, model = _real_state(examples)
+    state = TrainingState.resumed(model, make_optimizer(model, TINY_CONFIG), 1, copy.deepcopy(saved))
+    again = state.to_dict()
+    plain = ("step", "epoch", "position", "total_steps", "budget", "batches_per_step")
+    assert {k: again[k] for k in plain} == {k: saved[k] for k in plain} and again["step"] == 2
+    assert again["elapsed"] >= saved["elapsed"]  # the clock goes on from the time already spent
+    assert {k: v for k, v in again["history"].items() if "seconds" not in k} == {
+        k: v for k, v in saved["history"].items() if "seconds" not in k
+    }
+    for index, values in saved["optimizer"]["state"].items():
+        for key, tensor in values.items():
+            assert torch.equal(again["optimizer"]["state"][index][key], tensor), (index, key)
+    with pytest.raises(ValueError, match="took 1 batches a step; this one would take 2"):
+        TrainingState.resumed(model, make_optimizer(model, TINY_CONFIG), 2, saved)
