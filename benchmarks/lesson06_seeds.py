@@ -166,7 +166,7 @@ def measure_encoder(seed: int, threads: int, source_bos: bool, steps: int = LESS
         translator = _without_source_bos(translator)
     fit(translator, train, val, steps=steps, progress=False)
     scores, _ = evaluate(translator, test)
-    h, layers = config.heads, config.encoder_layers
+    h, layers = config.num_heads, config.num_encoder_layers
     sink = torch.zeros(layers, h)
     first = torch.zeros(layers, h)
     itself = torch.zeros(layers, h)

@@ -2,7 +2,7 @@
 
 Shapes, in the course notation: N batch, h heads, L query length, S key/value length, d query/key size,
 dv value size; ``...`` is any number of batch dimensions in front (usually (N, h)). New letters here:
-B the number of scores in one block of keys, Bq the number of queries in one tile.
+Bk the number of scores in one block of keys, Bq the number of queries in one tile.
 
 The idea (Milakov & Gimelshein 2018 for the softmax; Dao et al. 2022 for attention): a softmax needs the
 maximum and the sum of exponentials of its whole row, but both can be kept *running*. After each new block of
@@ -37,7 +37,7 @@ def online_softmax_update(running_max: Tensor, running_sum: Tensor, block: Tenso
     Args:
         running_max: (...,) the largest score seen so far (``-inf`` before the first block).
         running_sum: (...,) the sum of ``exp(score - running_max)`` over the scores seen so far (0 at first).
-        block: (..., B) the next B scores of each row.
+        block: (..., Bk) the next Bk scores of each row.
 
     Returns:
         ``(new_max, new_sum)``, both (...,): the old sum was computed against the old maximum, so it is
@@ -88,7 +88,7 @@ def flash_attention(
 
     Same arguments, mask meaning and result as ``torch.nn.functional.scaled_dot_product_attention`` (no dropout).
     The queries are cut into tiles of ``query_block_size`` and the keys and values into blocks of ``block_size``;
-    each tile walks over the key blocks with an online softmax, so the largest temporary is one (..., Bq, B) block
+    each tile walks over the key blocks with an online softmax, so the largest temporary is one (..., Bq, Bk) block
     of scores and the memory grows linearly with L and S. Gradients for query, key and value come from a backward
     pass that recomputes each tile's weights from the rows' saved log-sum-exp, so training is linear in memory too.
 
@@ -99,7 +99,7 @@ def flash_attention(
         attn_mask: broadcastable to (..., L, S). Boolean: **True = may attend**; float: added to the scores.
         is_causal: query i attends to keys 0..i only (top-left aligned when L != S, as in torch). Key blocks
             wholly above the diagonal are skipped, not computed and masked: that halves the work.
-        block_size: keys (and values) per block, B.
+        block_size: keys (and values) per block, Bk.
         scale: factor for the scores; default ``1 / sqrt(d)``.
         window: with ``is_causal``, query i attends only to the ``window`` keys i - window + 1 .. i (sliding-window
             attention); key blocks wholly outside the band are skipped, so the cost grows linearly with L.
@@ -139,9 +139,9 @@ class _Tiling:
             yield q_start, q_end, [(k_start, min(k_start + self.block_size, k_last)) for k_start in blocks]
 
     def scores(self, q_tile: Tensor, key: Tensor, attn_mask: Tensor | None, q_start, q_end, k_start, k_end) -> Tensor:
-        """The masked scores (..., Bq, B) of one tile (``q_tile`` is already scaled)."""
-        scores = q_tile @ key[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
-        blocked = _blocked(q_start, q_end, k_start, k_end, self.is_causal, self.window, q_tile.device)  # (Bq, B)
+        """The masked scores (..., Bq, Bk) of one tile (``q_tile`` is already scaled)."""
+        scores = q_tile @ key[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, Bk)
+        blocked = _blocked(q_start, q_end, k_start, k_end, self.is_causal, self.window, q_tile.device)  # (Bq, Bk)
         if blocked is not None:
             scores.masked_fill_(blocked, float("-inf"))
         if attn_mask is not None:
@@ -165,13 +165,13 @@ def _forward(query, key, value, attn_mask, tiling: _Tiling, scale: float) -> tup
         running_sum = q_tile.new_zeros((*batch_shape, q_end - q_start, 1))  # (..., Bq, 1)
         accumulator = q_tile.new_zeros((*batch_shape, q_end - q_start, value.size(-1)))  # (..., Bq, dv)
         for k_start, k_end in blocks:
-            scores = tiling.scores(q_tile, key, attn_mask, q_start, q_end, k_start, k_end)  # (..., Bq, B)
+            scores = tiling.scores(q_tile, key, attn_mask, q_start, q_end, k_start, k_end)  # (..., Bq, Bk)
             # The online softmax: the block's maximum may raise the running one; what was summed against the old
             # maximum shrinks by exp(old - new), in place, then the block's exponentials are added.
             new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))  # (..., Bq, 1)
             reference = new_max.masked_fill(torch.isneginf(new_max), 0.0)  # a row blocked so far: no NaN
             rescale = torch.exp(running_max - reference)  # (..., Bq, 1), each <= 1
-            weights = scores.sub_(reference).exp_()  # (..., Bq, B), unnormalised, in the scores' memory
+            weights = scores.sub_(reference).exp_()  # (..., Bq, Bk), unnormalised, in the scores' memory
             running_sum.mul_(rescale).add_(weights.sum(dim=-1, keepdim=True))
             accumulator.mul_(rescale).add_(weights @ value[..., k_start:k_end, :])  # (..., Bq, dv)
             running_max = new_max
@@ -226,9 +226,9 @@ class _FlashAttention(torch.autograd.Function):
             grad_out_tile = grad_output[..., q_start:q_end, :]  # (..., Bq, dv)
             for k_start, k_end in blocks:
                 scores = tiling.scores(q_tile, key, ctx.attn_mask, q_start, q_end, k_start, k_end)
-                weights = torch.exp(scores - logsumexp[..., q_start:q_end, :])  # (..., Bq, B), recomputed
+                weights = torch.exp(scores - logsumexp[..., q_start:q_end, :])  # (..., Bq, Bk), recomputed
                 grad_value[..., k_start:k_end, :] += weights.transpose(-2, -1) @ grad_out_tile
-                grad_weights = grad_out_tile @ value[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, B)
+                grad_weights = grad_out_tile @ value[..., k_start:k_end, :].transpose(-2, -1)  # (..., Bq, Bk)
                 grad_scores = weights * (grad_weights - row_dot[..., q_start:q_end, :])
                 grad_query[..., q_start:q_end, :] += grad_scores @ key[..., k_start:k_end, :] * scale
                 grad_key[..., k_start:k_end, :] += grad_scores.transpose(-2, -1) @ q_tile
@@ -245,7 +245,7 @@ def _key_range(q_start: int, q_end: int, S: int, is_causal: bool, window: int | 
 
 
 def _blocked(q_start, q_end, k_start, k_end, is_causal, window, device) -> Tensor | None:
-    """(Bq, B) True where the causal or window rule blocks a (query, key) pair of this tile; None if none does."""
+    """(Bq, Bk) True where the causal or window rule blocks a (query, key) pair of this tile; None if none does."""
     if not is_causal:
         return None
     crosses_diagonal = k_end - 1 > q_start

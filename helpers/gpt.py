@@ -397,7 +397,7 @@ def train_gpt(
     losses = []
     for _ in range(steps):
         rows = torch.randint(len(inputs), (batch_size,), generator=generator)
-        logits = model(inputs[rows])  # (B, T, V)
+        logits = model(inputs[rows])  # (N, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1), targets[rows].flatten(), ignore_index=ignore_index)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

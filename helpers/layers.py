@@ -12,7 +12,9 @@ translator is made of:
 Every attention is ``helpers.MultiHeadAttention``. Constructor arguments, attribute names (``self_attn``,
 ``multihead_attn``, ``linear1``, ``norm1``, ...), state-dict keys and ``forward`` arguments are PyTorch's, so a
 state dict moves between each class and its ``torch.nn`` counterpart in both directions, and the layers also run
-inside ``nn.TransformerEncoder`` / ``nn.TransformerDecoder``.
+inside ``nn.TransformerEncoder`` / ``nn.TransformerDecoder``. That is why these drop-ins keep torch's names for
+the sizes (``d_model`` = E, ``nhead`` = h, ``dim_feedforward`` = F) where the course's own configs say
+``embed_dim``, ``num_heads`` and ``ff_dim``.
 
 Shapes (course notation): N batch, L target length, S source (memory) length, E = d_model, h heads.
 Masks follow ``nn.MultiheadAttention``: boolean **True = blocked**, or float added to the scores.

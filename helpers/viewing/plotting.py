@@ -109,7 +109,7 @@ def head_grid(
     layer_ids = _pick(layers, stacked.shape[0], "layers")
     head_ids = _pick(heads, stacked.shape[1], "heads")
     L, S = stacked.shape[-2:]
-    panels = [(r, h) for r in layer_ids for h in head_ids]  # (layer, head) in reading order
+    panels = [(r, head) for r in layer_ids for head in head_ids]  # (layer, head) in reading order
     one_row = stacked.shape[0] == 1
     if columns is None:
         columns = len(head_ids)
@@ -126,10 +126,10 @@ def head_grid(
         squeeze=False,
         constrained_layout=True,
     )
-    for index, (r, h) in enumerate(panels):
+    for index, (r, head) in enumerate(panels):
         row, column = divmod(index, columns)
         ax = axes[row][column]
-        image = ax.imshow(stacked[r, h].numpy(), cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto")
+        image = ax.imshow(stacked[r, head].numpy(), cmap=CMAP, vmin=vmin, vmax=vmax, aspect="auto")
         bottom = index + columns >= len(panels)  # no panel below this one
         show_x = labels == "all" or (labels == "outer" and bottom)
         show_y = labels == "all" or (labels == "outer" and column == 0)
@@ -138,7 +138,7 @@ def head_grid(
         if labels == "none":
             ax.set_xticks([])
             ax.set_yticks([])
-        heading = f"head {h}" if one_row else f"{row_label} {r}, head {h}"
+        heading = f"head {head}" if one_row else f"{row_label} {r}, head {head}"
         ax.set_title(heading, fontsize=label_size + 2)
         if column == 0:
             ax.set_ylabel("queries", fontsize=label_size + 1)

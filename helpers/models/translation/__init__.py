@@ -2,7 +2,7 @@
 
 config.py       TranslationConfig: model size and training settings
 model.py        Seq2SeqTransformer (helpers.layers.Transformer: the course's own layers and attention), head ablation
-training.py     the training loop (label smoothing, AdamW + warm-up, clipping, best weights kept)
+training.py     the training loop (label smoothing, AdamW + warm-up, clipping, best weights kept), TrainingState
 decoding.py     greedy search and beam search, with per-head cross-attention of the output
 translator.py   Translator: a model and its tokenizers, text in and text out
 evaluation.py   sacreBLEU scores, heads against gold alignments, head ablation
@@ -25,7 +25,13 @@ from helpers.models.translation.evaluation import (
 )
 from helpers.models.translation.model import Seq2SeqTransformer, ablated_heads
 from helpers.models.translation.pipeline import build_translator, encode_pairs, fit
-from helpers.models.translation.training import TrainingHistory, teacher_forcing, train, translation_loss
+from helpers.models.translation.training import (
+    TrainingHistory,
+    TrainingState,
+    teacher_forcing,
+    train,
+    translation_loss,
+)
 from helpers.models.translation.translator import Translation, Translator
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "Scores",
     "Seq2SeqTransformer",
     "TrainingHistory",
+    "TrainingState",
     "Translation",
     "TranslationConfig",
     "Translator",

@@ -2,9 +2,12 @@
 
 The file is a ``torch.save`` of plain values only (tensors, str, numbers, lists, dicts), so it loads
 with ``torch.load(..., weights_only=True)``: opening a checkpoint never runs code from the file. Nor can a
-crafted config make loading allocate more than the file holds: its sizes are bounded (``CONFIG_LIMITS``)
-and the model it describes is first built without memory (on PyTorch's ``meta`` device) and compared,
-tensor by tensor, with the weights actually stored, before the real model is built.
+crafted config make loading allocate more than the file holds: its sizes are bounded (``CONFIG_LIMITS``), so is
+the model's parameter count (``MAX_PARAMETERS``), and the model it describes is first built without memory (on
+PyTorch's ``meta`` device) and compared, tensor by tensor, with the weights actually stored, before the real model
+is built. Each stored tensor must also hold its own numbers: a tensor of stride 0 (or otherwise overlapping) has a
+shape of millions of numbers on a storage of a few bytes, so shapes alone would let a small file describe a model
+of any size.
 """
 
 from __future__ import annotations
@@ -28,17 +31,22 @@ VERSION = 1
 
 
 #: Largest model sizes a checkpoint may describe (far above anything a CPU course trains). Checked before the
-#: model is built, so a crafted config cannot ask for gigabytes (the positional table, max_len x d_model, is
+#: model is built, so a crafted config cannot ask for gigabytes (the positional table, max_len x embed_dim, is
 #: computed rather than stored, so it is bounded here alone).
 CONFIG_LIMITS = {
-    "d_model": 4096,
-    "heads": 128,
-    "encoder_layers": 48,
-    "decoder_layers": 48,
-    "feedforward": 32768,
+    "embed_dim": 4096,
+    "num_heads": 128,
+    "num_encoder_layers": 48,
+    "num_decoder_layers": 48,
+    "ff_dim": 32768,
     "max_len": 8192,
     "vocab_size": 1_000_000,
 }
+
+
+#: Most parameters a checkpoint's model may have (4 GB of float32): over a hundred times the multi30k preset, and far
+#: below what a crafted file of repeated (stride-0) tensors could describe within ``CONFIG_LIMITS`` (35 G).
+MAX_PARAMETERS = 1_000_000_000
 
 
 class CheckpointError(ValueError):
@@ -152,11 +160,39 @@ def _check_sizes(config: TranslationConfig, source_vocab: int, target_vocab: int
     if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
         raise ValueError("the weights must be a dict of tensors")
     with torch.device("meta"):
-        expected = Seq2SeqTransformer(config, source_vocab, target_vocab).state_dict()
+        described = Seq2SeqTransformer(config, source_vocab, target_vocab)
+    if described.num_parameters() > MAX_PARAMETERS:
+        raise ValueError(
+            f"the config describes a model of {described.num_parameters():,} parameters, more than the "
+            f"{MAX_PARAMETERS:,} a checkpoint may hold; refusing to build it"
+        )
+    check_state_dict(weights, described.state_dict(), "the stored weight")
+
+
+def check_state_dict(stored: Any, expected: dict[str, torch.Tensor], what: str) -> None:
+    """Raise ValueError unless ``stored`` has a tensor of ``expected``'s shape under each of its names, each holding
+    its own numbers (:func:`check_dense`). ``what`` names the stored tensors in the message."""
+    if not isinstance(stored, dict):
+        raise ValueError(f"{what}s must be a dict of tensors, got {type(stored).__name__}")
     for name, tensor in expected.items():
-        stored = weights.get(name)
-        if stored is None or stored.shape != tensor.shape:
-            found = "missing" if stored is None else f"of shape {tuple(stored.shape)}"
-            raise ValueError(
-                f"the config describes {name} of shape {tuple(tensor.shape)}, but the stored weight is {found}"
-            )
+        found = stored.get(name)
+        if not isinstance(found, torch.Tensor) or found.shape != tensor.shape:
+            shape = "missing" if found is None else f"of shape {tuple(found.shape)}"
+            shape = shape if found is None or isinstance(found, torch.Tensor) else f"a {type(found).__name__}"
+            raise ValueError(f"the config describes {name} of shape {tuple(tensor.shape)}, but {what} is {shape}")
+        check_dense(found, f"{what} {name}")
+
+
+def check_dense(tensor: torch.Tensor, what: str) -> None:
+    """Raise ValueError unless ``tensor``'s storage holds at least its ``numel`` numbers (not a stride-0 view).
+
+    A copy of such a tensor (what loading does) allocates ``numel`` numbers, however few the file holds.
+    """
+    needed = tensor.numel() * tensor.element_size()
+    held = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+    if held < needed:
+        raise ValueError(
+            f"{what} of shape {tuple(tensor.shape)} has strides {tensor.stride()} over {max(held, 0):,} bytes of "
+            f"storage, not the {needed:,} bytes of its {tensor.numel():,} numbers: the file does not hold the numbers "
+            "its shapes describe"
+        )

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from helpers.models.translation.config import LESSON_CONFIG, TranslationConfig
 from helpers.models.translation.evaluation import evaluate
 from helpers.models.translation.pipeline import build_translator, fit
 from helpers.models.translation.training import check_training_state
+from helpers.models.translation.translator import Translator
 from helpers.tools.files import TEMPORARY_SUFFIX
 
 #: Model and training settings per corpus (each can be overridden by a flag).
@@ -54,11 +55,11 @@ PRESETS: dict[str, TranslationConfig] = {
     "multi30k": TranslationConfig(
         tokenizer="bpe",
         vocab_size=4000,
-        d_model=256,
-        heads=8,
-        encoder_layers=3,
-        decoder_layers=3,
-        feedforward=512,
+        embed_dim=256,
+        num_heads=8,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        ff_dim=512,
         dropout=0.1,
         tie_output_embedding=True,
         steps=4000,
@@ -73,6 +74,33 @@ CORPUS_NAMES = {"captions": "captions", "course": "captions", "multi30k": "multi
 DEFAULT_CORPUS = "captions"
 #: The smallest vocabulary that holds a word besides the four special tokens (<pad>, <bos>, <eos>, <unk>).
 MIN_VOCAB_SIZE = 5
+
+
+#: Model flags renamed with the config's fields (one vocabulary, the README's notation): the old spelling of a
+#: learner's saved command still works, with a warning naming the new one.
+RENAMED_FLAGS = {
+    "--d-model": "--embed-dim",
+    "--heads": "--num-heads",
+    "--encoder-layers": "--num-encoder-layers",
+    "--decoder-layers": "--num-decoder-layers",
+    "--feedforward": "--ff-dim",
+}
+
+
+class _RenamedFlag(argparse.Action):
+    """Stores a model flag's value; given under its old name, it also says the new one on standard error.
+
+    Printed rather than left to ``warnings``: Python hides a DeprecationWarning raised outside ``__main__``,
+    and the person to tell is the one who typed the command.
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string in RENAMED_FLAGS:
+            print(
+                f"warning: {option_string} is deprecated and will be removed; use {RENAMED_FLAGS[option_string]}",
+                file=sys.stderr,
+            )
+        setattr(namespace, self.dest, values)
 
 
 class CommandLineError(Exception):
@@ -132,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "train":
-        try:  # combinations of options (d_model divisible by heads) are checked before anything loads, too
+        try:  # combinations of options (embed_dim divisible by num_heads) are checked before anything loads, too
             args.config = _train_config(args)
         except ValueError as error:
             parser.error(str(error))
@@ -234,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing --out file even if it is not a checkpoint of this course",
+        help="replace an existing --out file (or the .resume file beside it) even if it is not a checkpoint of this "
+        "course",
     )
     train.add_argument(
         "--resume",
@@ -269,11 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, field, kind, note in [
         ("--tokenizer", "tokenizer", str, ""),
         ("--vocab-size", "vocab_size", int_at_least(MIN_VOCAB_SIZE), ""),
-        ("--d-model", "d_model", positive_int, ""),
-        ("--heads", "heads", positive_int, "; must divide --d-model"),
-        ("--encoder-layers", "encoder_layers", positive_int, ""),
-        ("--decoder-layers", "decoder_layers", positive_int, ""),
-        ("--feedforward", "feedforward", positive_int, ""),
+        ("--embed-dim", "embed_dim", positive_int, "; E"),
+        ("--num-heads", "num_heads", positive_int, "; h, must divide --embed-dim"),
+        ("--num-encoder-layers", "num_encoder_layers", positive_int, ""),
+        ("--num-decoder-layers", "num_decoder_layers", positive_int, ""),
+        ("--ff-dim", "ff_dim", positive_int, "; F"),
         ("--dropout", "dropout", fraction, "; in [0, 1)"),
         ("--batch-tokens", "batch_tokens", positive_int, ""),
         ("--lr", "lr", positive_float, ""),
@@ -282,14 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("--val-sentences", "val_sentences", positive_int, ""),
         ("--seed", "seed", non_negative_int, ""),
     ]:
+        old = [name for name, new in RENAMED_FLAGS.items() if new == flag]
         train.add_argument(
             flag,
+            *old,
             dest=field,
             type=kind,
             default=None,
             choices=["word", "bpe"] if field == "tokenizer" else None,
+            action=_RenamedFlag if old else "store",
             help=f"override the corpus preset's {field} (captions: {getattr(PRESETS['captions'], field)}, "
-            f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}",
+            f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}" + (f" ({old[0]} is its old name)" if old else ""),
         )
     train.add_argument(
         "--tie-output-embedding",
@@ -393,7 +425,8 @@ def check_out(out: Path, resume: Path | None = None, force: bool = False) -> Non
 
     Refused: anything that exists and is not a regular file (a device such as /dev/null, a pipe), an existing file
     that is not a checkpoint of this course (unless ``force``), and the ``resume`` file itself (the best weights
-    written over it would drop the run's state).
+    written over it would drop the run's state). The file the run's resume state goes to (:func:`resume_path`,
+    ``notes.txt`` -> ``notes.resume.txt``) is checked the same way, so that it never replaces a file of the user's.
     """
     if resume is not None and out.resolve() == resume.resolve():
         suggestion = out.with_name(out.name.replace(".resume", "")) if ".resume" in out.name else None
@@ -401,21 +434,33 @@ def check_out(out: Path, resume: Path | None = None, force: bool = False) -> Non
             f"--out {out} is the --resume file: the best weights written there would drop the run's state; give the "
             f"checkpoint's own name{f' ({suggestion})' if suggestion else ''}"
         )
-    if out.exists() and not out.is_dir():
-        if not out.is_file():
-            raise CommandLineError(
-                f"--out {out} exists and is not a regular file (a device, a pipe or a socket); refusing to replace "
-                "it with a checkpoint: give a file name"
-            )
-        if not force:
-            try:
-                read_checkpoint(out)
-            except (CheckpointError, OSError):
-                raise CommandLineError(
-                    f"--out {out} exists and is not a checkpoint of this course; refusing to replace it (give "
-                    "another name, or add --force to replace it)"
-                ) from None
+    _check_replaceable(out, f"--out {out}", force)
+    state = resume_path(out)
+    if state.is_dir():
+        raise CommandLineError(
+            f"{state} is a folder, and the run's resume state for --out {out} goes there; give another --out"
+        )
+    _check_replaceable(state, f"{state}, where the run's resume state for --out {out} goes,", force)
     check_writable(out)
+
+
+def _check_replaceable(path: Path, named: str, force: bool) -> None:
+    """Refuse to let a checkpoint replace ``path`` (called ``named`` in the message) unless it is ours or absent."""
+    if not path.exists() or path.is_dir():  # a folder is refused by check_writable, which names what to give
+        return
+    if not path.is_file():
+        raise CommandLineError(
+            f"{named} exists and is not a regular file (a device, a pipe or a socket); refusing to replace "
+            "it with a checkpoint: give a file name"
+        )
+    if not force:
+        try:
+            read_checkpoint(path)
+        except (CheckpointError, OSError):
+            raise CommandLineError(
+                f"{named} exists and is not a checkpoint of this course; refusing to replace it (give "
+                "another --out, or add --force to replace it)"
+            ) from None
 
 
 def remove_stale_parts(out: Path) -> list[Path]:
@@ -493,43 +538,69 @@ def resume_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.resume{out.suffix or '.pt'}")
 
 
+@dataclass
+class _Run:
+    """What a training run starts from: its translator, its corpus and the ``info`` its checkpoints carry, and, for
+    a resumed run, the training state it continues (None for a fresh one)."""
+
+    translator: Translator
+    corpus_name: str
+    train_corpus: ParallelCorpus
+    val_corpus: ParallelCorpus
+    info: dict
+    resume: dict | None = None
+
+
+def _resumed_run(args: argparse.Namespace, device: torch.device) -> _Run:
+    """The run that the ``--resume`` file describes: its weights, state, corpus, data folder and limit, checked."""
+    flags = ("steps", "epochs", "minutes", "limit", "corpus", "data_dir")
+    given = sorted(_overrides(args)) + [flag for flag in flags if getattr(args, flag) is not None]
+    if given:
+        raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
+    translator, payload = load_checkpoint(args.resume, device=device)
+    if "training" not in payload:
+        raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
+    resume, info = payload["training"], payload.get("info")
+    try:
+        check_training_state(resume, model=translator.model)
+        corpus_name, data_dir, limit = _check_info(info)
+    except ValueError as error:
+        raise CheckpointError(f"{args.resume}: {error}") from None
+    train_corpus, val_corpus = _corpora(corpus_name, data_dir, limit, args.download)
+    return _Run(translator, corpus_name, train_corpus, val_corpus, info, resume)
+
+
+def _fresh_run(args: argparse.Namespace, device: torch.device) -> _Run:
+    """A new run from the options: the corpus preset and flags, a translator built on the training split."""
+    corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus or DEFAULT_CORPUS], args.data_dir, args.limit
+    train_corpus, val_corpus = _corpora(corpus_name, data_dir, limit, args.download)
+    config = args.config if "config" in args else _train_config(args)
+    translator = build_translator(train_corpus, config, device)
+    info = {
+        "corpus": corpus_name,
+        "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
+        "train_pairs": len(train_corpus),
+        "limit": limit,
+        "parameters": translator.model.num_parameters(),
+    }
+    return _Run(translator, corpus_name, train_corpus, val_corpus, info)
+
+
+def _corpora(name: str, data_dir: str | None, limit: int | None, download: bool) -> tuple[ParallelCorpus, ...]:
+    """The training split (its first ``limit`` pairs) and the validation split."""
+    return _limited(_load(name, "train", data_dir, download), limit), _load(name, "val", data_dir, download)
+
+
 def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.device) -> int:
     check_out(args.out, args.resume, args.force)  # before minutes of loading and an hour of training
     if ranks.is_main:
         remove_stale_parts(args.out)
-    resume = None
-    if args.resume is not None:
-        flags = ("steps", "epochs", "minutes", "limit", "corpus", "data_dir")
-        given = sorted(_overrides(args)) + [flag for flag in flags if getattr(args, flag) is not None]
-        if given:
-            raise ValueError(f"--resume continues a run as it was set up; drop {', '.join(given)}")
-        translator, payload = load_checkpoint(args.resume, device=device)
-        if "training" not in payload:
-            raise ValueError(f"{args.resume} holds no training state (use the .resume file written beside --out)")
-        resume, info = payload["training"], payload.get("info")
-        try:
-            check_training_state(resume)
-            corpus_name, data_dir, limit = _check_info(info)
-        except ValueError as error:
-            raise CheckpointError(f"{args.resume}: {error}") from None
-    else:
-        corpus_name, data_dir, limit = CORPUS_NAMES[args.corpus or DEFAULT_CORPUS], args.data_dir, args.limit
-    train_corpus = _limited(_load(corpus_name, "train", data_dir, args.download), limit)
-    val_corpus = _load(corpus_name, "val", data_dir, args.download)
-    if resume is None:
-        config = args.config if "config" in args else _train_config(args)
-        translator = build_translator(train_corpus, config, device)
-        info = {
-            "corpus": corpus_name,
-            "data_dir": None if data_dir is None else str(Path(data_dir).resolve()),
-            "train_pairs": len(train_corpus),
-            "limit": limit,
-            "parameters": translator.model.num_parameters(),
-        }
+    run = _resumed_run(args, device) if args.resume is not None else _fresh_run(args, device)
+    translator, train_corpus, info, resume = run.translator, run.train_corpus, run.info, run.resume
     say = ranks.is_main  # one voice and one writer: rank 0
     if say:
         print(
-            f"{corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
+            f"{run.corpus_name}: {len(train_corpus)} training pairs; model of {info['parameters']:,} parameters "
             f"on {device} x {ranks.world_size} process(es); vocabularies {translator.source_tokenizer.vocab_size} "
             f"(de) / {translator.target_tokenizer.vocab_size} (en)"
             + (f"; resuming at step {resume['step']}" if resume else ""),
@@ -547,7 +618,7 @@ def _train(args: argparse.Namespace, ranks: distributed.Ranks, device: torch.dev
     history = fit(
         translator,
         train_corpus,
-        val_corpus,
+        run.val_corpus,
         steps=args.steps,
         epochs=args.epochs,
         minutes=args.minutes,

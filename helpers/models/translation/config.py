@@ -1,11 +1,70 @@
-"""One dataclass for everything that decides a translation model's size and how it is trained."""
+"""One dataclass for everything that decides a translation model's size and how it is trained.
+
+Its size fields have the names of ``GPTConfig`` and ``nn.MultiheadAttention`` (the README's notation): ``embed_dim``
+(E), ``num_heads`` (h), ``ff_dim`` (F), ``num_encoder_layers`` and ``num_decoder_layers`` (n_layers of each
+stack). The names of earlier versions (``d_model``, ``heads``, ``feedforward``, ``encoder_layers``,
+``decoder_layers``) are still accepted, with a ``DeprecationWarning``, as keywords, as attributes and in the
+config dicts of checkpoints those versions saved.
+"""
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+#: Old field name -> the name it has now (one vocabulary with GPTConfig and the README's notation).
+RENAMED_FIELDS = {
+    "d_model": "embed_dim",
+    "heads": "num_heads",
+    "feedforward": "ff_dim",
+    "encoder_layers": "num_encoder_layers",
+    "decoder_layers": "num_decoder_layers",
+}
 
+
+def renamed_fields(values: Mapping[str, Any], stacklevel: int = 3) -> dict[str, Any]:
+    """``values`` with each old field name replaced by its new one, warning once per old name found.
+
+    Raises TypeError when a field is given under both names (which one was meant cannot be known).
+    """
+    renamed = dict(values)
+    for old, new in RENAMED_FIELDS.items():
+        if old not in renamed:
+            continue
+        if new in renamed:
+            raise TypeError(f"TranslationConfig got both {new!r} and its old name {old!r}; give only {new!r}")
+        warnings.warn(
+            f"TranslationConfig field {old!r} is now {new!r}; the old name will stop working in a later version",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
+        renamed[new] = renamed.pop(old)
+    return renamed
+
+
+def _accepting_old_names(cls: type) -> type:
+    """Let the dataclass's ``__init__`` take the old keywords, and its instances answer to the old attributes."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **renamed_fields(kwargs))
+
+    cls.__init__ = __init__
+    for old, new in RENAMED_FIELDS.items():
+        setattr(cls, old, property(functools.partial(_old_attribute, old=old, new=new), doc=f"Deprecated: {new}."))
+    return cls
+
+
+def _old_attribute(self: Any, old: str, new: str) -> Any:
+    warnings.warn(f"TranslationConfig.{old} is now .{new}", DeprecationWarning, stacklevel=2)
+    return getattr(self, new)
+
+
+@_accepting_old_names
 @dataclass
 class TranslationConfig:
     """Model size and training settings, saved inside every checkpoint.
@@ -20,11 +79,11 @@ class TranslationConfig:
     tokenizer: str = "word"  # "word" or "bpe"
     vocab_size: int = 8000  # upper bound; a word-level vocabulary of the course corpus is far smaller
     # --- model ---
-    d_model: int = 64  # E
-    heads: int = 4  # h, so d = E / h = 16
-    encoder_layers: int = 1
-    decoder_layers: int = 2
-    feedforward: int = 128
+    embed_dim: int = 64  # E (nn.Transformer's d_model)
+    num_heads: int = 4  # h (nn.Transformer's nhead), so d = E / h = 16
+    num_encoder_layers: int = 1  # n_layers of the encoder
+    num_decoder_layers: int = 2  # n_layers of the decoder
+    ff_dim: int = 128  # F, the feed-forward block's hidden width (nn.Transformer's dim_feedforward)
     dropout: float = 0.0
     norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
     # One (V, E) table for the target embedding and the output layer, as the original transformer has: each row
@@ -47,11 +106,20 @@ class TranslationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
         if self.tokenizer not in ("word", "bpe"):
             raise ValueError(f"tokenizer must be 'word' or 'bpe', got {self.tokenizer!r}")
-        for name in ("d_model", "heads", "encoder_layers", "decoder_layers", "feedforward", "max_len", "batch_tokens"):
+        sizes = (
+            "embed_dim",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "ff_dim",
+            "max_len",
+            "batch_tokens",
+        )
+        for name in sizes:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -63,7 +131,12 @@ class TranslationConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TranslationConfig:
-        """Rebuild a config, rejecting names it does not know (a foreign or newer checkpoint)."""
+        """Rebuild a config, rejecting names it does not know (a foreign or newer checkpoint).
+
+        A dict saved by an earlier version, with the old field names (``d_model``, ``heads``, ...), is read
+        with a ``DeprecationWarning``.
+        """
+        values = renamed_fields(values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -129,7 +129,7 @@ def alignment_report(
     indices = list(range(len(corpus))) if indices is None else list(indices)
     src_tok, tgt_tok = translator.source_tokenizer, translator.target_tokenizer
     config = translator.model.config
-    hits = torch.zeros(config.decoder_layers, config.heads)
+    hits = torch.zeros(config.num_decoder_layers, config.num_heads)
     edge = torch.zeros_like(hits)
     entropy = torch.zeros_like(hits)
     rows = 0
@@ -251,9 +251,9 @@ def head_ablation(
     """
     config = translator.model.config
     full, _ = evaluate(translator, corpus, beam_size, indices)
-    without = torch.zeros(config.decoder_layers, config.heads)
-    for layer in range(config.decoder_layers):
-        for head in range(config.heads):
+    without = torch.zeros(config.num_decoder_layers, config.num_heads)
+    for layer in range(config.num_decoder_layers):
+        for head in range(config.num_heads):
             with ablated_heads(translator.model, {(layer, head)}):
                 without[layer, head] = evaluate(translator, corpus, beam_size, indices)[0].bleu
     return full.bleu, without

@@ -1,9 +1,9 @@
 """The sequence-to-sequence transformer that translates German to English.
 
-Shapes: N batch, S source length, L target length, E embedding size (``d_model``), h heads,
-V vocabulary size. Token ids use the course tokenizers' specials (``helpers.data.tokenization``): pad 0,
-bos 1, eos 2, unk 3. Boolean masks follow ``nn.Transformer``: **True = blocked** (a padding position,
-or the future).
+Shapes: N batch, S source length, L target length, E embedding size (``config.embed_dim``; torch's
+``nn.Transformer`` calls it ``d_model``), h heads, V vocabulary size. Token ids use the course tokenizers'
+specials (``helpers.data.tokenization``): pad 0, bos 1, eos 2, unk 3. Boolean masks follow ``nn.Transformer``:
+**True = blocked** (a padding position, or the future).
 
 The model is the course's own, from the lessons' parts: token embeddings scaled by sqrt(E) and
 sinusoidal positions (lesson 01), ``helpers.layers.Transformer`` (encoder layers and
@@ -38,19 +38,20 @@ class Seq2SeqTransformer(nn.Module):
     def __init__(self, config: TranslationConfig, src_vocab_size: int, tgt_vocab_size: int) -> None:
         super().__init__()
         self.config = config
-        E = config.d_model
+        E = config.embed_dim
         self.src_embedding = TokenEmbedding(src_vocab_size, E, padding_idx=PAD_ID)  # scaled by sqrt(E)
         self.tgt_embedding = TokenEmbedding(tgt_vocab_size, E, padding_idx=PAD_ID)
         self.positions = PositionalEncoding(E, max_len=config.max_len, dropout=config.dropout)
         # Encoder and decoder stacks of the course's own layers, every attention a helpers.MultiHeadAttention.
         # The decoder layers record their per-head weights only on request (`model.recording()`), so
         # training runs the fused attention kernel.
+        # helpers.layers.Transformer is a drop-in for nn.Transformer, so it keeps torch's argument names.
         self.transformer = Transformer(
             d_model=E,
-            nhead=config.heads,
-            num_encoder_layers=config.encoder_layers,
-            num_decoder_layers=config.decoder_layers,
-            dim_feedforward=config.feedforward,
+            nhead=config.num_heads,
+            num_encoder_layers=config.num_encoder_layers,
+            num_decoder_layers=config.num_decoder_layers,
+            dim_feedforward=config.ff_dim,
             dropout=config.dropout,
             batch_first=True,
             norm_first=config.norm_first,
@@ -132,7 +133,7 @@ def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]], attent
     those columns removes exactly that head's contribution and nothing else. The weights are restored
     afterwards, even on error.
     """
-    d = model.config.d_model // model.config.heads
+    d = model.config.embed_dim // model.config.num_heads
     layers = {
         "cross": [layer.multihead_attn for layer in model.decoder_layers],
         "decoder": [layer.self_attn for layer in model.decoder_layers],
@@ -144,9 +145,9 @@ def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]], attent
     saved = []
     with torch.no_grad():
         for layer_index, head in sorted(heads):
-            if not (0 <= layer_index < len(modules) and 0 <= head < model.config.heads):
+            if not (0 <= layer_index < len(modules) and 0 <= head < model.config.num_heads):
                 raise ValueError(
-                    f"(layer, head) must lie in [0, {len(modules)}) x [0, {model.config.heads}), "
+                    f"(layer, head) must lie in [0, {len(modules)}) x [0, {model.config.num_heads}), "
                     f"got {(layer_index, head)}"
                 )
             weight = modules[layer_index].out_proj.weight  # (E, E)
@@ -169,19 +170,21 @@ def on_torch_layers(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
     reference for tests and for benchmarks that compare the course's attention with torch's.
     """
     c = model.config
-    layer = dict(dim_feedforward=c.feedforward, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
+    layer = dict(dim_feedforward=c.ff_dim, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
     twin = copy.deepcopy(model)
     twin.transformer = nn.Transformer(
-        c.d_model,
-        c.heads,
+        c.embed_dim,
+        c.num_heads,
         custom_encoder=nn.TransformerEncoder(
-            nn.TransformerEncoderLayer(c.d_model, c.heads, **layer),
-            c.encoder_layers,
-            norm=nn.LayerNorm(c.d_model),
+            nn.TransformerEncoderLayer(c.embed_dim, c.num_heads, **layer),
+            c.num_encoder_layers,
+            norm=nn.LayerNorm(c.embed_dim),
             enable_nested_tensor=False,  # keep padded positions, as the course's encoder does
         ),
         custom_decoder=nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(c.d_model, c.heads, **layer), c.decoder_layers, norm=nn.LayerNorm(c.d_model)
+            nn.TransformerDecoderLayer(c.embed_dim, c.num_heads, **layer),
+            c.num_decoder_layers,
+            norm=nn.LayerNorm(c.embed_dim),
         ),
         batch_first=True,
     )

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from helpers.data.batching import Batch, make_batches
 from helpers.data.tokenization import PAD_ID
+from helpers.models.translation.checkpoint import check_dense, check_state_dict
 from helpers.models.translation.config import TranslationConfig
 from helpers.models.translation.distributed import Ranks, current_ranks
 from helpers.models.translation.model import Seq2SeqTransformer
@@ -350,9 +351,9 @@ def train(
     each step's batches and DDP averages over ranks, so P ranks equal one process with ``accumulate=P``.
     Rank 0 alone validates, reports and calls ``on_best`` and ``on_state``.
 
-    Resuming: ``on_state(state)`` receives the whole training state (plain values and tensors: weights
-    are the caller's to save) every ``state_every_minutes``, after each validation and at the end;
-    ``train(..., resume=state)`` continues that run to the same end as if it had never stopped.
+    Resuming: ``on_state(state)`` receives the whole training state (:meth:`TrainingState.to_dict`: plain
+    values and tensors; the weights are the caller's to save) every ``state_every_minutes``, after each validation
+    and at the end; ``train(..., resume=state)`` continues that run to the same end as if it had never stopped.
     """
     ranks = current_ranks()
     if not examples:
@@ -370,86 +371,147 @@ def train(
     total_steps, budget = _length(steps, epochs, minutes, config, batches_per_epoch, per_step)
     optimizer = make_optimizer(model, config)
     net = DistributedDataParallel(model) if ranks.distributed else model  # DDP averages gradients over ranks
-    history, best_state = TrainingHistory(), None
-    step, epoch, position, elapsed_before = 0, 0, 0, 0.0
-    if resume is not None:
-        check_training_state(resume, per_step)
-        optimizer.load_state_dict(resume["optimizer"])
-        history, best_state = TrainingHistory(**resume["history"]), resume["best_weights"]
-        step, epoch, position = resume["step"], resume["epoch"], resume["position"]
-        total_steps, budget, elapsed_before = resume["total_steps"], resume["budget"], resume["elapsed"]
-    clock = _Clock(total_steps, budget, elapsed_before)
-    cpu_start = time.process_time() - history.cpu_seconds
-    reporter = _Reporter(clock, progress and ranks.is_main, step, report_every_minutes)
+    if resume is None:
+        state = TrainingState.fresh(model, optimizer, per_step, total_steps, budget)
+    else:
+        state = TrainingState.resumed(model, optimizer, per_step, resume)
+    reporter = _Reporter(state.clock, progress and ranks.is_main, state.step, report_every_minutes)
     precision = _precision(device)
     last_state = time.perf_counter()
+    speaking = ranks.is_main  # rank 0 alone validates, reports and saves
 
-    def training_state() -> dict:
-        history.seconds, history.cpu_seconds = clock.elapsed(), time.process_time() - cpu_start
-        return {
-            "step": step,
-            "epoch": epoch,
-            "position": position,
-            "elapsed": clock.elapsed(),
-            "total_steps": total_steps,
-            "budget": budget,
-            "batches_per_step": per_step,
-            "optimizer": optimizer.state_dict(),
-            "history": asdict(history),
-            "best_weights": best_state,
-        }
-
-    def run_validation() -> None:
-        nonlocal best_state
-        if validate is None or not ranks.is_main:
-            return
-        score = float(validate(model))
-        model.train()
-        history.val_steps.append(step)
-        history.val_scores.append(score)
-        if score > history.best_score:
-            history.best_score, history.best_step = score, step
-            best_state = copy.deepcopy(model.state_dict())
-            if on_best is not None:
-                on_best(model, history)
-
-    finished, fraction_done = _read_clock(clock, step, ranks, device)
-    schedule = _step_batches(examples, config, per_step, ranks.rank * accumulate, accumulate, (epoch, position))
+    finished, fraction_done = _read_clock(state.clock, state.step, ranks, device)
+    schedule = _step_batches(
+        examples, config, per_step, ranks.rank * accumulate, accumulate, (state.epoch, state.position)
+    )
     model.train()
     while not finished:
-        epoch, position, mine = next(schedule)  # this rank's share of the step's batches
-        torch.manual_seed(dropout_seed(config, step, ranks.rank))
-        lr = config.lr * learning_rate_factor(step, fraction_done, config)
+        state.epoch, state.position, mine = next(schedule)  # this rank's share of the step's batches
+        torch.manual_seed(dropout_seed(config, state.step, ranks.rank))
+        lr = config.lr * learning_rate_factor(state.step, fraction_done, config)
         result = _over_ranks(train_step(net, optimizer, mine, config, lr, precision), ranks, device)
-        step += 1
-        history.steps_done, history.seconds = step, clock.elapsed()
-        history.target_tokens += result.tokens
-        logged = step % log_every == 0 or step == 1
-        if logged:
-            history.steps.append(step)
-            history.losses.append(round(result.loss, 4))
-        reporter.step(step, result.loss, history, logged)
-        validated = bool(config.eval_every and step % config.eval_every == 0)
-        if validated:
-            run_validation()
-        finished, fraction_done = _read_clock(clock, step, ranks, device)
+        logged = state.took_step(result, log_every)
+        reporter.step(state.step, result.loss, state.history, logged)
+        validated = bool(config.eval_every and state.step % config.eval_every == 0)
+        if validated and speaking:
+            state.validate(validate, on_best)
+        finished, fraction_done = _read_clock(state.clock, state.step, ranks, device)
         now = time.perf_counter()
         if reporter.due(now):
-            reporter.line(step, result.loss, history)
-        if on_state is not None and ranks.is_main and (validated or now - last_state >= state_every_minutes * 60):
-            on_state(training_state())
+            reporter.line(state.step, result.loss, state.history)
+        if on_state is not None and speaking and (validated or now - last_state >= state_every_minutes * 60):
+            on_state(state.to_dict())
             last_state = now
-    if not history.val_steps or history.val_steps[-1] != step:
-        run_validation()
-    reporter.close(step, history)
-    if on_state is not None and ranks.is_main:
-        on_state(training_state())
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    history.seconds = clock.elapsed()
-    history.cpu_seconds = time.process_time() - cpu_start
-    return history
+    if speaking and (not state.history.val_steps or state.history.val_steps[-1] != state.step):
+        state.validate(validate, on_best)
+    reporter.close(state.step, state.history)
+    if on_state is not None and speaking:
+        on_state(state.to_dict())
+    return state.finish()
+
+
+@dataclass(eq=False)  # holds a model and an optimiser: two states are never compared
+class TrainingState:
+    """Everything a run changes as it goes: the model and its optimiser, where the run stands (step, epoch and
+    position in the epoch's batches), its clock, history and best weights so far.
+
+    Built by :meth:`fresh` for a new run or :meth:`resumed` from a saved state; :meth:`to_dict` is what
+    ``on_state`` receives and ``train(..., resume=...)`` takes back (plain values and tensors only).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    per_step: int  # batches in one optimiser step, over all ranks
+    clock: _Clock
+    history: TrainingHistory = field(default_factory=TrainingHistory)
+    best_weights: dict | None = None
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # steps taken in this epoch
+    cpu_start: float = 0.0  # process_time() at which this run's CPU seconds would have started
+
+    def __post_init__(self) -> None:
+        self.cpu_start = time.process_time() - self.history.cpu_seconds  # a resumed run counts the CPU time spent
+
+    @classmethod
+    def fresh(
+        cls,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        per_step: int,
+        total_steps: int | None,
+        budget: float | None,
+    ) -> TrainingState:
+        """A run at step 0 that ends after ``total_steps`` steps or ``budget`` seconds."""
+        return cls(model, optimizer, per_step, _Clock(total_steps, budget))
+
+    @classmethod
+    def resumed(
+        cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer, per_step: int, saved: dict
+    ) -> TrainingState:
+        """The run that ``saved`` (a :meth:`to_dict`) describes, checked first; it keeps its own end."""
+        check_training_state(saved, per_step, model)  # every tensor against its parameter, before loading
+        optimizer.load_state_dict(saved["optimizer"])
+        history, best_weights = TrainingHistory(**saved["history"]), saved["best_weights"]
+        clock = _Clock(saved["total_steps"], saved["budget"], saved["elapsed"])
+        return cls(model, optimizer, per_step, clock, history, best_weights, *(saved[k] for k in _POSITION))
+
+    def to_dict(self) -> dict:
+        """The state to save for :meth:`resumed`; also brings the history's times up to now."""
+        self.history.seconds, self.history.cpu_seconds = self.clock.elapsed(), time.process_time() - self.cpu_start
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self.position,
+            "elapsed": self.clock.elapsed(),
+            "total_steps": self.clock.total_steps,
+            "budget": self.clock.budget,
+            "batches_per_step": self.per_step,
+            "optimizer": self.optimizer.state_dict(),
+            "history": asdict(self.history),
+            "best_weights": self.best_weights,
+        }
+
+    def took_step(self, result: StepResult, log_every: int) -> bool:
+        """Count a step and its tokens; log its loss every ``log_every`` steps (and the first). True if logged."""
+        self.step += 1
+        self.history.steps_done, self.history.seconds = self.step, self.clock.elapsed()
+        self.history.target_tokens += result.tokens
+        logged = self.step % log_every == 0 or self.step == 1
+        if logged:
+            self.history.steps.append(self.step)
+            self.history.losses.append(round(result.loss, 4))
+        return logged
+
+    def validate(
+        self,
+        validate: Callable[[Seq2SeqTransformer], float] | None,
+        on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None,
+    ) -> None:
+        """Score the model now; keep a copy of its weights (and call ``on_best``) when the score is the best yet."""
+        if validate is None:
+            return
+        score = float(validate(self.model))
+        self.model.train()
+        self.history.val_steps.append(self.step)
+        self.history.val_scores.append(score)
+        if score > self.history.best_score:
+            self.history.best_score, self.history.best_step = score, self.step
+            self.best_weights = copy.deepcopy(self.model.state_dict())
+            if on_best is not None:
+                on_best(self.model, self.history)
+
+    def finish(self) -> TrainingHistory:
+        """Leave the model holding the best weights, in eval mode; the history with the run's final times."""
+        if self.best_weights is not None:
+            self.model.load_state_dict(self.best_weights)
+        self.model.eval()
+        self.history.seconds = self.clock.elapsed()
+        self.history.cpu_seconds = time.process_time() - self.cpu_start
+        return self.history
+
+
+_POSITION = ("step", "epoch", "position")  # where a saved run stands, in TrainingState's field order
 
 
 #: The fields of a training state and the types each must have (checked before a run resumes from it).
@@ -467,10 +529,14 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def check_training_state(state: object, batches_per_step: int | None = None) -> None:
+def check_training_state(
+    state: object, batches_per_step: int | None = None, model: torch.nn.Module | None = None
+) -> None:
     """Raise ValueError naming the field unless ``state`` is a training state :func:`train` can resume.
 
     ``batches_per_step``: the run resuming it must take as many batches a step (processes x accumulate).
+    ``model``: the model it resumes, whose parameters the optimiser state and the best weights must fit
+    (:func:`check_optimizer_state`).
     """
     if not isinstance(state, dict):
         raise ValueError(f"the training state must be a dict, got {type(state).__name__}")
@@ -503,3 +569,58 @@ def check_training_state(state: object, batches_per_step: int | None = None) -> 
             f"the run being resumed took {state['batches_per_step']} batches a step; this one would take "
             f"{batches_per_step} (processes x accumulate must stay the same)"
         )
+    if model is not None:
+        check_optimizer_state(state["optimizer"], model)
+        if state["best_weights"] is not None:
+            check_state_dict(state["best_weights"], model.state_dict(), "the stored best weight")
+
+
+#: What AdamW keeps per parameter: the step count and two running averages of the parameter's shape.
+ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
+
+
+def check_optimizer_state(state: object, model: torch.nn.Module) -> None:
+    """Raise ValueError unless ``state`` is an AdamW state dict for ``model``'s parameters, tensor by tensor.
+
+    ``optimizer.load_state_dict`` checks only the number of parameters; a running average of the wrong shape is
+    then read and written out of bounds by the fused AdamW kernel, which crashes the process (or worse) at the
+    first step. So every tensor is compared with its parameter here, before it is loaded.
+    """
+    named = list(model.named_parameters())  # the order make_optimizer gives them to AdamW (shared ones once)
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        raise ValueError("training state field 'optimizer' is not an optimiser state dict (no 'state' dict)")
+    groups = state.get("param_groups")
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups
+    ):
+        raise ValueError("the optimiser state's 'param_groups' must be a list of dicts with 'params' lists")
+    ids = [i for group in groups for i in group["params"]]
+    if ids != list(range(len(named))):
+        raise ValueError(
+            f"the optimiser state holds parameters {_briefly(ids)}, but the model has {len(named)}, 0..{len(named) - 1}"
+        )
+    for index, values in state["state"].items():
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(named):
+            raise ValueError(f"the optimiser state has an entry for parameter {index!r}; the model has {len(named)}")
+        name, parameter = named[index]
+        if not isinstance(values, dict) or sorted(values) != sorted(ADAM_STATE):
+            found = sorted(values) if isinstance(values, dict) else type(values).__name__
+            raise ValueError(f"the optimiser state of {name} holds {found}, expected {list(ADAM_STATE)}")
+        step = values["step"]
+        if not isinstance(step, Tensor) or step.numel() != 1 or not bool(torch.isfinite(step).all()) or step < 0:
+            raise ValueError(f"the optimiser state's step of {name} must be one finite number >= 0, got {step!r}")
+        for key in ADAM_STATE[1:]:
+            tensor = values[key]
+            if not isinstance(tensor, Tensor) or tensor.shape != parameter.shape or not tensor.is_floating_point():
+                found = (
+                    f"of shape {tuple(tensor.shape)}, {tensor.dtype}" if isinstance(tensor, Tensor) else "not a tensor"
+                )
+                raise ValueError(
+                    f"the optimiser state's {key} of {name} is {found}; expected a floating-point tensor of the "
+                    f"parameter's shape {tuple(parameter.shape)}"
+                )
+            check_dense(tensor, f"the optimiser state's {key} of {name}")
+
+
+def _briefly(ids: list) -> str:
+    return f"{ids[:6]}{' ...' if len(ids) > 6 else ''} ({len(ids)})"

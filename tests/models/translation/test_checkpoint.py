@@ -68,3 +68,71 @@ def test_truncated_foreign_and_missing_checkpoints_get_clear_errors(tmp_path):
         load_checkpoint(text)
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "absent.pt")
+
+
+def test_a_checkpoint_saved_with_the_old_config_names_loads_and_translates_the_same(tmp_path):
+    """Checkpoints written before the config's fields took GPTConfig's names hold d_model, heads, ...: they load."""
+    sentences = ["Ein Hund läuft.", "Eine Frau singt im Freien."]
+    translator = fake_translator([*sentences, "A dog runs.", "A woman sings outdoors."])
+    path = save_checkpoint(tmp_path / "model.pt", translator)
+    payload = torch.load(path, weights_only=True)
+    old_names = {"embed_dim": "d_model", "num_heads": "heads", "ff_dim": "feedforward"}
+    old_names |= {"num_encoder_layers": "encoder_layers", "num_decoder_layers": "decoder_layers"}
+    payload["config"] = {old_names.get(k, k): v for k, v in payload["config"].items()}
+    assert "d_model" in payload["config"] and "embed_dim" not in payload["config"]
+    torch.save(payload, path)
+    with pytest.warns(DeprecationWarning, match="'d_model' is now 'embed_dim'"):
+        loaded, _ = load_checkpoint(path)
+    assert loaded.model.config == translator.model.config
+    assert loaded.translate(sentences) == translator.translate(sentences)
+
+
+def _with_weights(path, tmp_path, weights) -> object:
+    payload = torch.load(path, weights_only=True)
+    payload["weights"] = weights(payload["weights"])
+    crafted = tmp_path / "crafted.pt"
+    torch.save(payload, crafted)
+    return crafted
+
+
+def test_stride_0_weights_that_do_not_hold_their_numbers_are_refused(tmp_path):
+    """A stride-0 tensor has the right shape over a storage of one number: its copy into the model allocates the
+    whole shape, so shapes alone would let a tiny file describe any size of model."""
+    translator = fake_translator(["Ein Hund läuft.", "A dog runs."])
+    good = save_checkpoint(tmp_path / "good.pt", translator)
+    crafted = _with_weights(good, tmp_path, lambda w: {k: torch.zeros(1).expand(v.shape) for k, v in w.items()})
+    assert {t.stride() for t in torch.load(crafted, weights_only=True)["weights"].values() if t.dim() == 2} == {(0, 0)}
+    with pytest.raises(CheckpointError, match=r"has strides \(0, 0\) over 4 bytes of storage, not the [\d,]+ bytes"):
+        load_checkpoint(crafted)
+    sliced = _with_weights(good, tmp_path, lambda w: {k: torch.randn((*v.shape, 2))[..., 0] for k, v in w.items()})
+    load_checkpoint(sliced)  # strided views that hold their numbers (a slice of a bigger tensor) are fine
+
+
+def test_a_small_file_describing_35_g_parameters_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+    """The red team's file: every size at its CONFIG_LIMITS bound, 35.4 G parameters as stride-0 tensors in under
+    half a megabyte. Loading it must stop before the real model (141 GB of float32) is built."""
+    import helpers.models.translation.checkpoint as checkpoint_module
+    from helpers.models.translation.model import Seq2SeqTransformer
+
+    translator = fake_translator(["Ein Hund läuft.", "A dog runs."])
+    good = save_checkpoint(tmp_path / "good.pt", translator)
+    payload = torch.load(good, weights_only=True)
+    sizes = dict(embed_dim=4096, num_heads=128, ff_dim=32768, num_encoder_layers=48, num_decoder_layers=48)
+    payload["config"] |= sizes
+    vocab = translator.source_tokenizer.vocab_size, translator.target_tokenizer.vocab_size
+    with torch.device("meta"):
+        described = Seq2SeqTransformer(translator.model.config.__class__(**{**payload["config"]}), *vocab)
+    assert described.num_parameters() > 35e9
+    payload["weights"] = {k: torch.zeros(1).expand(v.shape) for k, v in described.state_dict().items()}
+    crafted = tmp_path / "35g.pt"
+    torch.save(payload, crafted)
+    assert crafted.stat().st_size < 1_000_000
+
+    def meta_only(*args, **kwargs):  # the real build would allocate 141 GB: make it a failure, not an OOM kill
+        if torch.empty(0).device.type != "meta":
+            raise AssertionError("the model was built with real memory from a file that does not hold its numbers")
+        return Seq2SeqTransformer(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "Seq2SeqTransformer", meta_only)
+    with pytest.raises(CheckpointError, match=r"a model of 35,[\d,]+ parameters, more than the 1,000,000,000"):
+        load_checkpoint(crafted)

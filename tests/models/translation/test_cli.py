@@ -23,15 +23,15 @@ ROOT = Path(__file__).resolve().parents[3]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 MULTI30K_FIXTURE = ROOT / "tests" / "fixtures" / "multi30k"
 TINY = [
-    "--d-model",
+    "--embed-dim",
     "16",
-    "--heads",
+    "--num-heads",
     "2",
-    "--encoder-layers",
+    "--num-encoder-layers",
     "1",
-    "--decoder-layers",
+    "--num-decoder-layers",
     "1",
-    "--feedforward",
+    "--ff-dim",
     "32",
     "--val-sentences",
     "8",
@@ -52,7 +52,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 def test_train_writes_a_checkpoint_with_config_tokenizers_and_metrics(checkpoint):
     translator, payload = load_checkpoint(checkpoint)
-    assert payload["config"]["d_model"] == 16 and payload["config"]["tokenizer"] == "word"
+    assert payload["config"]["embed_dim"] == 16 and payload["config"]["tokenizer"] == "word"
     assert payload["info"]["corpus"] == "captions" and payload["info"]["train_pairs"] == 200
     assert payload["metrics"]["steps"] == 4 and "val_bleu" in payload["metrics"]
     assert translator.source_tokenizer.vocab_size > 4
@@ -156,8 +156,8 @@ def test_multi30k_trains_evaluates_and_translates_from_the_shared_folder(tmp_pat
         (["--steps", "0"], "argument --steps: expected an integer of at least 1, got 0"),
         (["--epochs", "-2"], "argument --epochs: expected an integer of at least 1, got -2"),
         (["--epochs", "0"], "argument --epochs: expected an integer of at least 1, got 0"),
-        (["--heads", "0"], "argument --heads: expected an integer of at least 1, got 0"),
-        (["--heads", "3"], "d_model (64) must be divisible by heads (3)"),
+        (["--num-heads", "0"], "argument --num-heads/--heads: expected an integer of at least 1, got 0"),
+        (["--num-heads", "3"], "embed_dim (64) must be divisible by num_heads (3)"),
         (["--vocab-size", "0"], "argument --vocab-size: expected an integer of at least 5, got 0"),
         (["--eval-every", "-1"], "argument --eval-every: expected an integer of at least 0, got -1"),
         (["--dropout", "1"], "argument --dropout: expected a number in [0, 1), got 1"),
@@ -177,6 +177,21 @@ def test_train_options_are_checked_before_anything_loads(options, expected, tmp_
     assert exit_.value.code == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_old_model_flags_still_set_the_same_fields_with_a_warning(capsys):
+    """A learner's saved command with --d-model, --heads, ... trains the model it always did, and says the new names."""
+    old = ["--d-model", "32", "--heads", "2", "--feedforward", "48", "--encoder-layers", "3", "--decoder-layers", "1"]
+    new = ["--embed-dim", "32", "--num-heads", "2", "--ff-dim", "48", "--num-encoder-layers", "3"]
+    new += ["--num-decoder-layers", "1"]
+    config_new = cli._train_config(cli.build_parser().parse_args(["train", "--out", "x.pt", *new]))
+    assert "deprecated" not in capsys.readouterr().err
+    config_old = cli._train_config(cli.build_parser().parse_args(["train", "--out", "x.pt", *old]))
+    assert config_old == config_new and (config_new.embed_dim, config_new.num_heads, config_new.ff_dim) == (32, 2, 48)
+    assert (config_new.num_encoder_layers, config_new.num_decoder_layers) == (3, 1)
+    warnings = capsys.readouterr().err
+    for flag, renamed in cli.RENAMED_FLAGS.items():
+        assert f"warning: {flag} is deprecated and will be removed; use {renamed}" in warnings
 
 
 @pytest.mark.parametrize(
@@ -288,9 +303,12 @@ def _crafted(checkpoint: Path, tmp_path: Path, **config) -> Path:
     ("config", "expected"),
     [
         ({"max_len": 10**9}, "max_len 1000000000 is outside 1..8,192"),
-        ({"d_model": 2**20, "heads": 2}, "d_model 1048576 is outside 1..4,096"),
-        ({"encoder_layers": 10**6}, "encoder_layers 1000000 is outside 1..48"),
-        ({"d_model": 4096, "heads": 2}, "the config describes src_embedding"),  # within bounds, but not the file's
+        ({"embed_dim": 2**20, "num_heads": 2}, "embed_dim 1048576 is outside 1..4,096"),
+        ({"num_encoder_layers": 10**6}, "num_encoder_layers 1000000 is outside 1..48"),
+        (
+            {"embed_dim": 4096, "num_heads": 2},
+            "the config describes src_embedding",
+        ),  # within bounds, but not the file's
     ],
 )
 def test_crafted_config_is_refused_before_the_model_is_built(checkpoint, tmp_path, config, expected):
@@ -381,6 +399,31 @@ def test_out_that_exists_and_is_not_a_checkpoint_is_kept_unless_forced(tmp_path,
     assert load_checkpoint(notes)[1]["metrics"]["steps"] == 1
 
 
+@pytest.mark.parametrize(("out", "state"), [("notes.txt", "notes.resume.txt"), ("m7.pt", "m7.resume.pt")])
+def test_the_resume_file_beside_out_that_is_not_ours_is_kept_unless_forced(out, state, tmp_path, capsys, monkeypatch):
+    """The run's state goes to OUT's name with .resume: a file of the user's there is refused, as --out is."""
+    out, state = tmp_path / out, tmp_path / state
+    state.write_text("my own notes")
+    _refuse_training(monkeypatch)
+    assert main(["train", "--out", str(out), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {state}, where the run's resume state for --out {out} goes, exists and is not a checkpoint" in err
+    assert "--force" in err and state.read_text() == "my own notes" and not out.exists()
+    monkeypatch.undo()
+    assert main(["train", "--out", str(out), "--force", "--steps", "1", "--limit", "50", *TINY]) == 0
+    assert "training" in load_checkpoint(state)[1]  # forced: replaced by the run's state
+
+
+def test_a_resume_file_beside_out_that_is_a_folder_or_a_pipe_is_refused(tmp_path, capsys, monkeypatch):
+    _refuse_training(monkeypatch)
+    (tmp_path / "run.resume.pt").mkdir()
+    assert main(["train", "--out", str(tmp_path / "run.pt"), "--steps", "1", "--force"]) == 2
+    assert f"{tmp_path / 'run.resume.pt'} is a folder" in capsys.readouterr().err
+    os.mkfifo(tmp_path / "pipe.resume.pt")
+    assert main(["train", "--out", str(tmp_path / "pipe.pt"), "--steps", "1", "--force"]) == 2
+    assert "exists and is not a regular file" in capsys.readouterr().err
+
+
 def test_out_that_is_a_checkpoint_of_the_course_is_replaced(checkpoint, tmp_path):
     out = tmp_path / "again.pt"
     out.write_bytes(checkpoint.read_bytes())
@@ -442,6 +485,31 @@ def test_a_crafted_resume_file_is_refused_naming_its_field(training, info, expec
     err = capsys.readouterr().err
     assert f"error: {crafted}: {expected}" in err and "--limit" not in err
     assert not (tmp_path / "crafted.pt").exists()
+
+
+def test_a_resume_file_with_a_wrong_shaped_adam_state_is_refused_not_a_crash(checkpoint, tmp_path):
+    """torch's load_state_dict checks only the number of parameters; the fused AdamW kernel then reads and writes a
+    wrong-shaped running average out of bounds and the process dies (SIGSEGV). Run in a child process, so that a
+    crash is a failed test, not a dead test run."""
+    import subprocess
+
+    payload = torch.load(checkpoint.with_name("captions.resume.pt"), weights_only=True)
+    payload["training"]["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3)  # src_embedding's is (V, E)
+    crafted = tmp_path / "crafted.resume.pt"
+    torch.save(payload, crafted)
+    argv = ["train", "--resume", str(crafted), "--out", str(tmp_path / "out.pt"), "--quiet"]
+    child = subprocess.run(
+        [sys.executable, "-m", "helpers.models.translation", "--threads", "1", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.returncode == 2, (child.returncode, child.stderr[-2000:])
+    assert f"error: {crafted}: the optimiser state's exp_avg of src_embedding.embedding.weight is of shape (3,)" in (
+        child.stderr
+    ), child.stderr[-2000:]
+    assert not (tmp_path / "out.pt").exists()
 
 
 def test_ctrl_c_prints_one_line_with_the_command_that_continues(tmp_path, capsys, monkeypatch):

@@ -20,8 +20,8 @@ from helpers.models.translation import cli, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [
-    *("--d-model", "16", "--heads", "2", "--encoder-layers", "1", "--decoder-layers", "1"),
-    *("--feedforward", "32", "--val-sentences", "8", "--batch-tokens", "300", "--quiet"),
+    *("--embed-dim", "16", "--num-heads", "2", "--num-encoder-layers", "1", "--num-decoder-layers", "1"),
+    *("--ff-dim", "32", "--val-sentences", "8", "--batch-tokens", "300", "--quiet"),
 ]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

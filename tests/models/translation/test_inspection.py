@@ -10,7 +10,7 @@ from helpers.data.tokenization import train_tokenizer
 from helpers.models.translation import Seq2SeqTransformer, TranslationConfig, Translator
 from helpers.models.translation.inspection import attention_maps
 
-TINY = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, feedforward=32, dropout=0.0, max_len=32)
+TINY = dict(embed_dim=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, ff_dim=32, dropout=0.0, max_len=32)
 
 
 def tiny_translator(norm_first: bool = False) -> Translator:

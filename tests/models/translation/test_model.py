@@ -30,7 +30,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def stock_copy(model: Seq2SeqTransformer) -> nn.Transformer:
     """nn.Transformer with stock nn.TransformerDecoderLayer, loaded with the model's weights."""
     c = model.config
-    stock = nn.Transformer(c.d_model, c.heads, c.encoder_layers, c.decoder_layers, c.feedforward, 0.0, batch_first=True)
+    stock = nn.Transformer(
+        c.embed_dim, c.num_heads, c.num_encoder_layers, c.num_decoder_layers, c.ff_dim, 0.0, batch_first=True
+    )
     stock.load_state_dict(model.transformer.state_dict())
     return stock.eval()
 
@@ -41,7 +43,7 @@ def test_model_equals_stock_transformer_with_scaled_embeddings_and_sinusoidal_po
     model = tiny_model()
     src = random_source()
     tgt_in = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 9, PAD_ID], [BOS_ID, 4, PAD_ID, PAD_ID]])
-    E = model.config.d_model
+    E = model.config.embed_dim
     pe = sinusoidal_positional_encoding(32, E)
     src_x = model.src_embedding.weight[src] * math.sqrt(E) + pe[: src.size(1)]
     tgt_x = model.tgt_embedding.weight[tgt_in] * math.sqrt(E) + pe[: tgt_in.size(1)]
@@ -150,7 +152,9 @@ def test_ablating_every_encoder_head_leaves_each_source_token_to_itself():
     src = random_source(N=1, seed=1)
     changed = src.clone()
     changed[0, 2] = 4 if int(src[0, 2]) != 4 else 5  # another word at position 2 only
-    everything = {(layer, head) for layer in range(model.config.encoder_layers) for head in range(model.config.heads)}
+    everything = {
+        (layer, head) for layer in range(model.config.num_encoder_layers) for head in range(model.config.num_heads)
+    }
     with torch.no_grad():
         mixed = (model.encode(src)[0] - model.encode(changed)[0]).abs().amax(dim=-1)  # (1, S)
         with ablated_heads(model, everything, attention="encoder"):
@@ -168,7 +172,7 @@ def test_a_tied_output_layer_is_the_target_embedding_through_training_and_a_chec
     model = Seq2SeqTransformer(config, 11, 11)
     untied = Seq2SeqTransformer(replace(config, tie_output_embedding=False), 11, 11)
     assert model.generator.weight is model.tgt_embedding.weight
-    assert untied.num_parameters() - model.num_parameters() == 11 * TINY["d_model"]  # one (V, E) table fewer
+    assert untied.num_parameters() - model.num_parameters() == 11 * TINY["embed_dim"]  # one (V, E) table fewer
     start = model.generator.weight.detach().clone()
     train(model, copy_task(), config, steps=5, progress=False)
     assert not torch.equal(model.generator.weight, start)  # trained, and still one table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -31,7 +32,7 @@ from helpers.models.translation.training import (
 )
 
 TINY_CONFIG = replace(
-    LESSON_CONFIG, d_model=16, heads=2, encoder_layers=1, decoder_layers=1, feedforward=32, batch_tokens=300
+    LESSON_CONFIG, embed_dim=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ff_dim=32, batch_tokens=300
 )
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -286,3 +287,76 @@ def test_a_log_file_gets_one_summary_line_per_interval_not_a_progress_bar(exampl
     lines = [line for line in err.splitlines() if line.startswith("step ")]
     assert len(lines) == 6  # one a step (the interval is 0 here) and one at the end
     assert lines[-2].startswith("step 5/5 | loss ") and "tok/s" in lines[-2] and "left" in lines[-2]
+
+
+def _real_state(examples):
+    """A training state saved after two steps of a tiny run, and the model it belongs to."""
+    translator, pairs = examples
+    model, saved = _fresh_model(translator), []
+    train(model, pairs, TINY_CONFIG, steps=2, on_state=lambda state: saved.append(copy.deepcopy(state)), progress=False)
+    return saved[-1], model
+
+
+def _set(state: dict, path: tuple, value) -> dict:
+    state = copy.deepcopy(state)
+    *above, last = path
+    place = state
+    for key in above:
+        place = place[key]
+    if value is _DROP:
+        del place[last]
+    else:
+        place[last] = value
+    return state
+
+
+_DROP, _STRIDE_0 = object(), object()  # remove the entry; a stride-0 tensor of the parameter's shape
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("optimizer", "state", 0, "exp_avg"), torch.zeros(3), "exp_avg of src_embedding.embedding.weight is of shape"),
+        (("optimizer", "state", 1, "exp_avg_sq"), _STRIDE_0, "exp_avg_sq of tgt_embedding.embedding.weight of shape"),
+        (("optimizer", "state", 2, "exp_avg"), torch.zeros(48, 16, dtype=torch.long), "torch.int64; expected a float"),
+        (("optimizer", "state", 0, "step"), torch.tensor(float("nan")), "step of src_embedding.embedding.weight must"),
+        (("optimizer", "state", 0, "exp_avg_sq"), _DROP, "holds ['exp_avg', 'step'], expected"),
+        (("optimizer", "state", 99), {}, "an entry for parameter 99"),
+        (("optimizer", "param_groups", 0, "params"), [0, 1], "holds parameters [0, 1] (2), but the model has"),
+        (("optimizer", "state"), [], "is not an optimiser state dict"),
+        (("best_weights",), {}, "but the stored best weight is missing"),
+    ],
+)
+def test_an_optimizer_state_that_does_not_fit_the_model_is_refused_before_it_is_loaded(examples, path, value, expected):
+    """Fused AdamW runs over its state's tensors without checking them against the parameters (a wrong-shaped
+    exp_avg crashes the process): each one is checked, by name, before optimizer.load_state_dict."""
+    state, model = _real_state(examples)
+    check_training_state(state, model=model)  # the real one passes
+    if path[0] == "best_weights":
+        state["best_weights"] = model.state_dict()
+        check_training_state(state, model=model)
+    if value is _STRIDE_0:
+        value = torch.zeros(1).expand(dict(model.named_parameters())["tgt_embedding.embedding.weight"].shape)
+    crafted = _set(state, path, value)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        check_training_state(crafted, model=model)
+
+
+def test_a_resumed_training_state_gives_back_the_state_it_was_built_from(examples):
+    """TrainingState.resumed(saved).to_dict() is saved again: where the run stands, its end, its optimiser."""
+    from helpers.models.translation.training import TrainingState
+
+    saved, model = _real_state(examples)
+    state = TrainingState.resumed(model, make_optimizer(model, TINY_CONFIG), 1, copy.deepcopy(saved))
+    again = state.to_dict()
+    plain = ("step", "epoch", "position", "total_steps", "budget", "batches_per_step")
+    assert {k: again[k] for k in plain} == {k: saved[k] for k in plain} and again["step"] == 2
+    assert again["elapsed"] >= saved["elapsed"]  # the clock goes on from the time already spent
+    assert {k: v for k, v in again["history"].items() if "seconds" not in k} == {
+        k: v for k, v in saved["history"].items() if "seconds" not in k
+    }
+    for index, values in saved["optimizer"]["state"].items():
+        for key, tensor in values.items():
+            assert torch.equal(again["optimizer"]["state"][index][key], tensor), (index, key)
+    with pytest.raises(ValueError, match="took 1 batches a step; this one would take 2"):
+        TrainingState.resumed(model, make_optimizer(model, TINY_CONFIG), 2, saved)

@@ -47,7 +47,7 @@ def test_translate_with_attention_labels_every_row_and_column():
     translator = perturbed_translator()
     translation = translator.translate_with_attention(SENTENCES[0])
     assert translation.text == translator.translate(SENTENCES[:1])[0]
-    layers, h = translator.model.config.decoder_layers, translator.model.config.heads
+    layers, h = translator.model.config.num_decoder_layers, translator.model.config.num_heads
     L, S = len(translation.output_tokens), len(translation.source_tokens)
     assert translation.attention.shape == (layers, h, L, S)  # (layers, h, L, S)
     assert translation.source_tokens == translator.source_tokenizer.tokens(SENTENCES[0], add_special=True)

@@ -11,7 +11,7 @@ from helpers.models.translation import (
     Translator,
 )
 
-TINY = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, feedforward=32, dropout=0.0, max_len=32)
+TINY = dict(embed_dim=16, num_heads=2, num_encoder_layers=2, num_decoder_layers=2, ff_dim=32, dropout=0.0, max_len=32)
 
 
 def tiny_model(seed: int = 0, src_vocab: int = 11, tgt_vocab: int = 13) -> Seq2SeqTransformer:
