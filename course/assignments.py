@@ -690,8 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser.add_argument(
         "--no-sandbox",
         action="store_true",
-        help="run the notebooks without bubblewrap's sandbox, with only the protections listed below under "
-        "--no-sandbox (for a machine without bwrap, and only for students you trust)",
+        help="run the notebooks without bubblewrap's sandbox: for a machine without bwrap, and only for students "
+        "you trust (see 'What it does NOT stop' above)",
     )
     args = parser.parse_args(argv)
     try:

@@ -18,7 +18,8 @@ checker (``GRADING_ENV`` set), reports the verdict as a display output of a MIME
 the checker reads, and only from the cells it wrote itself.
 
 The rest of the package runs on the teacher's side: :mod:`course.grading.checker` (the ``check`` command and
-its gradebook) and :mod:`course.grading.supervisor` (the process that runs one notebook).
+its gradebook), :mod:`course.grading.supervisor` (the process that runs one notebook) and
+:mod:`course.grading.sandbox` (the bubblewrap sandbox its kernel runs in).
 """
 
 from __future__ import annotations

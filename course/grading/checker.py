@@ -411,8 +411,8 @@ def run_submission(
     ``notebook_timeout_s`` (None: no bound) the whole notebook. ``sandboxed`` (the default) runs the kernel in
     the sandbox of :mod:`course.grading.sandbox`, each of its processes under ``memory_bytes`` of address
     space; where no sandbox can be made the notebook is not run (error rows say why) unless ``sandboxed`` is
-    False. Nothing is raised: an unreadable file, an
-    unknown lesson, a timeout or a dead kernel becomes ``problem`` and ``error`` rows.
+    False. Nothing is raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes
+    ``problem`` and ``error`` rows.
     """
     from course import assignments
 
@@ -473,7 +473,8 @@ def run_submission(
         wall = (notebook_timeout_s or timeout_s * (len(notebook.cells) + 1)) + 120
         # CPU seconds per process: a backstop behind the wall-clock limits (every core busy all the time).
         limits = sandbox.Limits(memory_bytes=memory_bytes, cpu_s=int(wall) * max(1, os.cpu_count() or 1))
-        box = sandbox_job(Path(scratch), env, limits) if sandboxed else None
+        kernel_env = dict(env)  # the supervisor keeps the host's view (HOME, TMPDIR in the scratch folder)
+        box = sandbox_job(Path(scratch), kernel_env, limits) if sandboxed else None
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
@@ -482,7 +483,7 @@ def run_submission(
             "notebook_timeout_s": notebook_timeout_s,
             "output_cap": output_cap,
             "work": str(work),
-            "env": env,
+            "env": kernel_env,
             "key": key,
             "sandbox": box,
         }

@@ -20,7 +20,8 @@ so that inside
 - it runs as user 65534 (nobody) when the checker runs as root (as the teacher, in a user namespace,
   otherwise) with no capabilities, in a session of its own (``--new-session``): it cannot
   read or write the teacher's files even where a view is shared, nor ptrace or signal a process outside;
-- ``prlimit`` bounds its address space (memory), CPU seconds, the processes of its user and each file's size;
+- ``prlimit`` bounds its address space (memory), CPU seconds, each file's size and (as nobody) the processes
+  of its user;
 - everything inside dies with the sandbox (``--die-with-parent``; killing the sandbox's first process ends
   its process namespace).
 """
@@ -50,11 +51,13 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Limits:
     """What one notebook's sandbox may use: ``memory_bytes`` of address space per process, ``cpu_s`` CPU
-    seconds per process, ``processes`` alive at once for the sandbox's user, ``file_bytes`` per file written."""
+    seconds per process, ``processes`` (and threads: a kernel has a dozen or more) alive at once for the
+    sandbox's user, ``file_bytes`` per file written. The process count is set only when the sandbox's user
+    is nobody (the checker run as root): for an ordinary teacher it would count the teacher's own processes."""
 
     memory_bytes: int = 8 * 2**30
     cpu_s: int = 3600
-    processes: int = 256
+    processes: int = 1024
     file_bytes: int = 2 * 2**30
 
     def __post_init__(self) -> None:
@@ -119,7 +122,8 @@ def kernel_prefix(
     if None in tools.values():
         raise SandboxUnavailable(unavailable() or "a sandbox tool is missing")
     words = [tools["prlimit"], f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_s}"]
-    words += [f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--core=0", "--", tools["bwrap"]]
+    words += [f"--nproc={limits.processes}"] if os.geteuid() == 0 else []
+    words += [f"--fsize={limits.file_bytes}", "--core=0", "--", tools["bwrap"]]
     words += ["--ro-bind", "/usr", "/usr"]
     for name in _MERGED_USR:
         top = Path("/") / name
