@@ -683,6 +683,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser.add_argument(
         "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of the lessons (default: %(default)s)"
     )
+    check_parser.add_argument(
+        "--memory",
+        type=_positive_int,
+        default=8192,
+        help="MiB of address space each process of a notebook may use (default: %(default)s)",
+    )
+    check_parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the notebooks without bubblewrap's sandbox: for a machine without bwrap, and only for students "
+        "you trust (see 'What it does NOT stop' above)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
@@ -693,10 +705,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "collapse":
             return _collapse(args.notebooks, args.check)
         elif args.command == "check":
-            from course.grading.checker import check_command
+            from course.grading.checker import check_command, refuse_to_check
 
+            refused = refuse_to_check(args.out, sandboxed=not args.no_sandbox)
+            if refused:
+                print(f"error: {refused}", file=sys.stderr)
+                return 2
             return check_command(
-                args.submissions, args.timeout, args.notebook_timeout, args.out, args.notebooks, args.output_cap
+                args.submissions,
+                args.timeout,
+                args.notebook_timeout,
+                args.out,
+                args.notebooks,
+                args.output_cap,
+                sandboxed=not args.no_sandbox,
+                memory_mib=args.memory,
             )
         else:
             _list(args.notebooks)

@@ -9,13 +9,17 @@ notebook that ``python -m course.assignments check`` runs::
     assert graded(check_attention_weights, "attention_weights").passed, "read the verdict above"
 
 It refuses a check that is not the course's own (a ``check_...`` redefined or rebound from an answer
-cell, in the notebook or in its module), looks the learner's function up by name (a function whose cell
+cell, in the notebook or in its module), refuses to grade in a kernel where the notebook set up a known way
+to forge a verdict (an IPython event hook such as ``post_run_cell`` registered from the notebook's code, this
+module's functions or IPython's display path replaced: see ``tampering``; looked for before and after the
+check runs the learner's code), looks the learner's function up by name (a function whose cell
 never ran is reported, not a ``NameError`` from deep inside), runs the check, and, under the course's
 checker (``GRADING_ENV`` set), reports the verdict as a display output of a MIME type of its own that only
 the checker reads, and only from the cells it wrote itself.
 
 The rest of the package runs on the teacher's side: :mod:`course.grading.checker` (the ``check`` command and
-its gradebook) and :mod:`course.grading.supervisor` (the process that runs one notebook).
+its gradebook), :mod:`course.grading.supervisor` (the process that runs one notebook) and
+:mod:`course.grading.sandbox` (the bubblewrap sandbox its kernel runs in).
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRADING_ENV", "VERDICT_MIME", "NotGenuine", "graded"]
+__all__ = ["GRADING_ENV", "VERDICT_MIME", "NotGenuine", "graded", "tampering"]
 
 #: Set by the checker in the kernel's environment: verdicts are then also displayed as ``VERDICT_MIME``.
 GRADING_ENV = "ATTENTION_COURSE_GRADING"
@@ -73,6 +78,79 @@ def _genuine_check(check: Any) -> None:
         raise NotGenuine("course.exercises.feedback.run_check was replaced: the checks cannot report a verdict")
 
 
+# IPython's events whose callbacks run around every cell: a hook there could display a forged verdict.
+_EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell")
+_GUARDED = ("graded", "_report", "tampering", "_refuse_tampering", "_genuine_check", "_defined_in_course", "_installed")
+
+
+def _installed(function: Any) -> bool:
+    """Whether ``function`` (or the method behind a bound method or a callable object) was compiled from a
+    file of the Python installation or the course, not from a notebook's cell."""
+    function = getattr(function, "__func__", function)
+    if not isinstance(function, types.FunctionType) and not isinstance(function, types.BuiltinFunctionType):
+        method = type(function).__dict__.get("__call__")  # a callable object: the code its calls run
+        function = getattr(method, "__func__", method)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return isinstance(function, (types.BuiltinFunctionType, types.WrapperDescriptorType))
+    try:
+        path = Path(code.co_filename).resolve()
+    except (OSError, ValueError):
+        return False
+    homes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), _COURSE}
+    return path.is_file() and any(home in path.parents for home in homes)
+
+
+def _compiled_here() -> dict[str, types.CodeType]:
+    """This module's top-level functions' code, compiled afresh from its file."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    code = compile(source, __file__, "exec", dont_inherit=True)
+    return {const.co_name: const for const in code.co_consts if isinstance(const, types.CodeType)}
+
+
+def tampering() -> str | None:
+    """What, in this kernel, the notebook changed so that it could forge a verdict; None if nothing known.
+
+    Looked for: this module's functions (``graded``, ``_report``...) not the code of this module's file, an
+    IPython event callback (``post_run_cell``...) that was not compiled from a file of the installation or
+    the course, and IPython's ``display`` or the shell's display publisher replaced. This is detection
+    inside the learner's own kernel: code that patches Python itself (builtins, ``compile``, this check's
+    helpers from a file with a forged name) can still hide; docs/teaching.md says what that leaves open.
+    """
+    module = sys.modules.get(__name__)
+    fresh = _compiled_here()
+    for name in _GUARDED:
+        function = getattr(module, name, None)
+        if getattr(function, "__code__", None) != fresh.get(name):
+            return f"course.grading.{name} was replaced from the notebook"
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    for event in _EVENTS:
+        for callback in shell.events.callbacks.get(event, []):
+            if not _installed(callback):
+                name = getattr(callback, "__qualname__", type(callback).__name__)
+                return f"the notebook registered a {event} hook ({name}), which could change what a check reports"
+    import IPython.display
+
+    publisher = getattr(shell, "display_pub", None)
+    replaced = [
+        label
+        for label, function in (
+            ("IPython.display.display", IPython.display.display),
+            ("the shell's display publisher", getattr(publisher, "publish", None)),
+        )
+        if function is None or not _installed(function)
+    ]
+    if replaced:
+        return f"{replaced[0]} was replaced from the notebook: a verdict shown through it could be forged"
+    return None
+
+
 def _user_namespace() -> dict[str, Any]:
     try:
         from IPython import get_ipython
@@ -80,6 +158,12 @@ def _user_namespace() -> dict[str, Any]:
         return inspect.stack()[2].frame.f_globals
     shell = get_ipython()
     return shell.user_ns if shell is not None else inspect.stack()[2].frame.f_globals
+
+
+def _refuse_tampering() -> None:
+    found = tampering()
+    if found:
+        raise NotGenuine(f"not graded: {found}")
 
 
 def _report(function: str, check: str, status: str, message: str) -> None:
@@ -102,6 +186,7 @@ def graded(check: Any, function: str):
     label = getattr(check, "__name__", repr(check))
     try:
         _genuine_check(check)
+        _refuse_tampering()
     except NotGenuine as problem:
         _report(function, label, "error", str(problem))
         raise
@@ -117,5 +202,10 @@ def graded(check: Any, function: str):
         message = f"{label} returned {type(verdict).__name__}, not the course's verdict: something replaced it"
         _report(function, label, "error", message)
         raise NotGenuine(message)
+    try:
+        _refuse_tampering()  # again: the learner's code, called by the check, may have set something up
+    except NotGenuine as problem:
+        _report(function, label, "error", str(problem))
+        raise
     _report(function, label, verdict.status, verdict.message)
     return verdict

@@ -9,10 +9,12 @@ For each handed-in notebook the checker
    replaced by a locked cell of its own (``graded(check, "function")``, as in nbgrader's test cells), or
    inserted where the student deleted it, so that a check redefined in an answer cell is never the one used;
 3. runs that notebook in a supervisor process (:mod:`course.grading.supervisor`) started in a session of its
-   own, in a fresh temporary folder, with a minimal environment, and reads the signed result it returns;
+   own, with a minimal environment, whose kernel runs in the sandbox of :mod:`course.grading.sandbox` (a
+   fresh temporary folder holding only the notebook, the course read-only, no network, its own processes),
+   and reads the signed result it returns, only from a supervisor that exited by itself;
 4. kills every process left from that notebook, whatever it did to detach itself;
 5. gives every exercise a row: ``pass``, ``wrong``, ``not attempted`` or ``error`` (it did not run: its
-   cell crashed, the notebook timed out before it, the kernel died), and 1 point for a pass.
+   cell crashed, its check timed out and was interrupted, the kernel died), and 1 point for a pass.
 
 ``CHECK_ISOLATION`` is the teacher's summary of what this protects against (shown by ``check --help``).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import functools
 import io
 import json
 import os
@@ -40,7 +43,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode, v4
 
-from course.grading import GRADING_ENV
+from course.grading import GRADING_ENV, sandbox
 from course.grading.supervisor import sign
 
 __all__ = [
@@ -62,29 +65,28 @@ OUTPUT_CAP_BYTES = 10_000_000  # cell outputs kept per notebook; the rest is dro
 _MESSAGE_CHARS = 500
 
 CHECK_ISOLATION = """\
-Each notebook is run by a process of its own, started in a session (process group) of its own, in a fresh
-temporary folder that holds only a copy of the notebook (deleted afterwards), with a minimal environment:
-PATH, a temporary HOME and TMPDIR, MPLBACKEND=Agg, LANG, thread settings (OMP_NUM_THREADS, MKL_NUM_THREADS)
-and what the lessons read (ATTENTION_COURSE_CACHE pointing at your download cache, MULTI30K_DIR if you set
-it). Your tokens and credentials in environment variables are not passed on.
+The sandbox (bubblewrap, `bwrap`; refused to run without it unless you pass --no-sandbox): each notebook's
+kernel sees read-only views of the system, Python and the course's helpers/, course/ and data/ (not the
+solutions in notebooks/, not other students' files, not your home folder), a folder holding only its own
+notebook and a private /tmp; it has its own process namespace (it cannot see, read the memory of, write to or
+kill the checker or its supervisor), no network, runs as nobody when you are root, and each of its processes is
+limited to --memory MiB. The supervisor that reads and signs the verdicts stays outside; a result counts only
+from a supervisor that exited by itself.
 
 Verdicts: the check cell after each exercise is replaced by a locked cell that imports the course's check,
-verifies it is the course's own (a check redefined or rebound from an answer cell is refused), and reports
-the verdict as a display output that is read only from those cells. The result comes back signed with a key
-the notebook never sees; what the notebook prints, writes to file descriptors 1 and 2 (which go nowhere),
-or writes into the checker's pipes is not counted. Rows are written with a CSV writer (messages on one
-line), so no message can add a row. After each notebook every process it left behind is killed, also one
-that detached itself (a new session, a double fork); at most 10 MB of its outputs are kept. A cell that runs
-longer than --timeout, a notebook longer than --notebook-timeout, a kernel that dies, or a notebook that
-kills its supervisor ends that notebook only: its exercises get rows with verdict 'error', checking goes
-on, and the exit status is 1 at the end.
+verifies it is the course's own, re-reads the course's grading code from its read-only file, refuses a kernel
+where the notebook registered an IPython event hook (post_run_cell...) or replaced the display path, and shows
+the verdict as a display output read only from those cells (one per cell). What the notebook prints or writes
+to file descriptors 1 and 2 is not counted. Rows are written with a CSV writer (messages on one line). A cell
+longer than --timeout is interrupted and the notebook goes on (its exercise scores 0, as in nbgrader); a
+notebook longer than --notebook-timeout, or a kernel that dies, ends that notebook only: its exercises get
+rows with verdict 'error', checking goes on, and the exit status is 1 at the end.
 
-What it does NOT isolate: the code runs as your user, so it can read and write anything your account can
-by absolute path (the course's data, your home folder, other students' submissions), use the network, look
-for the checker's own process and stop it, and, inside its own kernel, patch the libraries a check uses
-(torch, the course's modules) so that a wrong answer looks right. It is made for marking honest work, not
-a sandbox for hostile code: for that, run the command in a container or a throw-away account with nothing
-to lose (for example `docker run --network none` with the course mounted read-only)."""
+What it does NOT stop: code inside the kernel can patch Python or the libraries a check uses (torch, builtins)
+in ways not detected, so that a wrong answer looks right; read the code of a surprising notebook. With
+--no-sandbox the code runs as your user and can read and write anything your account can (the solutions, other
+students' submissions), use the network and, as root, read the supervisor's memory: it is then not a sandbox
+for hostile code, so run it in a container (e.g. `docker run --network none`, the course mounted read-only)."""
 
 
 @dataclass(frozen=True)
@@ -192,10 +194,12 @@ def lesson_exercises(notebook: NotebookNode, name: str) -> list[GradedExercise]:
 
 
 def graded_cell_source(exercise: GradedExercise) -> str:
-    """The locked cell that grades one exercise (the same text nbgrader's test cells hold)."""
+    """The locked cell that grades one exercise (as nbgrader's test cells do, and re-reading the grading module
+    from its file first, so that functions of it replaced from the notebook are the course's again)."""
     return (
         f"from {exercise.module} import {exercise.check}  # the course's check, imported here\n"
-        "from course.grading import graded\n\n"
+        "import importlib, course.grading  # noqa: E401\n\n"
+        "graded = importlib.reload(course.grading).graded  # the course's own, whatever the notebook patched\n"
         f'_verdict = graded({exercise.check}, "{exercise.function}")\n'
         'assert _verdict.passed, "the check above did not pass: read its verdict"'
     )
@@ -270,6 +274,52 @@ def submission_environment(home: Path, token: str) -> dict[str, str]:
     return env
 
 
+@functools.cache
+def sandbox_unavailable() -> str | None:
+    """Why this machine cannot sandbox a notebook (None: it can); asked once per process."""
+    return sandbox.unavailable()
+
+
+def course_root() -> Path:
+    """The folder holding the course's ``helpers/``, ``course/`` and ``data/`` (what a kernel imports)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits) -> dict:
+    """The sandbox part of a supervisor's job: what the kernel sees (its notebook's folder, its sockets' folder,
+    the course read-only, no solutions) and the command prefix that puts it there. Changes ``env`` to match."""
+    work, sockets = scratch / "work", scratch / "sockets"
+    sockets.mkdir()
+    root = course_root()
+    readable = [root / "helpers", root / "course", root / "data", Path(env["ATTENTION_COURSE_CACHE"])]
+    readable += [Path(env["MULTI30K_DIR"])] if env.get("MULTI30K_DIR") else []
+    for folder in (work, sockets):
+        sandbox.give_to_sandbox(folder)
+    env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
+    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits)
+    return {"prefix": prefix, "sockets": str(sockets), "uid": sandbox.SANDBOX_UID}
+
+
+def refuse_to_check(out_dir: Path, sandboxed: bool) -> str | None:
+    """Why ``check`` should not start (None: it may), found before any notebook runs: no sandbox on this
+    machine (unless the teacher chose to go without), or a gradebook folder that cannot be written."""
+    if sandboxed and sandbox_unavailable():
+        return (
+            f"cannot sandbox the notebooks: {sandbox_unavailable()}. Install bubblewrap, or pass --no-sandbox "
+            "to run them without it (only for students you trust: see `check --help`)."
+        )
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        return f"--out {out_dir} is a file, not a folder: give the folder for gradebook.csv and totals.csv"
+    for name in ("gradebook.csv", "totals.csv"):
+        if (out_dir / name).is_dir():
+            return f"{out_dir / name} is a folder: the gradebook cannot be written there"
+    existing = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), Path("/"))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {out_dir}: {existing} cannot be written, so the gradebook could not be saved"
+    return None
+
+
 def _processes_with(token: str) -> list[int]:
     """Processes of this user whose environment holds ``RUN_TOKEN_ENV=token`` (what a notebook started)."""
     needle = f"{RUN_TOKEN_ENV}={token}".encode()
@@ -318,7 +368,9 @@ def _one_line(text: str) -> str:
 
 
 def _supervise(job: dict, work: Path, env: dict[str, str], wall_s: float) -> dict | None:
-    """Run the supervisor on ``job``; its verified result, or None (killed, crashed, forged, out of time)."""
+    """Run the supervisor on ``job``; its verified result, or None (killed, crashed, forged, out of time).
+
+    A result counts only from a supervisor that exited by itself with status 0, and only its signed line."""
     process = subprocess.Popen(
         [sys.executable, "-m", "course.grading.supervisor"],
         stdin=subprocess.PIPE,
@@ -333,6 +385,8 @@ def _supervise(job: dict, work: Path, env: dict[str, str], wall_s: float) -> dic
     )
     try:
         output, _ = process.communicate(json.dumps(job).encode(), timeout=wall_s)
+        if process.returncode != 0:  # killed (by a signal: negative) or crashed: whatever it wrote is not a result
+            output = b""
     except subprocess.TimeoutExpired:
         output = b""
     finally:
@@ -348,12 +402,17 @@ def run_submission(
     notebook_timeout_s: int | None = None,
     notebooks_dir: str | Path | None = None,
     output_cap: int = OUTPUT_CAP_BYTES,
+    sandboxed: bool = True,
+    memory_bytes: int = sandbox.Limits.memory_bytes,
 ) -> SubmissionReport:
     """Run one handed-in notebook as ``CHECK_ISOLATION`` says; a row for every exercise of its lesson.
 
-    ``timeout_s`` bounds each cell, ``notebook_timeout_s`` (None: no bound) the whole notebook. Nothing is
-    raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes ``problem`` and
-    ``error`` rows.
+    ``timeout_s`` bounds each cell (a cell over it is interrupted and the notebook goes on),
+    ``notebook_timeout_s`` (None: no bound) the whole notebook. ``sandboxed`` (the default) runs the kernel in
+    the sandbox of :mod:`course.grading.sandbox`, each of its processes under ``memory_bytes`` of address
+    space; where no sandbox can be made the notebook is not run (error rows say why) unless ``sandboxed`` is
+    False. Nothing is raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes
+    ``problem`` and ``error`` rows.
     """
     from course import assignments
 
@@ -365,7 +424,9 @@ def run_submission(
         rows = []
         for exercise in exercises:
             verdict = verdicts.get(exercise.function)
-            if verdict is None:
+            if verdict is None and exercise.function in timed_out:
+                status, message = "error", f"its check timed out after {timed_out[exercise.function]} s (interrupted)"
+            elif verdict is None:
                 status, message = "error", f"not graded: {problem or 'its check did not report a verdict'}"
             else:
                 status, message = verdict["status"], verdict["message"]
@@ -385,6 +446,7 @@ def run_submission(
             rows.append(CheckResult(str(path), "(notebook)", "error", _one_line(problem), student, lesson, 0, 0))
         return SubmissionReport(str(path), rows, problem)
 
+    timed_out: dict[str, int] = {}  # exercise -> the limit its check cell ran over
     source = notebooks_dir / path.name
     if not source.is_file():
         known = ", ".join(p.name for p in sorted(notebooks_dir.glob("*.ipynb"))[:3])
@@ -399,6 +461,8 @@ def run_submission(
         submission = assignments._read(path)
     except assignments.ReleaseError as error:
         return report(exercises, {}, f"cannot be read as a notebook: {error.problem}")
+    if sandboxed and sandbox_unavailable():
+        return report(exercises, {}, f"not run: no sandbox ({sandbox_unavailable()}); --no-sandbox runs it without")
     notebook, graded, numbers = grading_notebook(submission, exercises)
     token, key = secrets.token_hex(16), secrets.token_hex(32)
     with tempfile.TemporaryDirectory(prefix="check-") as scratch:
@@ -406,6 +470,11 @@ def run_submission(
         work.mkdir()
         shutil.copyfile(path, work / path.name)  # where the notebook "is", as when the student ran it
         env = submission_environment(home, token)
+        wall = (notebook_timeout_s or timeout_s * (len(notebook.cells) + 1)) + 120
+        # CPU seconds per process: a backstop behind the wall-clock limits (every core busy all the time).
+        limits = sandbox.Limits(memory_bytes=memory_bytes, cpu_s=int(wall) * max(1, os.cpu_count() or 1))
+        kernel_env = dict(env)  # the supervisor keeps the host's view (HOME, TMPDIR in the scratch folder)
+        box = sandbox_job(Path(scratch), kernel_env, limits) if sandboxed else None
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
@@ -414,10 +483,10 @@ def run_submission(
             "notebook_timeout_s": notebook_timeout_s,
             "output_cap": output_cap,
             "work": str(work),
-            "env": env,
+            "env": kernel_env,
             "key": key,
+            "sandbox": box,
         }
-        wall = (notebook_timeout_s or timeout_s * (len(notebook.cells) + 1)) + 120
         result = _supervise(job, work, env, wall)
     if result is None:
         return report(
@@ -429,6 +498,9 @@ def run_submission(
         genuine = exercise is not None and entry.get("function") == exercise.function
         if genuine and entry.get("status") in ("pass", "wrong", "not attempted", "error"):
             verdicts[exercise.function] = entry
+    for index, limit in result.get("timed_out", {}).items():
+        if int(index) in graded:
+            timed_out[graded[int(index)].function] = int(limit)
     problem = result.get("problem")
     if problem and result.get("dropped_output_bytes"):
         problem += f"; {result['dropped_output_bytes']:,} bytes of output over the {output_cap:,}-byte cap dropped"
@@ -436,10 +508,11 @@ def run_submission(
 
 
 def check_submission(
-    path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None
+    path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None, **options
 ) -> list[CheckResult]:
-    """The rows of one handed-in notebook (see :func:`run_submission`, which also says what stopped it)."""
-    return run_submission(path, timeout_s, notebook_timeout_s).results
+    """The rows of one handed-in notebook (see :func:`run_submission`, which also says what stopped it, and
+    takes the ``options``: ``notebooks_dir``, ``output_cap``, ``sandboxed``, ``memory_bytes``)."""
+    return run_submission(path, timeout_s, notebook_timeout_s, **options).results
 
 
 def _row(result: CheckResult) -> list[str]:
@@ -474,6 +547,8 @@ def check_command(
     out_dir: Path,
     notebooks_dir: Path,
     output_cap: int = OUTPUT_CAP_BYTES,
+    sandboxed: bool = True,
+    memory_mib: int = 8192,
 ) -> int:
     """Check every notebook: rows on stdout (TSV), gradebook.csv and totals.csv in ``out_dir``; 1 if any error."""
     from helpers.tools.files import write_atomically
@@ -483,7 +558,9 @@ def check_command(
     sys.stdout.flush()
     results: list[CheckResult] = []
     for path in paths:
-        report = run_submission(path, timeout_s, notebook_timeout_s, notebooks_dir, output_cap)
+        report = run_submission(
+            path, timeout_s, notebook_timeout_s, notebooks_dir, output_cap, sandboxed, memory_bytes=memory_mib * 2**20
+        )
         for result in report.results:
             out.writerow(_row(result))
         sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch

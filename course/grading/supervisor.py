@@ -2,15 +2,22 @@
 
 The checker (:mod:`course.grading.checker`) starts this process in a session of its own and writes the job to
 its standard input as one JSON object: the notebook to run, the cells whose verdicts count, time limits, an
-output cap, and a key. This process then
+output cap, a key, and (unless the teacher passed ``--no-sandbox``) the sandbox's command prefix. This process
+stays outside the sandbox (:mod:`course.grading.sandbox`): only the kernel runs inside, so the notebook cannot
+see this process, read its memory (where the key is) or write to its pipes. This process
 
+- makes itself not dumpable (without a sandbox, an ordinary user's notebook cannot read its memory either);
 - becomes a child subreaper (Linux), so that a process the notebook leaves behind, even one that detached
   itself, is re-parented here and can be found and killed;
-- starts the kernel with its standard output and error going nowhere (what a cell writes to file
-  descriptor 1 or 2, and a killed kernel's ZeroMQ traceback, never reach the teacher), and runs the notebook;
+- starts the kernel (in the sandbox, talking to it over Unix sockets) with its standard output and error
+  going nowhere (what a cell writes to file descriptor 1 or 2, and a killed kernel's ZeroMQ traceback, never
+  reach the teacher), and runs the notebook;
+- interrupts a cell that runs over its time limit and goes on with the next, as nbgrader does (a cell that
+  ignores the interrupt, or the whole notebook's time running out, ends the notebook);
 - keeps at most ``output_cap`` bytes of cell outputs (the rest is dropped and counted);
-- reads each verdict from the display output (``VERDICT_MIME``) of the cells the checker wrote, the last
-  one of each such cell (the check displays it after the learner's code has run);
+- reads each verdict from the display output (``VERDICT_MIME``) of the cells the checker wrote: the one
+  such output of each (a cell showing more than one, where a hook or the learner's code added one, is an
+  ``error``);
 - kills every process still alive below it;
 - writes one line to standard output: the result, signed with the key (HMAC-SHA256). A notebook that writes
   into this process's output pipe (through ``/proc``) cannot sign what it writes, so the checker ignores it.
@@ -29,8 +36,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 def sign(key: str, payload: str) -> str:
@@ -43,6 +52,16 @@ def become_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_undumpable() -> bool:
+    """Forbid core dumps and ptrace of this process, and make its /proc/<pid>/mem root's only: without a
+    sandbox (``--no-sandbox``) a notebook running as the same ordinary user cannot read the key from here."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -90,8 +109,32 @@ def kill_descendants(root: int) -> int:
     return killed
 
 
+def _sandboxed_kernel_manager(sandbox: dict):
+    """A kernel manager whose kernel runs inside the sandbox: the job's ``prefix`` (see
+    :func:`course.grading.sandbox.kernel_prefix`) before the kernel's command, Unix sockets in ``sockets``
+    (the sandbox has no network, so no TCP), interrupts sent as messages (the kernel, in a session of its
+    own inside the sandbox, interrupts itself)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    sockets = Path(sandbox["sockets"])
+
+    class SandboxedKernelManager(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            # The connection file (written just before this) is read by the sandbox's user.
+            os.chown(self.connection_file, sandbox["uid"], sandbox["uid"])
+            kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
+            return [*sandbox["prefix"], *kernel, *(extra_arguments or [])]
+
+    manager = SandboxedKernelManager(
+        kernel_name="python3", transport="ipc", ip=str(sockets / "kernel"), connection_file=str(sockets / "kernel.json")
+    )
+    manager.kernel_spec.interrupt_mode = "message"
+    return manager
+
+
 def _client_class():
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError
 
     from course.grading import VERDICT_MIME
 
@@ -112,6 +155,18 @@ def _client_class():
             self.kept_bytes += size
             return super().output(outs, msg, display_id, cell_index)
 
+        # A cell over its time limit is interrupted and the notebook goes on, as nbgrader does. A cell that
+        # ignores the interrupt, or the whole notebook's time running out, ends the notebook.
+        timed_out: ClassVar[dict[int, int]] = {}  # cell index -> the limit it ran over (set per client)
+        current_index = 0
+        notebook_time_left = True
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            if self.current_index in self.timed_out or not self.notebook_time_left:
+                raise CellTimeoutError.error_from_timeout_and_cell("Cell execution timed out", timeout, cell)
+            self.timed_out[self.current_index] = timeout
+            return await super()._async_handle_timeout(timeout, cell)
+
     return CappedClient
 
 
@@ -128,26 +183,30 @@ def run(job: dict) -> dict:
     current = {"index": 0, "limit": timeout_s}
 
     def cell_started(cell, cell_index, **_) -> None:
-        current["index"] = cell_index
+        current["index"] = client.current_index = cell_index
 
     def cell_timeout(cell) -> int:
         limit = timeout_s
         if notebook_timeout_s is not None:
-            limit = max(1, min(timeout_s, math.ceil(notebook_timeout_s - (time.monotonic() - started))))
+            left = math.ceil(notebook_timeout_s - (time.monotonic() - started))
+            client.notebook_time_left = left > timeout_s
+            limit = max(1, min(timeout_s, left))
         current["limit"] = limit
         return limit
 
+    sandbox = job.get("sandbox")
     client = _client_class()(
         notebook,
+        km=_sandboxed_kernel_manager(sandbox) if sandbox else None,
         timeout_func=cell_timeout,
         kernel_name="python3",
         allow_errors=True,
-        interrupt_on_timeout=False,
+        interrupt_on_timeout=True,
         shutdown_kernel="immediate",  # no graceful goodbye (about 1 s a notebook): everything below is killed anyway
         on_cell_start=cell_started,
         resources={"metadata": {"path": job["work"]}},
     )
-    client.output_cap = job["output_cap"]
+    client.output_cap, client.timed_out = job["output_cap"], {}
     cell_numbers = job["cell_numbers"]  # a cell of this notebook -> its number in the handed-in notebook
 
     def where() -> str:
@@ -159,8 +218,10 @@ def run(job: dict) -> dict:
         client.execute(env=job["env"], cwd=job["work"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except CellTimeoutError:
         problem = f"timed out in {where()} after {current['limit']} s"
-        if current["limit"] < timeout_s:
+        if current["limit"] < timeout_s or not client.notebook_time_left:
             problem += f" (the whole notebook may take {notebook_timeout_s} s)"
+        else:
+            problem += " and did not stop when interrupted"
     except DeadKernelError:
         problem = f"kernel died in {where()}"
     except Exception as error:  # a kernel that cannot start, a broken message: this notebook only
@@ -172,16 +233,34 @@ def run(job: dict) -> dict:
             for output in notebook.cells[index].get("outputs", [])
             if output.get("output_type") == "display_data" and VERDICT_MIME in output.get("data", {})
         ]
-        if found and isinstance(found[-1], dict):
-            verdicts[str(index)] = {key: str(found[-1].get(key, "")) for key in ("function", "status", "message")}
+        if len(found) == 1 and isinstance(found[0], dict):
+            verdicts[str(index)] = {key: str(found[0].get(key, "")) for key in ("function", "status", "message")}
+        elif found:  # the course's check shows one: another came from the notebook's code (a hook, a display)
+            entries = [entry for entry in found if isinstance(entry, dict)]
+            said = next((str(e.get("message", "")) for e in entries if e.get("status") == "error"), None)
+            message = f"not graded: {len(found)} verdicts were shown where the check shows one (forged?)"
+            verdicts[str(index)] = {
+                "function": str(entries[-1].get("function", "")) if entries else "",
+                "status": "error",
+                # Any error shown among them (the check's refusal, say) is worth reading: the status stays error.
+                "message": message + (f"; one said: {said}" if said else ""),
+            }
+    if client.timed_out and problem is None:
+        cells = ", ".join(
+            f"{f'cell {cell_numbers[i]}' if cell_numbers[i] else 'a graded check cell'} after {limit} s"
+            for i, limit in sorted(client.timed_out.items())
+        )
+        problem = f"timed out and interrupted ({cells}); the rest of the notebook ran"
     return {
         "verdicts": verdicts,
         "problem": problem,
+        "timed_out": {str(index): limit for index, limit in client.timed_out.items()},
         "dropped_output_bytes": client.dropped_bytes,
     }
 
 
 def main() -> int:
+    become_undumpable()  # before the key is read
     job = json.loads(sys.stdin.read())
     become_subreaper()
     try:

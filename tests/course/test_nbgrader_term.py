@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from course.assignments import NOTEBOOKS_DIR, find_exercises, release
+from course.grading.checker import sandbox_unavailable
 
 LESSONS = ["02_queries_keys_values", "03_scaled_dot_product_attention"]
 NBGRADER = [sys.executable, "-m", "nbgrader"]
@@ -63,6 +64,15 @@ ANSWERS = {
 }
 EXPECTED = {"alice": "pass", "bob": "wrong", "carol": "wrong"}  # carol's loop: "error" (it never finished)
 LOOPING = "cross_attention_inputs"  # carol's loop: the check says "error" (it never finished)
+# erin is right except for lesson 03's first exercise, which never returns: both graders interrupt it (0 points)
+# and grade the two exercises after it (issue 38: `check` used to stop the notebook there and score them 0).
+ANSWERS["erin"] = {**ANSWERS["alice"], "attention_weights": "import time\nwhile True:\n    time.sleep(0.05)"}
+EXPECTED["erin"] = "pass"
+TIMED_OUT = {("carol", LOOPING), ("erin", "attention_weights")}  # the check says "error", nbgrader scores 0
+
+
+def expected_verdict(student: str, function: str) -> str:
+    return "error" if (student, function) in TIMED_OUT else EXPECTED[student]
 
 
 def solution_lines() -> set[str]:
@@ -137,6 +147,7 @@ def term(tmp_path_factory):
     shutil.copy(copies[0], dave)
     # The course's check on the same submissions, side by side with nbgrader.
     command = [sys.executable, "-m", "course.assignments", "check", "--timeout", str(CELL_TIMEOUT_S)]
+    command += ["--no-sandbox"] if sandbox_unavailable() else []  # .ci/run installs bubblewrap: the same verdicts
     command += ["--notebooks", str(lessons), "--out", str(root / "grades"), *map(str, handed_in)]
     checking = subprocess.Popen(
         command,
@@ -178,7 +189,7 @@ def test_every_exercise_is_graded_by_nbgrader_as_its_check_says(term):
     assert {function for _, _, function in term["scores"]} == functions
     for (student, _, function), (score, max_score) in term["scores"].items():
         assert max_score == 1, function  # each check is worth 1 point
-        assert score == (1 if EXPECTED[student] == "pass" else 0), (student, function, score)
+        assert score == (1 if expected_verdict(student, function) == "pass" else 0), (student, function, score)
 
 
 def test_the_course_check_gives_the_same_verdicts_and_points_as_nbgrader(term):
@@ -186,8 +197,7 @@ def test_the_course_check_gives_the_same_verdicts_and_points_as_nbgrader(term):
     assert set(rows) == set(term["scores"])
     for key, row in rows.items():
         student, _, function = key
-        expected = "error" if function == LOOPING and student == "carol" else EXPECTED[student]
-        assert row[3] == expected, row
+        assert row[3] == expected_verdict(student, function), row
         assert float(row[4]) == term["scores"][key][0], (row, term["scores"][key])
     assert term["check_status"] == 1, "carol's loop could not be graded: the exit status says so"
     book = list(csv.reader((term["root"] / "grades" / "gradebook.csv").open()))
@@ -235,3 +245,17 @@ def _lesson(name: str) -> nbformat.NotebookNode:
     from course.assignments import _read
 
     return _read(NOTEBOOKS_DIR / f"{name}.ipynb")
+
+
+def test_a_looping_answer_scores_0_and_the_exercises_after_it_still_run_in_both_routes(term):
+    lesson = LESSONS[1]
+    rows = {row[2]: row for row in term["check_rows"] if row[0] == "erin" and row[1] == lesson}
+    functions = [e.function for e in find_exercises(_lesson(lesson), lesson)]
+    assert functions[0] == "attention_weights" and len(functions) == 3
+    assert rows["attention_weights"][3:5] == ["error", "0"] and "timed out" in rows["attention_weights"][5]
+    assert "the rest of the notebook ran" in rows["(notebook)"][5], rows["(notebook)"]
+    for function in functions[1:]:  # after the loop: graded, and right
+        assert rows[function][3:5] == ["pass", "1"], rows[function]
+    nbgrader = [term["scores"]["erin", lesson, function][0] for function in functions]
+    assert nbgrader == [0, 1, 1]
+    assert [float(rows[function][4]) for function in functions] == nbgrader

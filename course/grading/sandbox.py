@@ -1,0 +1,168 @@
+"""The sandbox a handed-in notebook's kernel runs in: bubblewrap (``bwrap``) plus resource limits.
+
+The checker's supervisor (:mod:`course.grading.supervisor`) stays outside; only the kernel, and whatever the
+notebook starts, runs inside. The kernel command becomes::
+
+    prlimit --as=… --cpu=… --nproc=… --fsize=… --core=0 --
+      bwrap <a new root: read-only views of the system, Python and the course> --unshare-pid --unshare-net …
+        setpriv --reuid=65534 … python -m ipykernel_launcher -f <connection file>
+
+so that inside
+
+- the filesystem is a fresh, empty root holding read-only views of ``/usr`` (and ``/lib``, ``/bin``...),
+  a few files of ``/etc`` (no ``/etc/shadow``), the Python installation and its virtual environment, the
+  course's ``helpers/``, ``course/`` and ``data/`` (not ``notebooks/``: no solutions) and the download cache;
+  the only writable places are the notebook's own folder (a copy of the one notebook), a private ``/tmp``
+  and the folder of the kernel's sockets, all deleted afterwards;
+- it has its own process namespace (``/proc`` shows only the notebook's processes: no checker, no command
+  line naming other students), no network (its own empty network namespace: the kernel talks to the
+  supervisor through Unix sockets in a shared folder), its own IPC namespace and hostname;
+- it runs as user 65534 (nobody) when the checker runs as root (as the teacher, in a user namespace,
+  otherwise) with no capabilities, in a session of its own (``--new-session``): it cannot
+  read or write the teacher's files even where a view is shared, nor ptrace or signal a process outside;
+- ``prlimit`` bounds its address space (memory), CPU seconds, each file's size and (as nobody) the processes
+  of its user;
+- everything inside dies with the sandbox (``--die-with-parent``; killing the sandbox's first process ends
+  its process namespace).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SANDBOX_GID", "SANDBOX_UID", "Limits", "SandboxUnavailable", "kernel_prefix", "unavailable"]
+
+SANDBOX_UID = SANDBOX_GID = 65534  # "nobody": owns nothing of the teacher's
+# Files of /etc that programs read (the dynamic linker's cache, user names, time zone, fonts, certificates).
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime", "fonts", "ssl")
+_MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symbolic links into /usr on merged-/usr systems
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap (or prlimit/setpriv) is missing or cannot make a sandbox on this machine."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one notebook's sandbox may use: ``memory_bytes`` of address space per process, ``cpu_s`` CPU
+    seconds per process, ``processes`` (and threads: a kernel has a dozen or more) alive at once for the
+    sandbox's user, ``file_bytes`` per file written. The process count is set only when the sandbox's user
+    is nobody (the checker run as root): for an ordinary teacher it would count the teacher's own processes."""
+
+    memory_bytes: int = 8 * 2**30
+    cpu_s: int = 3600
+    processes: int = 1024
+    file_bytes: int = 2 * 2**30
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "cpu_s", "processes", "file_bytes"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"Limits.{name} should be a positive whole number, got {getattr(self, name)!r}")
+
+
+def _tools() -> dict[str, str | None]:
+    names = ("bwrap", "prlimit", "setpriv") if os.geteuid() == 0 else ("bwrap", "prlimit")
+    return {name: shutil.which(name) for name in names}
+
+
+def unavailable() -> str | None:
+    """Why no sandbox can be made here (None: it can): a missing tool, or bwrap refusing to start one."""
+    tools = _tools()
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        packages = {"bwrap": "bubblewrap", "prlimit": "util-linux", "setpriv": "util-linux"}
+        wanted = sorted({packages[name] for name in missing})
+        return f"{', '.join(missing)} not found (install the Debian/Ubuntu package {' and '.join(wanted)})"
+    trial = [tools["bwrap"], "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "true"]
+    try:
+        done = subprocess.run(trial, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap could not start: {error}"
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
+        return f"bwrap cannot make a sandbox on this machine ({reason}); it needs user or mount namespaces"
+    return None
+
+
+def _ancestors(path: Path) -> list[Path]:
+    return list(reversed(path.parents))[1:]  # /a/b/c -> /a, /a/b (not /)
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """The existing ``paths`` (resolved), without those inside another one (one view covers them)."""
+    resolved = sorted({Path(os.path.realpath(p)) for p in paths if Path(p).exists()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in resolved:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+def python_paths() -> list[Path]:
+    """The Python installation and virtual environment the kernel runs from (read-only inside)."""
+    return [Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parents[1]]
+
+
+def kernel_prefix(
+    readable: Sequence[Path], writable: Sequence[Path], cwd: Path, limits: Limits, uid: int = SANDBOX_UID
+) -> list[str]:
+    """The words put before the kernel's command so that it runs in the sandbox described above.
+
+    ``readable``: folders (or files) seen read-only at their own paths, besides the system and Python;
+    ``writable``: folders seen read-write at their own paths (they must be writable by ``uid``); ``cwd``:
+    the folder the kernel starts in. Raises ``SandboxUnavailable`` when a tool is missing.
+    """
+    tools = _tools()
+    if None in tools.values():
+        raise SandboxUnavailable(unavailable() or "a sandbox tool is missing")
+    words = [tools["prlimit"], f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_s}"]
+    words += [f"--nproc={limits.processes}"] if os.geteuid() == 0 else []
+    words += [f"--fsize={limits.file_bytes}", "--core=0", "--", tools["bwrap"]]
+    words += ["--ro-bind", "/usr", "/usr"]
+    for name in _MERGED_USR:
+        top = Path("/") / name
+        if top.is_symlink():
+            words += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            words += ["--ro-bind", str(top), str(top)]
+    for name in _ETC:
+        if (Path("/etc") / name).exists():
+            words += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    words += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    shown = [p for p in _outermost([*python_paths(), *readable]) if Path("/usr") not in [p, *p.parents]]
+    made: set[Path] = {Path("/tmp")}
+    for path, mode in [*((p, "--ro-bind") for p in shown), *((Path(p), "--bind") for p in writable)]:
+        for parent in _ancestors(path):
+            if parent not in made:  # bwrap would make it 0700 (owner root): the sandbox's user could not pass
+                words += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        words += [mode, str(path), str(path)]
+    words += ["--chdir", str(cwd), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    words += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session"]
+    # Inside, the kernel's parent is the namespace's first process: ipykernel, told its parent's pid by jupyter,
+    # would take itself for an orphan and quit. It needs no watch: it dies with the sandbox.
+    words += ["--unsetenv", "JPY_PARENT_PID"]
+    if os.geteuid() != 0:  # an ordinary teacher: bwrap makes a user namespace, the kernel keeps the teacher's uid
+        return [str(word) for word in [*words, "--unshare-user", "--"]]
+    # bwrap drops every capability; these two only let setpriv become the sandbox's user, which drops them.
+    words += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", tools["setpriv"]]
+    words += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    return [str(word) for word in words]
+
+
+def give_to_sandbox(path: Path, uid: int = SANDBOX_UID) -> None:
+    """Make ``path`` (a folder made for one notebook) and everything in it the sandbox user's, private to it
+    (as root; an ordinary teacher's sandbox keeps the teacher's uid, which owns it already)."""
+    if os.geteuid() != 0:
+        return
+    for folder, _, files in os.walk(path):
+        os.chown(folder, uid, uid)
+        os.chmod(folder, 0o700)
+        for name in files:
+            os.chown(Path(folder) / name, uid, uid)
