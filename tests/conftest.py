@@ -48,6 +48,7 @@ INTEGRATION = {
     "test_browser.py",
     "test_lab.py",
     "test_site_browser.py",
+    "tools/test_threads_processes.py",
 }
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
