@@ -132,6 +132,11 @@ class LoadFollower:
         self._chosen: int | None = None
         self._last = -math.inf
 
+    def saw(self, cell: str) -> None:
+        """A cell has run: if it set the thread count, that count stands."""
+        if "set_num_threads" in cell:
+            self.active = False
+
     def update(self, cell: str = "") -> None:
         torch = sys.modules.get("torch")  # not imported here: a notebook that never computes does not load it
         if not self.active or torch is None:
@@ -162,6 +167,8 @@ def follow_load_in_notebook() -> LoadFollower | None:
     follower = LoadFollower()
     shell._course_load_follower = follower
     shell.events.register("pre_run_cell", lambda info: follower.update(info.raw_cell or ""))
+    # The cell running now (it imports helpers) was not seen before it ran: a set_num_threads in it counts, too.
+    shell.events.register("post_run_cell", lambda result: follower.saw(getattr(result.info, "raw_cell", "") or ""))
     if "torch" in sys.modules:  # the cell importing helpers computes too: choose now
         follower.update()
     return follower

@@ -126,3 +126,11 @@ def test_a_count_changed_by_someone_else_ends_the_following(monkeypatch, torch_t
 
 def test_outside_a_notebook_nothing_is_registered():
     assert threads.follow_load_in_notebook() is None
+
+
+def test_a_cell_seen_only_after_it_ran_ends_the_following_if_it_set_the_threads():
+    follower = threads.LoadFollower()
+    follower.saw("x = torch.ones(3)")
+    assert follower.active
+    follower.saw("import helpers\ntorch.set_num_threads(1)")  # the cell that imported helpers: not seen before
+    assert not follower.active

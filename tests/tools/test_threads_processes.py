@@ -62,7 +62,18 @@ def test_a_lessons_kernel_follows_the_load_until_a_cell_sets_the_threads():
         "t.pick_threads = lambda: 2",
         "print(torch.get_num_threads())",
     ]
+    assert _printed(cells) == ["1", "2", "1"]
+    # Lessons 06-08 set one thread in the cell that imports helpers, before the follower sees any cell: it stands.
+    cells = [
+        "import torch\nimport helpers\ntorch.set_num_threads(1)",
+        "import helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 2",
+        "print(torch.get_num_threads())",
+    ]
+    assert _printed(cells) == ["1"]
+
+
+def _printed(cells: list[str]) -> list[str]:
+    """What the cells printed, run in a fresh kernel (one notebook)."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(notebook, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
-    printed = [c.outputs[0]["text"].strip() for c in notebook.cells if c.outputs]
-    assert printed == ["1", "2", "1"], printed
+    return [c.outputs[0]["text"].strip() for c in notebook.cells if c.outputs]
