@@ -221,11 +221,12 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every measurement (medians are shown)")
     parser.add_argument("--cli-steps", type=int, default=None, help="CLI steps (default 60 quick, 200 full)")
+    parser.add_argument("--no-cli", action="store_true", help="leave the CLI out (lessons only)")
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement here, one a line")
     args = parser.parse_args()
 
     steps = args.cli_steps or (60 if args.quick else 200)
-    tasks = {"cli": lambda variant: run_cli(variant, steps)}
+    tasks = {} if args.no_cli else {"cli": lambda variant: run_cli(variant, steps)}
     if args.quick:
         for name in WORKLOADS:
             numbers = re.findall(r"\d\d", name)
