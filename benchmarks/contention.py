@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -207,9 +208,11 @@ def table(rows: list[dict]) -> str:
         old_idle = seconds(task, "old", "idle")
         for variant in dict.fromkeys(r["variant"] for r in rows if r["task"] == task):
             idle, busy = seconds(task, variant, "idle"), seconds(task, variant, "busy")
+            cells = [idle, busy, busy / idle, idle / old_idle]
             lines.append(
-                f"| {task} | {variant} | {idle:.2f} | {busy:.2f} | {busy / idle:.2f} | {idle / old_idle:.2f} "
-                f"| {loads(task, variant, 'idle')} | {loads(task, variant, 'busy')} |"
+                f"| {task} | {variant} | "
+                + " | ".join("-" if math.isnan(c) else f"{c:.2f}" for c in cells)
+                + f" | {loads(task, variant, 'idle')} | {loads(task, variant, 'busy')} |"
             )
     return "\n".join(lines)
 
