@@ -77,7 +77,7 @@ seconds = time.perf_counter() - start
 from helpers.gpt import generate
 from helpers.models.language_model import chat_prompt, load_pretrained_lm
 model, tokenizer = load_pretrained_lm()
-prompt = torch.tensor([tokenizer.encode(chat_prompt("Translate into English: Ein Hund läuft im Schnee."))])
+prompt = chat_prompt(tokenizer, "Translate into English: Ein Hund läuft im Schnee.")
 text = torch.randint(0, 1000, (1, 64))
 start = time.perf_counter()
 with torch.no_grad():

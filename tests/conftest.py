@@ -106,7 +106,7 @@ def _student_copies_in_nbval_kernels(config, items) -> None:
     the lesson a second time in a fresh kernel, is left out. So a lesson is executed once per test run."""
     last_cell = {}  # nbval's collector of a lesson -> the position of its last cell in `items`
     for position, item in enumerate(items):
-        if type(item.parent).__name__ == "IPyNbFile" and os.path.dirname(str(item.path)) == NOTEBOOKS:
+        if type(getattr(item, "parent", None)).__name__ == "IPyNbFile" and os.path.dirname(str(item.path)) == NOTEBOOKS:
             last_cell[item.parent] = position
     for lesson, position in sorted(last_cell.items(), key=lambda pair: -pair[1]):  # from the end: places hold
         items.insert(position + 1, StudentCopyInLessonKernel.from_parent(lesson, name="student copy"))
