@@ -90,7 +90,7 @@ seconds = time.perf_counter() - start
 from helpers.analysis.circuits import AttentionOnlyTransformer, train_induction
 model = AttentionOnlyTransformer(32, 32, 4, num_layers=2, max_len=32)
 start = time.perf_counter()
-train_induction(model, REPEATS * 150, lengths=(8, 24), lr=1e-2, seed=0, every=50, repeated_only=True)
+train_induction(model, REPEATS * 150, lengths=(4, 12), lr=3e-3, seed=0, every=50, repeated_only=True)
 seconds = time.perf_counter() - start
 """,
 }
