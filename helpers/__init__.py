@@ -21,6 +21,13 @@ and a name such as ``helpers.viewing.head_view`` imports its module (here matplo
 
 import importlib
 
+from helpers.tools import threads as _threads
+
+# Before anything here imports torch: idle OpenMP threads sleep rather than spin, and in a notebook torch's thread
+# count follows the machine's load, cell by cell (helpers/tools/threads.py says why: up to 50x on a busy machine).
+_threads.prefer_passive_wait()
+_threads.follow_load_in_notebook()
+
 # name -> the module that defines it, imported on first use (PEP 562).
 _EXPORTS = {
     # helpers.attention
@@ -46,6 +53,9 @@ _EXPORTS = {
     # helpers.tools.cost
     "median_time": "helpers.tools.cost",
     "peak_memory": "helpers.tools.cost",
+    # helpers.tools.threads
+    "choose_threads": "helpers.tools.threads",
+    "pick_threads": "helpers.tools.threads",
     # helpers.data.corpus
     "ParallelCorpus": "helpers.data.corpus",
     "download_multi30k": "helpers.data.corpus",

@@ -5,6 +5,8 @@
 - ``one_torch_thread``: a fixture for tiny models; under pytest-xdist every worker runs torch on one thread, and so
   do the kernels and processes it starts.
 - ``SLOWEST_FIRST``: the files that take longest run first, so that both workers stay busy to the end.
+- Each lesson that nbval runs is followed by its student copy's exercises and checks, run in nbval's kernel
+  (``_student_copies_in_nbval_kernels``): a lesson is executed once per test run, not once more for its copy.
 - ``integration``: the marker of tests that start kernels, browsers, servers, several processes or the real
   135M-parameter model (listed in ``INTEGRATION`` below, by file). ``make test`` runs them; ``make unit`` leaves
   them out (``-m "not integration"``) to stay a quick loop.
@@ -23,6 +25,9 @@ import torch
 matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a test runner
 
 import matplotlib.pyplot as plt
+from student_copy_runs import RUN_TEST, StudentCopyInLessonKernel
+
+from helpers.tools.threads import prefer_passive_wait
 
 # Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
 # of torch's default two threads each would fight over two cores.
@@ -34,6 +39,11 @@ if PARALLEL_WORKERS > 1:
     torch.set_num_threads(1)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
+# Run serially (WORKERS=1), a kernel's threads follow the load cell by cell (helpers/tools/threads.py); in its
+# environment OpenMP's idle threads sleep instead of spinning, which OpenMP reads only as torch loads: so here,
+# where every kernel and process the tests start inherits it. (This process loaded torch above: `make test` and
+# `make unit` set it on their command line.)
+prefer_passive_wait()
 
 
 # Files whose tests start kernels, browsers, servers or other processes, or load the real model (paths from tests/).
@@ -48,9 +58,11 @@ INTEGRATION = {
     "test_browser.py",
     "test_lab.py",
     "test_site_browser.py",
+    "tools/test_threads_processes.py",
 }
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
+NOTEBOOKS = os.path.join(ROOT, "notebooks")
 
 # The files that take longest, longest first (seconds on one worker of a 2-core machine, `--junitxml` of one
 # `make test`), paths from the repository root. They run first, and the hundreds of quick files fill the gaps
@@ -84,6 +96,29 @@ def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
     # A stable sort: the slow files first, in that order; every file's own tests (a lesson's cells) keep theirs.
     items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), ROOT).replace(os.sep, "/"), len(rank)))
+    if os.environ.get("COURSE_STUDENT_COPIES", "") != "full":
+        _student_copies_in_nbval_kernels(config, items)
+
+
+def _student_copies_in_nbval_kernels(config, items) -> None:
+    """Each lesson nbval runs gets one more item after its last cell: its student copy's exercises and checks, run
+    in nbval's kernel (tests/student_copy_runs.py), and test_student_copies.py's own run of it, which would execute
+    the lesson a second time in a fresh kernel, is left out. So a lesson is executed once per test run."""
+    last_cell = {}  # nbval's collector of a lesson -> the position of its last cell in `items`
+    for position, item in enumerate(items):
+        if type(getattr(item, "parent", None)).__name__ == "IPyNbFile" and os.path.dirname(str(item.path)) == NOTEBOOKS:
+            last_cell[item.parent] = position
+    for lesson, position in sorted(last_cell.items(), key=lambda pair: -pair[1]):  # from the end: places hold
+        items.insert(position + 1, StudentCopyInLessonKernel.from_parent(lesson, name="student copy"))
+    covered = {os.path.basename(str(lesson.path)) for lesson in last_cell}
+    left_out = [
+        item
+        for item in items
+        if getattr(item, "originalname", None) == RUN_TEST and item.callspec.params["lesson"].name in covered
+    ]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in left_out]
 
 
 @pytest.fixture(autouse=True)

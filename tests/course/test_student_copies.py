@@ -18,8 +18,11 @@ runs them; what a copy changes is that the learner's functions are unwritten and
 * statically (course/notebook_slices.py, Python's scope analysis): no cell after an exercise, other than its
   checks, uses a name the learner's code defines (except inside ``try ... except NotImplementedError``), and no
   kept cell uses a name only a solution-only cell defines;
-* for real, in a fresh kernel: the exercise cells and check cells of the copy, with the cells they need (those
-  that bind the names they use, and the set-up cell), judged by the rules above.
+* for real: the exercise cells and check cells of the copy, judged by the rules above. Where nbval runs the lesson
+  in the same session (`make test`), they run in nbval's kernel after its last cell, so that a lesson is executed
+  once (tests/student_copy_runs.py; tests/conftest.py adds that item and leaves this file's run of the lesson
+  out). Otherwise here, in a fresh kernel, with the cells they need (those that bind the names they use, and the
+  set-up cell).
 
 What that does not see, and a full run would: a solution that changes a shared object in place, or draws random
 numbers that a later cell's output depends on. ``COURSE_STUDENT_COPIES=full`` (``make student-copies``) executes
@@ -29,10 +32,7 @@ every copy top to bottom instead, as the scheduled CI job does; a lesson whose c
 
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
-import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,37 +40,26 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode, v4
+from student_copy_runs import (
+    RUN_TEST,
+    SOLUTION_ONLY_TAG,
+    cell_roles,
+    copy_problems_in_kernel,
+    problems_after_running,
+    run_in_kernel,
+    static_problems,
+    stdout_of,
+)
 
-from course.assignments import SOLUTION_ONLY_TAG, find_exercises, student_copy
 from course.assignments import main as assignments_main
-from course.notebook_slices import UnfollowableCell, learner_name_uses, needed_cells
+from course.assignments import student_copy
+from course.notebook_slices import UnfollowableCell, needed_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 LESSONS = sorted(NOTEBOOKS.glob("*.ipynb"))
 CELL_TIMEOUT_S = 900  # generous: in a full run lesson 06 trains a model in one cell on a busy 2-core runner
 FULL_RUNS = os.environ.get("COURSE_STUDENT_COPIES", "") == "full"
-VERDICT = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\]", re.MULTILINE)
-
-
-def _course_check_names() -> set[str]:
-    """Names of the course's exercise checks: every public ``check_*`` in course/exercises/."""
-    import course.exercises
-
-    names = set()
-    for module in pkgutil.iter_modules(course.exercises.__path__):
-        try:
-            imported = importlib.import_module(f"course.exercises.{module.name}")
-        except Exception:  # a broken check module shows up when its lesson runs; don't hide this file
-            continue
-        names.update(name for name in dir(imported) if name.startswith("check_"))
-    return names
-
-
-# A cell that calls one of the course's checks (not one that defines a check_ function).
-CHECK_CALL = re.compile(
-    r"(?<!def )\b(" + ("|".join(map(re.escape, sorted(_course_check_names()))) or "(?!)") + r")\s*\("
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,76 +77,6 @@ def execute(notebook: NotebookNode, cwd: Path) -> NotebookNode:
     )
     client.execute(env={**os.environ, "MPLBACKEND": "Agg"})
     return notebook
-
-
-def _tags(cell: NotebookNode) -> list[str]:
-    return list(cell.get("metadata", {}).get("tags", []))
-
-
-def _raises_on_purpose(cell: NotebookNode) -> bool:
-    first = cell.source.lstrip().split("\n", 1)[0]
-    return "raises-exception" in _tags(cell) or "NBVAL_RAISES_EXCEPTION" in first
-
-
-def _stdout(cell: NotebookNode) -> str:
-    return "".join(
-        o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream" and o.name == "stdout"
-    )
-
-
-def _roles(source: NotebookNode) -> tuple[list[NotebookNode], set[int], set[int]]:
-    """The kept cells of ``source`` (solution-only cells dropped), and which of them are exercises and checks."""
-    kept = [cell for cell in source.cells if SOLUTION_ONLY_TAG not in _tags(cell)]
-    code = [i for i, cell in enumerate(kept) if cell.cell_type == "code"]
-    exercises = {i for i in code if any(line.strip() == "# BEGIN SOLUTION" for line in kept[i].source.split("\n"))}
-    checks = {i for i in code if CHECK_CALL.search(kept[i].source) and i not in exercises}
-    for position, i in enumerate(code):
-        if i in exercises and position + 1 < len(code):
-            checks.add(code[position + 1])
-    return kept, exercises, checks
-
-
-def problems_after_running(
-    source: NotebookNode, executed: NotebookNode, skipped: frozenset[int] = frozenset()
-) -> list[str]:
-    """Everything wrong with an executed student copy of ``source`` (an empty list if all is well).
-
-    Cells are matched by position after dropping the source's ``solution-only`` cells, so this
-    does not trust the release tool to say which cells were exercises. ``skipped``: positions of cells
-    deliberately not run (not needed by any exercise or check); they are not judged.
-    """
-    kept, exercises, checks = _roles(source)
-    if len(kept) != len(executed.cells):
-        return [f"the student copy has {len(executed.cells)} cells, expected {len(kept)}"]
-    code = [
-        (i, src, run)
-        for i, (src, run) in enumerate(zip(kept, executed.cells, strict=True))
-        if src.cell_type == "code" and i not in skipped
-    ]
-    problems = []
-    for i, src, run in code:
-        where = f"cell {i} ({src.source.strip().splitlines()[0][:50]!r})" if src.source.strip() else f"cell {i}"
-        if run.get("execution_count") is None:
-            problems.append(f"{where} never ran")
-        errors = [o for o in run.outputs if o.output_type == "error"]
-        if i in exercises:
-            problems += [
-                f"{where} is an exercise but raised {e.ename}: {e.evalue}"
-                for e in errors
-                if e.ename != "NotImplementedError"
-            ]
-        elif not _raises_on_purpose(src):
-            problems += [f"{where} raised {e.ename}: {e.evalue}" for e in errors]
-        if i in checks:
-            verdicts = VERDICT.findall(_stdout(run))
-            if not verdicts:
-                problems.append(f"{where} is a check cell but printed no verdict")
-            problems += [
-                f"{where} printed [{v}] instead of [NOT ATTEMPTED YET]" for v in verdicts if v != "NOT ATTEMPTED YET"
-            ]
-    if not exercises:
-        problems.append("no exercise cells: nothing in this notebook was released as an exercise")
-    return problems
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,17 +149,19 @@ def test_a_copy_with_a_different_number_of_cells_is_a_problem():
     assert "expected 3" in _judge(_run_cell(STUDENT_EXERCISE), _run_cell(CHECK, NOT_ATTEMPTED))[0]
 
 
-def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
-    """End to end on a tiny lesson whose check uses the course's own feedback module."""
-    source = v4.new_notebook(
+DOUBLE_CHECK = "if double(3) != 6:\n            raise wrong('double(3) should be 6')"
+
+
+def _doubling_lesson(check_body: str = DOUBLE_CHECK) -> NotebookNode:
+    """A tiny lesson whose check uses the course's own feedback module."""
+    return v4.new_notebook(
         cells=[
             v4.new_markdown_cell("# Doubling"),
             v4.new_code_cell(
                 "from course.exercises.feedback import run_check, wrong\n\n"
                 "def check_double(double):\n"
                 "    def body():\n"
-                "        if double(3) != 6:\n"
-                "            raise wrong('double(3) should be 6')\n"
+                f"        {check_body}\n"
                 "        return 'double works.'\n"
                 "    return run_check('doubling', body)"
             ),
@@ -251,35 +172,41 @@ def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
+
+
+def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
+    """End to end on a tiny lesson, in a fresh kernel."""
+    source = _doubling_lesson()
     executed = execute(student_copy(source, "fixture.ipynb"), ROOT)
     assert problems_after_running(source, executed) == []
-    assert _stdout(executed.cells[3]).startswith("[NOT ATTEMPTED YET] doubling")
-    assert _stdout(executed.cells[4]) == "6\n"
+    assert stdout_of(executed.cells[3]).startswith("[NOT ATTEMPTED YET] doubling")
+    assert stdout_of(executed.cells[4]) == "6\n"
+
+
+def test_a_copy_run_in_the_kernel_its_lesson_ran_in_is_judged_and_can_fail(tmp_path):
+    """What `make test` does after nbval's last cell of a lesson (tests/student_copy_runs.py): the copy's exercises
+    and checks run in that kernel. A check that passes without calling the learner's function passes the stub too."""
+    from nbval.kernel import RunningKernel
+
+    lessons = {"good.ipynb": _doubling_lesson(), "lax.ipynb": _doubling_lesson(check_body="pass")}
+    kernel = RunningKernel("python3", cwd=str(tmp_path))
+    problems = {}
+    try:
+        for name, lesson in lessons.items():
+            nbformat.write(lesson, tmp_path / name)
+            for cell in lesson.cells:  # the lesson as nbval runs it
+                if cell.cell_type == "code":
+                    assert not [o for o in run_in_kernel(kernel, cell.source).outputs if o.output_type == "error"]
+            problems[name] = copy_problems_in_kernel(tmp_path / name, kernel)
+    finally:
+        kernel.stop()
+    assert problems["good.ipynb"] == []
+    assert problems["lax.ipynb"] == ["cell 3 ('check_double(double)') printed [PASS] instead of [NOT ATTEMPTED YET]"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Every lesson's student copy
 # ---------------------------------------------------------------------------------------------
-RUN_TEST = "test_lesson_student_copy_runs_failing_only_in_exercises"
-
-
-def static_problems(source: NotebookNode, copy: NotebookNode) -> list[str]:
-    """What scope analysis finds wrong with ``copy``: later cells using the learner's names or solution-only ones."""
-    kept, exercises, checks = _roles(source)
-    position = {id(cell): i for i, cell in enumerate(kept)}  # source cell -> its place in the copy
-    functions: dict[int, list[str | None]] = {}
-    for exercise in find_exercises(source, "lesson"):
-        functions.setdefault(position[id(source.cells[exercise.cell_index])], []).append(exercise.function)
-    dropped: dict[int, str] = {}
-    next_kept = 0
-    for cell in source.cells:
-        if SOLUTION_ONLY_TAG not in _tags(cell):
-            next_kept += 1
-        elif cell.cell_type == "code":
-            dropped[next_kept] = dropped.get(next_kept, "") + "\n" + cell.source
-    cells = [cell.source if cell.cell_type == "code" else None for cell in copy.cells]
-    assert set(functions) == exercises, "find_exercises and the judge disagree on which cells are exercises"
-    return learner_name_uses(cells, functions, checks, dropped)
 
 
 def run_student_copy(lesson: Path) -> tuple[NotebookNode, frozenset[int], list[str]]:
@@ -293,7 +220,7 @@ def run_student_copy(lesson: Path) -> tuple[NotebookNode, frozenset[int], list[s
         return execute(copy, NOTEBOOKS), frozenset(), []
     try:
         problems = static_problems(source, copy)
-        _, exercises, checks = _roles(source)
+        _, exercises, checks = cell_roles(source)
         cells = [cell.source if cell.cell_type == "code" else None for cell in copy.cells]
         setup = next(i for i, cell in enumerate(cells) if cell is not None)
         run = needed_cells(cells, exercises | checks, always={setup})

@@ -44,6 +44,7 @@ from helpers.models.translation.pipeline import build_translator, fit
 from helpers.models.translation.training import check_training_state
 from helpers.models.translation.translator import Translator
 from helpers.tools.files import TEMPORARY_SUFFIX
+from helpers.tools.threads import pick_threads
 
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
@@ -164,8 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.config = _train_config(args)
         except ValueError as error:
             parser.error(str(error))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    # Torch's own default (every core) runs up to 50x slower when another process holds a core: see threads.py.
+    torch.set_num_threads(args.threads or pick_threads())
     try:
         return args.run(args)
     except KeyboardInterrupt:
@@ -214,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=positive_int,
         default=None,
-        help="CPU threads for PyTorch (default: PyTorch's choice; 1 is often fastest for the small "
-        "captions model on a busy machine)",
+        help="CPU threads for PyTorch (default: $OMP_NUM_THREADS if set, else the cores no other process is "
+        "busy on, shared among torchrun's processes: on a busy machine, threads beside another process's wait for it)",
     )
     parser.add_argument(
         "--device",

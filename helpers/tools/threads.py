@@ -1,0 +1,205 @@
+"""How many threads torch computes on, chosen for the machine's load, and how its idle threads wait.
+
+Why this module exists. torch runs an op on several threads through OpenMP, and each op ends at a barrier:
+every thread waits for the slowest. On a machine whose cores are all in use (a second kernel, a classroom
+server, a test run beside a lesson), one of those threads shares its core with another process and runs only
+part of the time, so *every* op waits for it, and while they wait the other threads spin (OpenMP's default
+waits actively for about 3 ms, longer than most of this course's ops), taking more of the CPU the slow thread
+needs. Measured on the course's 2-core machine (``benchmarks/contention.py``, ``benchmarks/RESULTS.md``): the
+captions translator at torch's default of 2 threads trained 4.1 times slower beside one busy process, and up to
+50 times slower at load 2-3, while on 1 thread it ran at nearly its idle speed. The remedy has two parts:
+
+- ``choose_threads``: compute on the cores nobody else is using (at least one), shared among this program's
+  own processes (torchrun ranks, grading workers). On an idle machine that is every core, as torch chooses
+  today, so nothing gets slower there.
+- ``prefer_passive_wait``: idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``), which
+  limits the damage when the load changes after the threads were chosen. OpenMP reads the variable once, when
+  torch's library loads (``import torch``), so it must be in the environment before that: ``import helpers``
+  sets it when torch is not imported yet (the command line, scripts), and ``make lab`` / ``make test`` put it
+  in the environment of the Jupyter server and of the test processes, whose kernels inherit it. A kernel that
+  imported torch first keeps the default: there the thread count alone does the work.
+
+In a notebook (``follow_load_in_notebook``, which ``import helpers`` calls inside IPython) the thread count is
+chosen again before each cell, at most every ``RECHOOSE_AFTER_S`` seconds, so that a lesson follows the load as
+it changes. A count set explicitly wins everywhere: ``OMP_NUM_THREADS`` in the environment, and a cell that
+calls ``torch.set_num_threads`` (lessons 06-08 fix one thread, so that their models do not depend on the
+machine), after which that kernel's count is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+WAIT_POLICY_VARIABLE = "OMP_WAIT_POLICY"
+# Either of these set by the user is an explicit choice of how OpenMP waits (GOMP_SPINCOUNT is GNU OpenMP's,
+# which torch's Linux wheels use); prefer_passive_wait then leaves both alone.
+WAIT_VARIABLES = (WAIT_POLICY_VARIABLE, "GOMP_SPINCOUNT")
+THREADS_VARIABLE = "OMP_NUM_THREADS"
+# A core counts as taken when other processes keep it busy at least this share of the time (see choose_threads).
+TAKEN_SHARE = 0.5
+RECHOOSE_AFTER_S = 2.0
+_SAMPLES = 10
+_SAMPLE_INTERVAL_S = 0.001
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or ``taskset``'s limit), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS and Windows have no affinity mask
+        return max(1, os.cpu_count() or 1)
+
+
+def busy_cores() -> float:
+    """How many cores other processes keep busy right now (a mean, so it can be fractional; 0.0 if unknown).
+
+    On Linux: the mean, over ``_SAMPLES`` readings about a millisecond apart, of the threads the kernel counts as
+    running (``procs_running`` in /proc/stat) less this process's own running threads. That is the load *now*;
+    ``os.getloadavg()`` lags by about a minute (it is a one-minute moving average), so a process started beside
+    a busy one would first see an idle machine. Elsewhere: ``os.getloadavg()[0]``, which counts this process too.
+    """
+    readings = []
+    for i in range(_SAMPLES):
+        running = _running_threads()
+        if running is None:
+            break
+        readings.append(max(0, running - _own_running_threads()))
+        if i + 1 < _SAMPLES:
+            time.sleep(_SAMPLE_INTERVAL_S)
+    if readings:
+        return sum(readings) / len(readings)
+    try:
+        return max(0.0, os.getloadavg()[0])
+    except (AttributeError, OSError):  # Windows; or no load average available
+        return 0.0
+
+
+def choose_threads(cores: int, busy: float, processes: int = 1) -> int:
+    """The threads one of ``processes`` processes of one program should compute on: the free cores, shared out.
+
+    ``cores`` are the CPUs available (``usable_cores()``); ``busy`` is how many of them other programs keep
+    busy (``busy_cores()``; a load average). A core counts as taken when it is busy at least ``TAKEN_SHARE`` of
+    the time, so the free cores are ``cores - busy`` rounded to the nearest whole core (a half rounds down to
+    taken); they are divided evenly among ``processes``; never fewer than 1 thread, never more than ``cores``.
+
+    >>> choose_threads(2, 0.0), choose_threads(2, 1.0), choose_threads(2, 3.5), choose_threads(16, 0.2, processes=4)
+    (2, 1, 1, 4)
+    """
+    if cores < 1 or processes < 1:
+        raise ValueError(f"expected cores >= 1 and processes >= 1, got cores={cores}, processes={processes}")
+    if not busy >= 0:  # also refuses NaN
+        raise ValueError(f"expected busy >= 0 (cores other programs use), got {busy}")
+    free = math.ceil(cores - busy - TAKEN_SHARE)  # cores - busy to the nearest whole, x.5 down
+    return max(1, min(cores, free // processes))
+
+
+def pick_threads(processes: int | None = None) -> int:
+    """The thread count for this process now: ``OMP_NUM_THREADS`` if it is set, else ``choose_threads`` on this
+    machine. ``processes`` defaults to torchrun's ``LOCAL_WORLD_SIZE`` (ranks sharing this machine), else 1."""
+    explicit = os.environ.get(THREADS_VARIABLE, "").strip()
+    if explicit.isdigit() and int(explicit) > 0:
+        return int(explicit)
+    if processes is None:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        processes = int(local) if local.isdigit() and int(local) > 0 else 1
+    return choose_threads(usable_cores(), busy_cores(), processes)
+
+
+def prefer_passive_wait() -> bool:
+    """Put ``OMP_WAIT_POLICY=PASSIVE`` in the environment unless the user chose how OpenMP waits.
+
+    Returns whether it takes effect in this process: only if torch (and with it OpenMP) is not loaded yet, since
+    OpenMP reads the variable once, when it loads. Processes started from here inherit it in any case.
+    """
+    if not any(os.environ.get(name) for name in WAIT_VARIABLES):
+        os.environ[WAIT_POLICY_VARIABLE] = "PASSIVE"
+    return "torch" not in sys.modules and os.environ.get(WAIT_POLICY_VARIABLE, "").upper() == "PASSIVE"
+
+
+class LoadFollower:
+    """Keeps torch's thread count at ``pick_threads()`` while nobody else sets it; ``update()`` re-chooses.
+
+    ``update(cell)`` is called before each notebook cell with the cell's source. It re-chooses at most every
+    ``RECHOOSE_AFTER_S`` seconds (sampling the load takes about 10 ms), and stops for good once a cell calls
+    ``torch.set_num_threads`` or the count is found changed by someone else: that choice then stands.
+    """
+
+    def __init__(self) -> None:
+        self.active = True
+        self._chosen: int | None = None
+        self._last = -math.inf
+
+    def saw(self, cell: str) -> None:
+        """A cell has run: if it set the thread count, that count stands."""
+        if "set_num_threads" in cell:
+            self.active = False
+
+    def update(self, cell: str = "") -> None:
+        torch = sys.modules.get("torch")  # not imported here: a notebook that never computes does not load it
+        if not self.active or torch is None:
+            return
+        if "set_num_threads" in cell or (self._chosen is not None and torch.get_num_threads() != self._chosen):
+            self.active = False  # the lesson (or the learner) chose a thread count
+            return
+        now = time.monotonic()
+        if now - self._last < RECHOOSE_AFTER_S:
+            return
+        self._last = now
+        self._chosen = pick_threads()
+        if torch.get_num_threads() != self._chosen:
+            torch.set_num_threads(self._chosen)
+
+
+def follow_load_in_notebook() -> LoadFollower | None:
+    """Inside an IPython kernel (a lesson), re-choose torch's threads before each cell (``LoadFollower``); the
+    follower is registered once per kernel. Returns it, or None outside IPython. IPython is not imported here:
+    only a process that already runs it has one."""
+    ipython_module = sys.modules.get("IPython")
+    shell = ipython_module.get_ipython() if ipython_module is not None else None
+    if shell is None:
+        return None
+    existing = getattr(shell, "_course_load_follower", None)
+    if existing is not None:
+        return existing
+    follower = LoadFollower()
+    shell._course_load_follower = follower
+    shell.events.register("pre_run_cell", lambda info: follower.update(info.raw_cell or ""))
+    # The cell running now (it imports helpers) was not seen before it ran: a set_num_threads in it counts, too.
+    shell.events.register("post_run_cell", lambda result: follower.saw(getattr(result.info, "raw_cell", "") or ""))
+    if "torch" in sys.modules:  # the cell importing helpers computes too: choose now
+        follower.update()
+    return follower
+
+
+def _running_threads() -> int | None:
+    """Threads the kernel counts as running or runnable, on every CPU (Linux's /proc/stat); None elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            for line in stat:
+                if line.startswith(b"procs_running "):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _own_running_threads() -> int:
+    """This process's threads in state R (running or runnable): the reading thread, and OpenMP threads that
+    spin while they wait, which are this process's load, not another's."""
+    count = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat", "rb") as stat:
+                # "pid (name) S ...": the state follows the name's closing parenthesis (a name may hold spaces)
+                if stat.read().rpartition(b")")[2].split()[0] == b"R":
+                    count += 1
+        except (OSError, IndexError):
+            continue
+    return max(1, count)

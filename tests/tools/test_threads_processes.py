@@ -1,0 +1,79 @@
+"""helpers.tools.threads in real processes: the load it sees, OpenMP's wait as torch's library reads it, and a
+kernel whose thread count follows the load cell by cell."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from helpers.tools import threads
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc and GNU OpenMP")
+
+
+@linux_only
+def test_a_busy_process_beside_this_one_is_seen_at_once():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # started: from now on it is always running or runnable
+        busy = threads.busy_cores()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert busy >= 0.9, busy  # a one-minute load average would still read the machine as it was before
+
+
+def _openmp_spin_count(code: str, **env: str) -> str:
+    """GNU OpenMP's spin count as it read it when torch's library loaded (OMP_DISPLAY_ENV=VERBOSE prints it)."""
+    environment = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
+    environment.update(OMP_DISPLAY_ENV="VERBOSE", **env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120, check=True
+    )
+    lines = [line for line in result.stderr.splitlines() if "GOMP_SPINCOUNT" in line]
+    assert lines, result.stderr[-2000:]
+    return lines[0].split("=")[1].strip().strip("'")
+
+
+@linux_only
+def test_importing_helpers_before_torch_makes_openmps_idle_threads_sleep():
+    assert _openmp_spin_count("import helpers, torch") == "0"  # PASSIVE: no spinning at all
+    # torch first: OpenMP read its environment before helpers could set it, and keeps its default 3 ms spin
+    assert _openmp_spin_count("import torch, helpers") == "300000"
+    # a user's own choice stands
+    assert _openmp_spin_count("import helpers, torch", OMP_WAIT_POLICY="ACTIVE") != "0"
+
+
+def test_a_lessons_kernel_follows_the_load_until_a_cell_sets_the_threads():
+    cells = [
+        # torch first, as the lessons do; then helpers registers the follower. Its choices are faked and not
+        # rate-limited, so that the test sees each one.
+        "import torch\nimport helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 1",
+        "print(torch.get_num_threads())",
+        "t.pick_threads = lambda: 2",
+        "print(torch.get_num_threads())",
+        "torch.set_num_threads(1)",
+        "t.pick_threads = lambda: 2",
+        "print(torch.get_num_threads())",
+    ]
+    assert _printed(cells) == ["1", "2", "1"]
+    # Lessons 06-08 set one thread in the cell that imports helpers, before the follower sees any cell: it stands.
+    cells = [
+        "import torch\nimport helpers\ntorch.set_num_threads(1)",
+        "import helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 2",
+        "print(torch.get_num_threads())",
+    ]
+    assert _printed(cells) == ["1"]
+
+
+def _printed(cells: list[str]) -> list[str]:
+    """What the cells printed, run in a fresh kernel (one notebook)."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(notebook, timeout=120, kernel_name="python3", shutdown_kernel="immediate").execute()
+    return [c.outputs[0]["text"].strip() for c in notebook.cells if c.outputs]
