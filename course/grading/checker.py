@@ -42,6 +42,15 @@ from nbformat import NotebookNode, v4
 
 from course.grading import GRADING_ENV
 from course.grading.supervisor import sign
+from course.solution_notebooks import (
+    NOTEBOOKS_DIR,
+    SOLUTION_ONLY_TAG,
+    ReleaseError,
+    check_imports,
+    find_exercises,
+    plain_python,
+    read_notebook,
+)
 
 __all__ = [
     "CHECK_ISOLATION",
@@ -130,33 +139,10 @@ def student_of(path: Path) -> str:
     return folder.name or str(path)
 
 
-def _check_imports(notebook: NotebookNode) -> dict[str, str]:
-    """check_... name -> the course.exercises module a lesson imports it from."""
-    found = {}
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(_plain_python(cell.source))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course.exercises."):
-                for alias in node.names:
-                    if alias.name.startswith("check_"):
-                        found[alias.asname or alias.name] = node.module
-    return found
-
-
-def _plain_python(source: str) -> str:
-    """A cell's text with IPython's magics and shell lines blanked (enough to parse imports and defs)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-
-
 def _check_calls(source: str) -> list[tuple[str, str]]:
     """(check name, function name) of each top-level ``check_x(function)`` call in a check cell."""
     try:
-        tree = ast.parse(_plain_python(source))
+        tree = ast.parse(plain_python(source))
     except SyntaxError:
         return []
     calls = []
@@ -175,15 +161,13 @@ def _check_calls(source: str) -> list[tuple[str, str]]:
 
 def lesson_exercises(notebook: NotebookNode, name: str) -> list[GradedExercise]:
     """The graded exercises of a solution notebook, in order: each exercise's function and the check after it."""
-    from course import assignments
-
-    imports = _check_imports(notebook)
+    imports = check_imports(notebook)
     graded = []
-    for exercise in assignments.find_exercises(notebook, name):
+    for exercise in find_exercises(notebook, name):
         later = [
             cell
             for cell in notebook.cells[exercise.cell_index + 1 :]
-            if cell.cell_type == "code" and assignments.SOLUTION_ONLY_TAG not in cell.metadata.get("tags", [])
+            if cell.cell_type == "code" and SOLUTION_ONLY_TAG not in cell.metadata.get("tags", [])
         ]
         for check, function in _check_calls(later[0].source) if later else []:
             if function == exercise.function and check in imports:
@@ -355,10 +339,8 @@ def run_submission(
     raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes ``problem`` and
     ``error`` rows.
     """
-    from course import assignments
-
     path = Path(path)
-    notebooks_dir = Path(notebooks_dir or assignments.NOTEBOOKS_DIR)
+    notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     student, lesson = student_of(path), path.stem
 
     def report(exercises, verdicts, problem):
@@ -392,12 +374,12 @@ def run_submission(
             [], {}, f"no lesson of this course is named {path.name} (expected a lesson's file name, e.g. {known})"
         )
     try:
-        exercises = lesson_exercises(assignments._read(source), str(source))
-    except assignments.ReleaseError as error:
+        exercises = lesson_exercises(read_notebook(source), str(source))
+    except ReleaseError as error:
         return report([], {}, f"its lesson cannot be read: {error}")
     try:
-        submission = assignments._read(path)
-    except assignments.ReleaseError as error:
+        submission = read_notebook(path)
+    except ReleaseError as error:
         return report(exercises, {}, f"cannot be read as a notebook: {error.problem}")
     notebook, graded, numbers = grading_notebook(submission, exercises)
     token, key = secrets.token_hex(16), secrets.token_hex(32)
