@@ -11,8 +11,9 @@ written between two single-hash markers on lines of their own, indented like the
 A release writes one student copy per lesson, with the same file name, into an output folder::
 
     python -m course.assignments release --out DIR      # or: make release  (DIR = student/)
+    python -m course.assignments release --out DIR --lessons 02 03 09   # only these lessons
     python -m course.assignments list                   # the exercises each lesson holds
-    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies: rows, grades/gradebook.csv, totals
+    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies (--jobs at once): rows, gradebook
     python -m course.assignments nbgrader               # nbgrader sources in classroom/source (--hide-checks: exam)
     python -m course.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
@@ -63,7 +64,15 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from course.grading.checker import CHECK_ISOLATION, CheckResult, SubmissionReport, check_submission, run_submission
+from course.grading.checker import (
+    CHECK_ISOLATION,
+    CheckResult,
+    SubmissionReport,
+    check_command,
+    check_submission,
+    run_submission,
+    usable_cores,
+)
 from course.solution_notebooks import (
     BEGIN_MARKER,
     END_MARKER,
@@ -123,18 +132,45 @@ def _write_atomically(path: Path, data: bytes) -> bool:
     return write_atomically(path, data, skip_unchanged=True)
 
 
-def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Write the student copy of every ``*.ipynb`` in ``notebooks_dir`` into ``out_dir``.
+def select_lessons(sources: Sequence[Path], lessons: Sequence[str]) -> list[Path]:
+    """The lesson files among ``sources`` that ``lessons`` names: by number (``02`` or ``2``), stem or file name.
 
+    Raises ``ReleaseError`` for a name that is no lesson, listing the lessons there are.
+    """
+    chosen = set()
+    for wanted in lessons:
+        number = wanted.zfill(2) if wanted.isdigit() else None
+        matches = [
+            source
+            for source in sources
+            if wanted in (source.name, source.stem) or (number is not None and source.stem.split("_")[0] == number)
+        ]
+        if not matches:
+            there = ", ".join(source.stem.split("_")[0] for source in sources)
+            folder = sources[0].parent if sources else "the lessons' folder"
+            raise ReleaseError(
+                str(folder), None, f"there is no lesson {wanted!r}: expected a lesson's number or name, one of {there}"
+            )
+        chosen.update(matches)
+    return sorted(chosen)
+
+
+def release(
+    out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR, lessons: Sequence[str] | None = None
+) -> list[Path]:
+    """Write the student copy of every ``*.ipynb`` in ``notebooks_dir`` (or of ``lessons`` only) into ``out_dir``.
+
+    ``lessons`` names lessons by number (``["02", "03", "09"]``) or file name (see :func:`select_lessons`).
     All notebooks are converted before anything is written, so one bad notebook leaves the
     output folder exactly as it was. Returns the paths of the student copies (sorted).
     """
     notebooks_dir, out_dir = Path(notebooks_dir), Path(out_dir)
     if not notebooks_dir.is_dir():
         raise ReleaseError(str(notebooks_dir), None, "expected a folder of lesson notebooks; it does not exist")
-    sources = sorted(notebooks_dir.glob("*.ipynb"))
-    if not sources:
+    every_lesson = sorted(notebooks_dir.glob("*.ipynb"))
+    if not every_lesson:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
+    sources = every_lesson if lessons is None else select_lessons(every_lesson, lessons)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
     _refuse_output_inside_lessons(out_dir, notebooks_dir, "the student copies")
@@ -150,7 +186,8 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
         changed = _write_atomically(target, data)
         print(f"{'wrote' if changed else 'unchanged'}  {target}")
         written.append(target)
-    stale = sorted(p.name for p in out_dir.glob("*.ipynb") if p.name not in contents)
+    lesson_names = {source.name for source in every_lesson}  # a lesson not chosen this time is not stale
+    stale = sorted(p.name for p in out_dir.glob("*.ipynb") if p.name not in lesson_names)
     if stale:
         print(f"left untouched (no lesson of that name; delete if they are old copies): {', '.join(stale)}")
     return written
@@ -355,14 +392,18 @@ def _list(notebooks_dir: Path) -> None:
             print(f"  cell index {exercise.cell_index:3d}  {function:32s} {exercise.lines} solution line(s)")
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, unit: str = "second") -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of {unit}s, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 second, got {value}")
+        raise argparse.ArgumentTypeError(f"expected at least 1 {unit}, got {value}")
     return value
+
+
+def _jobs(text: str) -> int:
+    return _positive_int(text, "job")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -372,6 +413,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
     release_parser.add_argument(
         "--out", required=True, type=Path, help="folder for the student copies (created if missing)"
+    )
+    release_parser.add_argument(
+        "--lessons",
+        nargs="+",
+        metavar="LESSON",
+        help="release only these lessons, by number or name (e.g. --lessons 02 03 09; default: every lesson)",
     )
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
     nbgrader_parser = commands.add_parser(
@@ -403,10 +450,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser = commands.add_parser(
         "check",
         help="run handed-in notebooks and write a gradebook (a row per exercise; tab-separated on stdout)",
-        description="Run handed-in notebooks, one at a time, and print one tab-separated row per exercise of each "
+        description="Run handed-in notebooks, --jobs at a time, and print one tab-separated row per exercise of each "
         "(student, lesson, exercise, verdict, points, message; verdict 'error' where it could not be graded, "
-        "and a '(notebook)' row saying what stopped a notebook), then write gradebook.csv and totals.csv to --out. "
-        "The exit status is 1 when any row is 'error'.\n\n" + CHECK_ISOLATION,
+        "and a '(notebook)' row saying what stopped a notebook), then add them to gradebook.csv in --out (a "
+        "notebook graded again replaces its old rows; every other row is kept) and rewrite totals.csv (per "
+        "student and lesson, and per student over all lessons). Cells that a spreadsheet would take for a "
+        "formula are written with a leading '. The exit status is 1 when any row is 'error', 2 when the batch "
+        "is refused before it runs (a name with control characters, a notebook given twice, a gradebook check "
+        "did not write).\n\n" + CHECK_ISOLATION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check_parser.add_argument(
@@ -436,20 +487,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser.add_argument(
         "--notebooks", type=Path, default=NOTEBOOKS_DIR, help="folder of the lessons (default: %(default)s)"
     )
+    check_parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=usable_cores(),
+        help="notebooks graded at once, each with one thread (default: the cores this process may use, %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
-            copies = release(args.out, args.notebooks)
+            copies = release(args.out, args.notebooks, args.lessons)
             print(f"{len(copies)} student copies in {args.out}")
         elif args.command == "nbgrader":
             _nbgrader(args.out, args.notebooks, args.hide_checks)
         elif args.command == "collapse":
             return _collapse(args.notebooks, args.check)
         elif args.command == "check":
-            from course.grading.checker import check_command
-
             return check_command(
-                args.submissions, args.timeout, args.notebook_timeout, args.out, args.notebooks, args.output_cap
+                args.submissions,
+                args.timeout,
+                args.notebook_timeout,
+                args.out,
+                args.notebooks,
+                args.output_cap,
+                jobs=args.jobs,
             )
         else:
             _list(args.notebooks)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import csv
-import io
+import functools
 import json
+import multiprocessing
 import os
 import re
 import secrets
@@ -33,7 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,17 @@ import nbformat
 from nbformat import NotebookNode, v4
 
 from course.grading import GRADING_ENV
+from course.grading.gradebook import (
+    COLUMNS,
+    NOTEBOOK_ROW,
+    TOTALS_COLUMNS,
+    GradebookError,
+    name_problem,
+    read_gradebook,
+    safe_cell,
+    table_text,
+    write_gradebook,
+)
 from course.grading.supervisor import sign
 from course.solution_notebooks import (
     NOTEBOOKS_DIR,
@@ -65,7 +77,6 @@ __all__ = [
     "student_of",
 ]
 
-COLUMNS = ("student", "lesson", "exercise", "verdict", "points", "message")
 RUN_TOKEN_ENV = "ATTENTION_COURSE_RUN"  # every process the notebook starts inherits it: how survivors are found
 OUTPUT_CAP_BYTES = 10_000_000  # cell outputs kept per notebook; the rest is dropped (and said so)
 _MESSAGE_CHARS = 500
@@ -425,28 +436,64 @@ def check_submission(
 
 
 def _row(result: CheckResult) -> list[str]:
-    points = "" if result.exercise == "(notebook)" else str(result.points)
+    """The gradebook row of one result (as text; :mod:`course.grading.gradebook` makes each cell safe)."""
+    points = "" if result.exercise == NOTEBOOK_ROW else str(result.points)
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
-def _csv_text(rows: list[list[str]], delimiter: str) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
-    writer.writerows(rows)
-    return buffer.getvalue()
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
-def totals(results: Sequence[CheckResult]) -> list[list[str]]:
-    """One row per student and lesson: points, out of, exercises not graded."""
-    table: dict[tuple[str, str], list[int]] = {}
-    for result in results:
-        if result.exercise == "(notebook)":
-            continue
-        entry = table.setdefault((result.student, result.lesson), [0, 0, 0])
-        entry[0] += result.points
-        entry[1] += result.max_points
-        entry[2] += result.status == "error"
-    return [[s, lesson, str(p), str(m), str(e)] for (s, lesson), (p, m, e) in table.items()]
+# Each worker's notebook gets one thread and a passive OpenMP wait, so that `jobs` kernels on `jobs` cores do
+# not each start a thread per core and spin waiting for the others (PyTorch's default is one per core).
+WORKER_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _set_worker_threads(settings: dict[str, str]) -> None:
+    """A worker's start: the thread settings every notebook it runs inherits (see submission_environment)."""
+    os.environ.update(settings)
+
+
+def graded_reports(paths: Sequence[Path], grade: Callable[[Path], SubmissionReport], jobs: int):
+    """``grade(path)`` for each path, ``jobs`` at a time, yielded in the order of ``paths`` as each is ready.
+
+    Each worker is a process of its own (started fresh, not forked from the checker), so that what grading
+    does to its process (signals, environment, limits) stays in that worker, and Ctrl-C reaches every worker,
+    which stops the notebook it runs as a single ``check`` does. With one job (or one path) it grades here.
+    """
+    workers = min(jobs, len(paths))
+    if workers <= 1:
+        yield from map(grade, paths)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, context, initializer=_set_worker_threads, initargs=(WORKER_THREADS,)) as pool:
+        futures = [pool.submit(grade, path) for path in paths]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:  # interrupted, or the caller stopped early: start no further notebook
+            for future in futures:
+                future.cancel()
+
+
+def _validate_batch(paths: Sequence[Path]) -> list[str]:
+    """What makes this batch ungradable before anything runs: a name no gradebook row can hold, a notebook twice."""
+    problems, seen = [], {}
+    for path in paths:
+        student, lesson = student_of(path), Path(path).stem
+        problems += filter(None, [name_problem(student, "student folder"), name_problem(lesson, "lesson file")])
+        if (student, lesson) in seen:
+            problems.append(
+                f"{student}'s {lesson} is given twice ({seen[student, lesson]} and {path}): the gradebook keeps "
+                "one notebook per student and lesson, so pass one of them"
+            )
+        seen[student, lesson] = path
+    return problems
 
 
 def check_command(
@@ -456,30 +503,52 @@ def check_command(
     out_dir: Path,
     notebooks_dir: Path,
     output_cap: int = OUTPUT_CAP_BYTES,
+    jobs: int = 1,
 ) -> int:
-    """Check every notebook: rows on stdout (TSV), gradebook.csv and totals.csv in ``out_dir``; 1 if any error."""
-    from helpers.tools.files import write_atomically
+    """Check every notebook, ``jobs`` at a time: rows on stdout (TSV); the gradebook in ``out_dir`` gains them.
 
-    out = csv.writer(sys.stdout, delimiter="\t", lineterminator="\n")
-    out.writerow(COLUMNS)
+    Exit status 1 if any row is ``error``, 2 if the batch or the gradebook already there is refused (nothing runs).
+    """
+    problems = _validate_batch(paths)
+    try:
+        read_gradebook(Path(out_dir) / "gradebook.csv")  # refuse a foreign file now, not after an hour of grading
+    except GradebookError as error:
+        problems.append(str(error))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        print("error: nothing was graded and the gradebook is unchanged.", file=sys.stderr)
+        return 2
+    sys.stdout.write(table_text([COLUMNS], "\t"))
     sys.stdout.flush()
+    grade = functools.partial(
+        run_submission,
+        timeout_s=timeout_s,
+        notebook_timeout_s=notebook_timeout_s,
+        notebooks_dir=notebooks_dir,
+        output_cap=output_cap,
+    )
     results: list[CheckResult] = []
-    for path in paths:
-        report = run_submission(path, timeout_s, notebook_timeout_s, notebooks_dir, output_cap)
-        for result in report.results:
-            out.writerow(_row(result))
+    started = time.monotonic()
+    for report in graded_reports(list(paths), grade, jobs):
+        sys.stdout.write(table_text(map(_row, report.results), "\t"))
         sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
         results.extend(report.results)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomically(out_dir / "gradebook.csv", _csv_text([list(COLUMNS), *map(_row, results)], ","))
-    total_rows = totals(results)
-    header = ["student", "lesson", "points", "out of", "not graded"]
-    write_atomically(out_dir / "totals.csv", _csv_text([header, *total_rows], ","))
-    widths = [max(len(str(row[i])) for row in [header, *total_rows]) for i in range(len(header))]
-    for row in [header, *total_rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)), file=sys.stderr)
+    elapsed = time.monotonic() - started
+    rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
+    graded_now = {result.student for result in results}
+    shown = [row for row in total_rows if row[0] in graded_now]
+    text_rows = [list(TOTALS_COLUMNS), *[[safe_cell(cell) for cell in row] for row in shown]]
+    widths = [max(len(row[i]) for row in text_rows) for i in range(len(TOTALS_COLUMNS))]
+    for row in text_rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=sys.stderr)
+    kept = len(rows) - len(results)
+    print(
+        f"# {len(paths)} notebook(s) in {elapsed:.0f} s with {jobs} job(s); gradebook: {out_dir / 'gradebook.csv'} "
+        f"({len(rows)} rows, {kept} kept from earlier runs), totals: {out_dir / 'totals.csv'}",
+        file=sys.stderr,
+    )
     errors = sum(result.status == "error" for result in results)
-    print(f"# gradebook: {out_dir / 'gradebook.csv'}, totals: {out_dir / 'totals.csv'}", file=sys.stderr)
     if errors:
         print(f"# {errors} row(s) with verdict 'error': something could not be graded", file=sys.stderr)
     return 1 if errors else 0
