@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -449,8 +450,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-# Each worker's notebook gets one thread and a passive OpenMP wait, so that `jobs` kernels on `jobs` cores do
-# not each start a thread per core and spin waiting for the others (PyTorch's default is one per core).
+# Each worker's notebooks get one thread, so that `jobs` kernels on `jobs` cores do not each start a thread per
+# core (PyTorch's default) and spin waiting for the others. Set here directly: the team's thread policy module
+# (helpers/tools/threads.py) is not on main yet. submission_environment passes OMP_NUM_THREADS and MKL_NUM_THREADS
+# on to the kernel; OMP_WAIT_POLICY reaches it only where that list names it (with one thread nothing spins anyway).
 WORKER_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
@@ -474,11 +477,21 @@ def graded_reports(paths: Sequence[Path], grade: Callable[[Path], SubmissionRepo
     with ProcessPoolExecutor(workers, context, initializer=_set_worker_threads, initargs=(WORKER_THREADS,)) as pool:
         futures = [pool.submit(grade, path) for path in paths]
         try:
-            for future in futures:
-                yield future.result()
+            for path, future in zip(paths, futures, strict=True):
+                try:
+                    yield future.result()
+                except (BrokenProcessPool, OSError) as error:  # the worker itself died (killed, out of memory)
+                    yield _worker_died(path, error)
         finally:  # interrupted, or the caller stopped early: start no further notebook
             for future in futures:
                 future.cancel()
+
+
+def _worker_died(path: Path, error: BaseException) -> SubmissionReport:
+    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
+    problem = f"its grading worker died ({type(error).__name__}: {error}); grade it again"
+    row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
+    return SubmissionReport(str(path), [row], problem)
 
 
 def _validate_batch(paths: Sequence[Path]) -> list[str]:

@@ -288,3 +288,20 @@ def test_the_default_number_of_jobs_is_the_cores_this_process_may_use(monkeypatc
     with pytest.raises(SystemExit):
         assignments.main(["check", "--help"])
     assert "may use, 3)" in " ".join(capsys.readouterr().out.split())
+
+
+def die(path):
+    """A grading worker killed mid-notebook (the out-of-memory killer, a stray kill -9)."""
+    os._exit(9)
+
+
+def test_a_grading_worker_that_dies_gives_its_notebooks_error_rows_and_the_batch_goes_on():
+    from course.grading.checker import graded_reports
+
+    paths = [Path("submissions/ann/02_x.ipynb"), Path("submissions/ben/02_x.ipynb")]
+    reports = list(graded_reports(paths, die, jobs=2))
+    assert [[(r.student, r.lesson, r.exercise, r.status) for r in report.results] for report in reports] == [
+        [("ann", "02_x", "(notebook)", "error")],
+        [("ben", "02_x", "(notebook)", "error")],
+    ]
+    assert all("grading worker died" in report.problem for report in reports)
