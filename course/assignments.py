@@ -71,8 +71,8 @@ from course.grading.checker import (
     check_command,
     check_submission,
     run_submission,
-    usable_cores,
 )
+from course.grading.workers import usable_cores
 from course.solution_notebooks import (
     BEGIN_MARKER,
     END_MARKER,

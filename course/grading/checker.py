@@ -23,7 +23,6 @@ import ast
 import contextlib
 import functools
 import json
-import multiprocessing
 import os
 import re
 import secrets
@@ -33,9 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +52,7 @@ from course.grading.gradebook import (
     write_gradebook,
 )
 from course.grading.supervisor import sign
+from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 from course.solution_notebooks import (
     NOTEBOOKS_DIR,
     SOLUTION_ONLY_TAG,
@@ -442,54 +440,9 @@ def _row(result: CheckResult) -> list[str]:
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s share, not the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-# Each worker's notebooks get one thread, so that `jobs` kernels on `jobs` cores do not each start a thread per
-# core (PyTorch's default) and spin waiting for the others. Set here directly: the team's thread policy module
-# (helpers/tools/threads.py) is not on main yet. submission_environment passes OMP_NUM_THREADS and MKL_NUM_THREADS
-# on to the kernel; OMP_WAIT_POLICY reaches it only where that list names it (with one thread nothing spins anyway).
-WORKER_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-
-
-def _set_worker_threads(settings: dict[str, str]) -> None:
-    """A worker's start: the thread settings every notebook it runs inherits (see submission_environment)."""
-    os.environ.update(settings)
-
-
-def graded_reports(paths: Sequence[Path], grade: Callable[[Path], SubmissionReport], jobs: int):
-    """``grade(path)`` for each path, ``jobs`` at a time, yielded in the order of ``paths`` as each is ready.
-
-    Each worker is a process of its own (started fresh, not forked from the checker), so that what grading
-    does to its process (signals, environment, limits) stays in that worker, and Ctrl-C reaches every worker,
-    which stops the notebook it runs as a single ``check`` does. With one job (or one path) it grades here.
-    """
-    workers = min(jobs, len(paths))
-    if workers <= 1:
-        yield from map(grade, paths)
-        return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, context, initializer=_set_worker_threads, initargs=(WORKER_THREADS,)) as pool:
-        futures = [pool.submit(grade, path) for path in paths]
-        try:
-            for path, future in zip(paths, futures, strict=True):
-                try:
-                    yield future.result()
-                except (BrokenProcessPool, OSError) as error:  # the worker itself died (killed, out of memory)
-                    yield _worker_died(path, error)
-        finally:  # interrupted, or the caller stopped early: start no further notebook
-            for future in futures:
-                future.cancel()
-
-
-def _worker_died(path: Path, error: BaseException) -> SubmissionReport:
+def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
     """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
-    problem = f"its grading worker died ({type(error).__name__}: {error}); grade it again"
+    problem = f"not graded: {error}; grade it again"
     row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
     return SubmissionReport(str(path), [row], problem)
 
@@ -507,6 +460,14 @@ def _validate_batch(paths: Sequence[Path]) -> list[str]:
             )
         seen[student, lesson] = path
     return problems
+
+
+def _print_totals(rows: Sequence[Sequence[str]]) -> None:
+    """The totals as a table a person reads (stderr), cells made safe as in the files."""
+    text_rows = [list(TOTALS_COLUMNS), *[[safe_cell(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in text_rows) for i in range(len(TOTALS_COLUMNS))]
+    for row in text_rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=sys.stderr)
 
 
 def check_command(
@@ -543,25 +504,30 @@ def check_command(
     )
     results: list[CheckResult] = []
     started = time.monotonic()
-    for report in graded_reports(list(paths), grade, jobs):
-        sys.stdout.write(table_text(map(_row, report.results), "\t"))
-        sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
-        results.extend(report.results)
+    interrupted = False
+    try:
+        for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
+            report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
+            sys.stdout.write(table_text(map(_row, report.results), "\t"))
+            sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
+            results.extend(report.results)
+    except KeyboardInterrupt:  # Ctrl-C: the notebooks graded so far still go into the gradebook
+        interrupted = True
     elapsed = time.monotonic() - started
     rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
-    graded_now = {result.student for result in results}
-    shown = [row for row in total_rows if row[0] in graded_now]
-    text_rows = [list(TOTALS_COLUMNS), *[[safe_cell(cell) for cell in row] for row in shown]]
-    widths = [max(len(row[i]) for row in text_rows) for i in range(len(TOTALS_COLUMNS))]
-    for row in text_rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=sys.stderr)
-    kept = len(rows) - len(results)
+    _print_totals([row for row in total_rows if row[0] in {result.student for result in results}])
+    notebooks = len({result.notebook for result in results})
     print(
-        f"# {len(paths)} notebook(s) in {elapsed:.0f} s with {jobs} job(s); gradebook: {out_dir / 'gradebook.csv'} "
-        f"({len(rows)} rows, {kept} kept from earlier runs), totals: {out_dir / 'totals.csv'}",
+        f"# {notebooks} notebook(s) in {elapsed:.0f} s with {jobs} job(s); gradebook: {out_dir / 'gradebook.csv'} "
+        f"({len(rows)} rows, {len(rows) - len(results)} kept from earlier runs), totals: {out_dir / 'totals.csv'}",
         file=sys.stderr,
     )
     errors = sum(result.status == "error" for result in results)
     if errors:
         print(f"# {errors} row(s) with verdict 'error': something could not be graded", file=sys.stderr)
+    if interrupted:
+        print(
+            f"# interrupted: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr
+        )
+        return 130
     return 1 if errors else 0

@@ -281,10 +281,10 @@ def test_jobs_must_be_a_positive_whole_number(capsys):
 
 
 def test_the_default_number_of_jobs_is_the_cores_this_process_may_use(monkeypatch, capsys):
-    from course.grading import checker
+    from course.grading import workers
 
-    monkeypatch.setattr(checker.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)  # taskset -c 0,2,5
-    assert checker.usable_cores() == 3
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)  # taskset -c 0,2,5
+    assert workers.usable_cores() == 3
     with pytest.raises(SystemExit):
         assignments.main(["check", "--help"])
     assert "may use, 3)" in " ".join(capsys.readouterr().out.split())
@@ -295,13 +295,20 @@ def die(path):
     os._exit(9)
 
 
-def test_a_grading_worker_that_dies_gives_its_notebooks_error_rows_and_the_batch_goes_on():
-    from course.grading.checker import graded_reports
+def test_a_worker_that_dies_costs_its_items_a_worker_died_each_and_the_rest_go_on():
+    from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 
-    paths = [Path("submissions/ann/02_x.ipynb"), Path("submissions/ben/02_x.ipynb")]
-    reports = list(graded_reports(paths, die, jobs=2))
-    assert [[(r.student, r.lesson, r.exercise, r.status) for r in report.results] for report in reports] == [
-        [("ann", "02_x", "(notebook)", "error")],
-        [("ben", "02_x", "(notebook)", "error")],
+    outcomes = list(in_workers(die, ["a", "b"], jobs=2, environment=ONE_THREAD))
+    assert [type(outcome) for outcome in outcomes] == [WorkerDied, WorkerDied]
+    assert list(in_workers(len, ["a", "bb", "ccc"], jobs=2, environment=ONE_THREAD)) == [1, 2, 3]  # in order
+
+
+def test_a_notebook_whose_worker_died_gets_an_error_row_naming_it():
+    from course.grading.checker import _worker_died
+    from course.grading.workers import WorkerDied
+
+    report = _worker_died(Path("submissions/ann/02_x.ipynb"), WorkerDied("its worker process died (killed)"))
+    assert [(r.student, r.lesson, r.exercise, r.status) for r in report.results] == [
+        ("ann", "02_x", "(notebook)", "error")
     ]
-    assert all("grading worker died" in report.problem for report in reports)
+    assert "worker process died" in report.results[0].message
