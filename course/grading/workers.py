@@ -57,6 +57,10 @@ def usable_cores() -> int:
 def _on_signal(signum: int, frame: object) -> None:
     if not _busy:
         os._exit(128 + signum)  # idle: nothing to clean up
+    # The first signal starts the clean-up; a second one (the checker's SIGTERM right after Ctrl-C) must not cut
+    # it short, or the notebook's processes would outlive it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt if signum == signal.SIGINT else _Stopped
 
 

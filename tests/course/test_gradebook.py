@@ -312,3 +312,57 @@ def test_a_notebook_whose_worker_died_gets_an_error_row_naming_it():
         ("ann", "02_x", "(notebook)", "error")
     ]
     assert "worker process died" in report.results[0].message
+
+
+INTERRUPTED_BATCH = '''
+import os, signal, subprocess, sys, time
+from pathlib import Path
+from course.grading.workers import ONE_THREAD, in_workers
+
+FOLDER = Path(sys.argv[1])
+
+
+def notebook(name):
+    """Stands for one notebook's grading: a process in a session of its own, killed by the clean-up."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (FOLDER / f"{name}.pid").write_text(str(child.pid))
+    try:
+        time.sleep(300)
+    finally:
+        child.kill()
+        child.wait()
+        (FOLDER / f"{name}.cleaned").write_text("")
+
+
+if __name__ == "__main__":
+    try:
+        list(in_workers(notebook, ["a", "b", "c", "d"], 2, ONE_THREAD))
+    except KeyboardInterrupt:
+        sys.exit(130)
+'''
+
+
+def test_ctrl_c_stops_a_parallel_batch_and_each_busy_worker_cleans_up_first(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "batch.py"
+    script.write_text(INTERRUPTED_BATCH)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        start_new_session=True,  # a process group of its own, as a terminal gives a command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(list(tmp_path.glob("*.pid"))) == 2, "two workers should each be grading"
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does
+    assert process.wait(timeout=120) == 130
+    busy = sorted(p.stem for p in tmp_path.glob("*.pid"))
+    assert busy == sorted(p.stem for p in tmp_path.glob("*.cleaned")), "a busy worker exited without its clean-up"
+    for pid_file in tmp_path.glob("*.pid"):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)  # the "notebook's" process is gone
