@@ -113,6 +113,7 @@ __all__ = [
     "nbgrader_source",
     "release",
     "run_submission",
+    "select_lessons",
     "strip_solutions",
     "student_copy",
 ]
