@@ -92,13 +92,13 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 print(row, flush=True)
     print()
-    print(f"| --jobs | best wall (s) | against --jobs {args.jobs[0]} | {CLASS_SIZE} students, scaled (min) |")
+    print(f"| --jobs | best wall (s) | speed against --jobs {args.jobs[0]} | {CLASS_SIZE} students, scaled (min) |")
     print("|---:|---:|---:|---:|")
     reference = min(walls[args.jobs[0]])
     for jobs, times in walls.items():
         best = min(times)
         scaled = best * math.ceil(CLASS_SIZE / jobs) / math.ceil(args.students / jobs)
-        print(f"| {jobs} | {best:.1f} | {reference / best:.2f}x faster | {scaled / 60:.1f} |")
+        print(f"| {jobs} | {best:.1f} | {reference / best:.2f}x | {scaled / 60:.1f} |")
 
 
 if __name__ == "__main__":
