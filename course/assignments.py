@@ -11,8 +11,9 @@ written between two single-hash markers on lines of their own, indented like the
 A release writes one student copy per lesson, with the same file name, into an output folder::
 
     python -m course.assignments release --out DIR      # or: make release  (DIR = student/)
+    python -m course.assignments release --out DIR --lessons 02 03 09   # only these lessons
     python -m course.assignments list                   # the exercises each lesson holds
-    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies: rows, grades/gradebook.csv, totals
+    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies (--jobs at once): rows, gradebook
     python -m course.assignments nbgrader               # nbgrader sources in classroom/source (--hide-checks: exam)
     python -m course.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
@@ -56,18 +57,44 @@ import argparse
 import ast
 import copy
 import json
-import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4.rwbase import rejoin_lines
 
-from course.grading.checker import CHECK_ISOLATION, CheckResult, SubmissionReport, check_submission, run_submission
+from course.grading.checker import (
+    CHECK_ISOLATION,
+    CheckResult,
+    SubmissionReport,
+    check_command,
+    check_submission,
+    refuse_to_check,
+    run_submission,
+)
+from course.grading.workers import usable_cores
+from course.solution_notebooks import (
+    BEGIN_MARKER,
+    END_MARKER,
+    NOTEBOOKS_DIR,
+    PLACEHOLDER,
+    SOLUTION_ONLY_TAG,
+    Exercise,
+    MarkerProblem,
+    ReleaseError,
+    cell_tags,
+    check_imports,
+    drop_folded_notes,
+    find_exercises,
+    python_of,
+    read_notebook,
+    strip_solutions,
+    student_copy,
+)
 from helpers.tools.files import write_atomically
+
+_read = read_notebook  # the name tests and notebooks of an earlier release used
 
 __all__ = [
     "BEGIN_MARKER",
@@ -87,272 +114,10 @@ __all__ = [
     "nbgrader_source",
     "release",
     "run_submission",
+    "select_lessons",
     "strip_solutions",
     "student_copy",
 ]
-
-BEGIN_MARKER = "# BEGIN SOLUTION"
-END_MARKER = "# END SOLUTION"
-# What replaces a region, line by line, at the BEGIN marker's indentation (nbgrader's stub).
-PLACEHOLDER = ("# YOUR CODE HERE", "raise NotImplementedError()")
-SOLUTION_ONLY_TAG = "solution-only"
-NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-
-# Anything that a person (or nbgrader, which matches the substring "BEGIN SOLUTION") could take
-# for a marker. A line that matches this but is not exactly a marker is refused, never ignored:
-# ignoring it would publish the solution below it.
-_LOOKS_LIKE_MARKER = re.compile(r"\b(BEGIN|END)[ \t]*SOLUTION\b", re.IGNORECASE)
-_KEPT_CELL_METADATA = {"code": ("tags",), "markdown": ("tags",), "raw": ("tags", "format", "raw_mimetype")}
-_KEPT_NOTEBOOK_METADATA = ("kernelspec", "language_info")
-
-
-class ReleaseError(ValueError):
-    """A notebook that cannot be released safely; the message names the notebook and the cell.
-
-    ``cell_index`` counts from 0 in the *source* notebook (the cell is number ``cell_index + 1``
-    counting from the top, as a person does in JupyterLab); it is None for notebook-wide problems.
-    """
-
-    def __init__(self, notebook: str, cell_index: int | None, problem: str, cell_source: str = "") -> None:
-        self.notebook = notebook
-        self.cell_index = cell_index
-        self.problem = problem
-        if cell_index is None:
-            where = notebook
-        else:
-            first_line = next((line.strip() for line in cell_source.splitlines() if line.strip()), "")
-            where = f"{notebook}, cell index {cell_index} (cell {cell_index + 1} from the top"
-            where += f", starting {first_line[:60]!r})" if first_line else ")"
-        super().__init__(f"{where}: {problem}")
-
-
-class _MarkerProblem(ValueError):
-    """A problem inside one cell's text, before we know which notebook and cell it is in."""
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """One solution region: where it is and the function whose body it is (None at top level)."""
-
-    notebook: str
-    cell_index: int
-    function: str | None
-    lines: int  # how many solution lines the learner has to write (non-blank, markers excluded)
-
-
-def _marker_kind(line: str) -> str | None:
-    """Say whether ``line`` is a BEGIN or END marker ("begin"/"end"/None); refuse look-alikes."""
-    stripped = line.strip()
-    if stripped == BEGIN_MARKER:
-        return "begin"
-    if stripped == END_MARKER:
-        return "end"
-    if _LOOKS_LIKE_MARKER.search(line):
-        raise _MarkerProblem(
-            f"{stripped!r} looks like a solution marker but is not exactly {BEGIN_MARKER!r} or "
-            f"{END_MARKER!r} on a line of its own (one '#', one space, upper case). Write the marker "
-            "exactly: nbgrader treats any line containing 'BEGIN SOLUTION' as a marker, otter-grader "
-            "does not accept '### BEGIN SOLUTION', and a marker this tool ignored would publish the "
-            "solution below it."
-        )
-    return None
-
-
-def strip_solutions(source: str) -> tuple[str, int]:
-    """Replace each marked region of one code cell's text by the placeholder.
-
-    Returns the new text and how many regions were replaced. Raises ``ValueError`` for an
-    unbalanced, nested or malformed marker (``student_copy`` adds notebook and cell to it).
-    """
-    kept: list[str] = []
-    open_line: int | None = None  # 1-based line of the BEGIN marker of the region we are in
-    regions = 0
-    for number, line in enumerate(source.split("\n"), start=1):
-        kind = _marker_kind(line)
-        if kind == "begin":
-            if open_line is not None:
-                raise _MarkerProblem(
-                    f"line {number}: {BEGIN_MARKER!r} inside the region opened on line {open_line}; "
-                    f"regions cannot nest (nbgrader refuses them too). Close the first region with "
-                    f"{END_MARKER!r} before opening the next."
-                )
-            open_line = number
-            regions += 1
-            indent = line[: len(line) - len(line.lstrip())]  # the placeholder sits where the marker sat
-            kept.extend(indent + placeholder for placeholder in PLACEHOLDER)
-        elif kind == "end":
-            if open_line is None:
-                raise _MarkerProblem(
-                    f"line {number}: {END_MARKER!r} without a {BEGIN_MARKER!r} above it in the same cell."
-                )
-            open_line = None
-        elif open_line is None:
-            kept.append(line)
-    if open_line is not None:
-        raise _MarkerProblem(
-            f"line {open_line}: {BEGIN_MARKER!r} has no {END_MARKER!r} below it in the same cell "
-            "(a region must start and end in one code cell)."
-        )
-    return "\n".join(kept), regions
-
-
-def _python_of(cell_source: str) -> str | None:
-    """The cell as plain Python (IPython magics translated), or None if it does not parse."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:  # no IPython: cells with magics cannot be checked, plain ones still can
-        python = cell_source
-    else:
-        python = TransformerManager().transform_cell(cell_source)
-    try:
-        compile(python, "<cell>", "exec")
-    except SyntaxError:
-        return None
-    return python
-
-
-def _check_still_python(original: str, stripped: str) -> None:
-    """Refuse a replacement that breaks a cell which was valid Python before (bad marker indent)."""
-    if _python_of(original) is None:
-        return  # not ours to judge: the lesson's own cell does not parse
-    if _python_of(stripped) is None:
-        try:
-            compile(stripped, "<cell>", "exec")
-            detail = ""
-        except SyntaxError as error:
-            detail = f" ({error.msg}, line {error.lineno} of the student cell)"
-        raise _MarkerProblem(
-            f"without its solution the cell is no longer valid Python{detail}. Indent "
-            f"{BEGIN_MARKER!r} exactly like the first line of the code it hides: the placeholder "
-            "is written at the marker's indentation."
-        )
-
-
-def _tags(cell: NotebookNode) -> list[str]:
-    return list(cell.get("metadata", {}).get("tags", []))
-
-
-def _clean_cell(cell: NotebookNode) -> NotebookNode:
-    """A copy of ``cell`` with no outputs, no execution count and only harmless metadata."""
-    cell = copy.deepcopy(cell)
-    kept_keys = _KEPT_CELL_METADATA.get(cell.cell_type, ("tags",))
-    cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in kept_keys if k in cell.metadata})
-    if cell.cell_type == "code":
-        cell.outputs = []
-        cell.execution_count = None
-    return cell
-
-
-def _refuse_markers_outside_code(cell: NotebookNode) -> None:
-    """A marker (or look-alike) in a markdown or raw cell would be published as it stands."""
-    for number, line in enumerate(cell.source.split("\n"), start=1):
-        try:
-            is_marker = _marker_kind(line) is not None
-        except _MarkerProblem:
-            is_marker = True  # a look-alike: still a marker in the wrong place
-        if is_marker:
-            raise _MarkerProblem(
-                f"line {number} of this {cell.cell_type} cell holds a solution marker "
-                f"({line.strip()!r}); markers only work in code cells. To keep a whole "
-                f"{cell.cell_type} cell out of student copies, tag it {SOLUTION_ONLY_TAG!r}."
-            )
-
-
-# A paragraph that tells a self-learner where the folded solution is ("The reference solution in the cell below is
-# folded away: ... click the bar ..."): untrue in a copy that holds no solution, so copies drop it.
-_FOLDED_NOTE = re.compile(r"\bfolded\b.*\bsolution|\bsolution\b.*\bfolded\b", re.IGNORECASE | re.DOTALL)
-
-
-def drop_folded_notes(markdown: str) -> str:
-    """``markdown`` without its paragraphs that speak of a folded solution (blank-line separated)."""
-    paragraphs = re.split(r"\n[ \t]*\n", markdown)
-    kept = [paragraph for paragraph in paragraphs if not _FOLDED_NOTE.search(paragraph)]
-    return markdown if len(kept) == len(paragraphs) else "\n\n".join(kept).rstrip("\n")
-
-
-def _student_cell(cell: NotebookNode) -> NotebookNode:
-    """One kept cell as students get it; raises ``_MarkerProblem`` for any marker problem."""
-    student = _clean_cell(cell)
-    if cell.cell_type != "code":
-        _refuse_markers_outside_code(cell)
-        if cell.cell_type == "markdown":
-            student.source = drop_folded_notes(student.source)
-        return student
-    student.source, regions = strip_solutions(cell.source)
-    if regions:
-        _check_still_python(cell.source, student.source)
-    return student
-
-
-def student_copy(notebook: NotebookNode, name: str) -> NotebookNode:
-    """The student copy of one solution notebook (the input is not modified).
-
-    ``name`` is only used in error messages (e.g. "notebooks/03_scaled_dot_product_attention.ipynb").
-    Raises ``ReleaseError`` naming the notebook and the cell for every kind of marker problem.
-    """
-    if notebook.get("nbformat") != 4:
-        raise ReleaseError(name, None, f"expected an nbformat 4 notebook, got nbformat {notebook.get('nbformat')}")
-    student = copy.deepcopy(notebook)
-    student.metadata = nbformat.from_dict(
-        {k: notebook.metadata[k] for k in _KEPT_NOTEBOOK_METADATA if k in notebook.metadata}
-    )
-    needs_ids = notebook.get("nbformat_minor", 0) >= 5
-    student.cells = []
-    for index, cell in enumerate(notebook.cells):
-        if SOLUTION_ONLY_TAG in _tags(cell):
-            continue  # removed whole, markers and all
-        try:
-            kept = _student_cell(cell)
-        except _MarkerProblem as problem:
-            raise ReleaseError(name, index, str(problem), cell.get("source", "")) from None
-        if needs_ids and "id" not in kept:
-            kept.id = f"cell-{index}"  # nbformat would invent a random one: keep output deterministic
-        student.cells.append(kept)
-    return student
-
-
-def _enclosing_function(lines: list[str], marker_line: int) -> str | None:
-    """Name of the innermost ``def`` that encloses line ``marker_line`` (0-based), if any."""
-    indent = len(lines[marker_line]) - len(lines[marker_line].lstrip())
-    for line in reversed(lines[:marker_line]):
-        stripped = line.lstrip()
-        line_indent = len(line) - len(stripped)
-        if stripped and line_indent < indent:
-            match = re.match(r"(?:async\s+)?def\s+(\w+)", stripped)
-            if match:
-                return match.group(1)
-            indent = line_indent  # an enclosing `if`/`for`/`class`: keep looking further out
-    return None
-
-
-def find_exercises(notebook: NotebookNode, name: str) -> list[Exercise]:
-    """Every solution region of a (valid) solution notebook, in order, with its function's name."""
-    student_copy(notebook, name)  # the same validation as a release, so a listing never lies
-    found = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or SOLUTION_ONLY_TAG in _tags(cell):
-            continue
-        lines = cell.source.split("\n")
-        start = None
-        for number, line in enumerate(lines):
-            if line.strip() == BEGIN_MARKER:
-                start = number
-            elif line.strip() == END_MARKER and start is not None:
-                body = [text for text in lines[start + 1 : number] if text.strip()]
-                found.append(Exercise(name, index, _enclosing_function(lines, start), len(body)))
-                start = None
-    return found
-
-
-def _read(path: Path) -> NotebookNode:
-    """Read a notebook as stored, without nbformat inventing (random) cell ids along the way."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ReleaseError(str(path), None, f"cannot be read as a notebook: {error}") from None
-    if not isinstance(data, dict) or data.get("nbformat") != 4:
-        raise ReleaseError(str(path), None, "expected an nbformat 4 notebook (a JSON object with nbformat 4)")
-    return rejoin_lines(nbformat.from_dict(data))  # sources stored as lists of lines -> one string
 
 
 def _serialize(notebook: NotebookNode, name: str) -> bytes:
@@ -369,23 +134,52 @@ def _write_atomically(path: Path, data: bytes) -> bool:
     return write_atomically(path, data, skip_unchanged=True)
 
 
-def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Write the student copy of every ``*.ipynb`` in ``notebooks_dir`` into ``out_dir``.
+def select_lessons(sources: Sequence[Path], lessons: Sequence[str]) -> list[Path]:
+    """The lesson files among ``sources`` that ``lessons`` names: by number (``02`` or ``2``), stem or file name.
 
+    Raises ``ReleaseError`` for a name that is no lesson, listing the lessons there are.
+    """
+    chosen = set()
+    for wanted in lessons:
+        number = wanted.zfill(2) if wanted.isdigit() else None
+        matches = [
+            source
+            for source in sources
+            if wanted in (source.name, source.stem) or (number is not None and source.stem.split("_")[0] == number)
+        ]
+        if not matches:
+            there = ", ".join(source.stem.split("_")[0] for source in sources)
+            folder = sources[0].parent if sources else "the lessons' folder"
+            raise ReleaseError(
+                str(folder), None, f"there is no lesson {wanted!r}: expected a lesson's number or name, one of {there}"
+            )
+        chosen.update(matches)
+    return sorted(chosen)
+
+
+def release(
+    out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR, lessons: Sequence[str] | None = None
+) -> list[Path]:
+    """Write the student copy of every ``*.ipynb`` in ``notebooks_dir`` (or of ``lessons`` only) into ``out_dir``.
+
+    ``lessons`` names lessons by number (``["02", "03", "09"]``) or file name (see :func:`select_lessons`).
     All notebooks are converted before anything is written, so one bad notebook leaves the
     output folder exactly as it was. Returns the paths of the student copies (sorted).
     """
     notebooks_dir, out_dir = Path(notebooks_dir), Path(out_dir)
     if not notebooks_dir.is_dir():
         raise ReleaseError(str(notebooks_dir), None, "expected a folder of lesson notebooks; it does not exist")
-    sources = sorted(notebooks_dir.glob("*.ipynb"))
-    if not sources:
+    every_lesson = sorted(notebooks_dir.glob("*.ipynb"))
+    if not every_lesson:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
+    sources = every_lesson if lessons is None else select_lessons(every_lesson, lessons)
     if out_dir.exists() and not out_dir.is_dir():
         raise ReleaseError(str(out_dir), None, "the output must be a folder, but a file of that name exists")
     _refuse_output_inside_lessons(out_dir, notebooks_dir, "the student copies")
 
-    contents = {source.name: _serialize(student_copy(_read(source), str(source)), str(source)) for source in sources}
+    contents = {
+        source.name: _serialize(student_copy(read_notebook(source), str(source)), str(source)) for source in sources
+    }
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -394,7 +188,8 @@ def release(out_dir: str | Path, notebooks_dir: str | Path = NOTEBOOKS_DIR) -> l
         changed = _write_atomically(target, data)
         print(f"{'wrote' if changed else 'unchanged'}  {target}")
         written.append(target)
-    stale = sorted(p.name for p in out_dir.glob("*.ipynb") if p.name not in contents)
+    lesson_names = {source.name for source in every_lesson}  # a lesson not chosen this time is not stale
+    stale = sorted(p.name for p in out_dir.glob("*.ipynb") if p.name not in lesson_names)
     if stale:
         print(f"left untouched (no lesson of that name; delete if they are old copies): {', '.join(stale)}")
     return written
@@ -414,7 +209,7 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
     check's name to the course.exercises module the lesson imports it from. None when the cell calls no
     ``check_*`` function (or has magics or invalid Python); ``ValueError`` for a check it cannot import.
     """
-    python = _python_of(source)
+    python = python_of(source)
     if python is None or python.strip() != source.strip():
         return None  # magics or invalid Python: leave it to the teacher
     lines = source.rstrip().split("\n")
@@ -424,9 +219,9 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
         is_check = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")
         if is_check and isinstance(statement, (ast.Expr, ast.Assign)):
             if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
-                raise _MarkerProblem(f"{call.func.id}(...) should take the exercise's function alone, e.g. check_x(x)")
+                raise MarkerProblem(f"{call.func.id}(...) should take the exercise's function alone, e.g. check_x(x)")
             if call.func.id not in imports:
-                raise _MarkerProblem(f"{call.func.id} is not imported from course.exercises anywhere in the lesson")
+                raise MarkerProblem(f"{call.func.id} is not imported from course.exercises anywhere in the lesson")
             calls.append((statement.lineno, statement.end_lineno, call.func.id, call.args[0].id))
     if not calls:
         return None
@@ -476,14 +271,12 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
     when it autogrades. Raises ``ReleaseError`` like a release does, and for an exercise that is
     not followed by a code cell calling a check.
     """
-    from course.grading.checker import _check_imports
-
-    imports = _check_imports(notebook)
+    imports = check_imports(notebook)
     functions: dict[int, list[str]] = {}
     for exercise in find_exercises(notebook, name):  # validates the markers as a release does
         functions.setdefault(exercise.cell_index, []).append(exercise.function or "exercise")
     graded = copy.deepcopy(notebook)
-    kept = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in _tags(cell)]
+    kept = [index for index, cell in enumerate(notebook.cells) if SOLUTION_ONLY_TAG not in cell_tags(cell)]
     code_after = {
         index: [later for later in kept if later > index and notebook.cells[later].cell_type == "code"]
         for index in functions
@@ -493,7 +286,7 @@ def nbgrader_source(notebook: NotebookNode, name: str, hide_checks: bool = False
         graded.cells[index].metadata["nbgrader"] = _nbgrader_metadata(f"{label}-answer", answer=True)
         try:
             test = _graded_check(notebook.cells[code_after[index][0]].source, imports) if code_after[index] else None
-        except _MarkerProblem as problem:
+        except MarkerProblem as problem:
             raise ReleaseError(
                 name, code_after[index][0], str(problem), notebook.cells[code_after[index][0]].source
             ) from None
@@ -538,7 +331,8 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
     if not sources:
         raise ReleaseError(str(notebooks_dir), None, "expected lesson notebooks (*.ipynb) in this folder, found none")
     contents = {
-        source: _serialize(nbgrader_source(_read(source), str(source), hide_checks), str(source)) for source in sources
+        source: _serialize(nbgrader_source(read_notebook(source), str(source), hide_checks), str(source))
+        for source in sources
     }
     for source, data in contents.items():
         target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
@@ -595,21 +389,25 @@ def _collapse(notebooks_dir: Path, check_only: bool) -> int:
 
 def _list(notebooks_dir: Path) -> None:
     for source in sorted(notebooks_dir.glob("*.ipynb")):
-        exercises = find_exercises(_read(source), str(source))
+        exercises = find_exercises(read_notebook(source), str(source))
         print(f"{source.name}: {len(exercises)} exercise(s)")
         for exercise in exercises:
             function = exercise.function or "(top level)"
             print(f"  cell index {exercise.cell_index:3d}  {function:32s} {exercise.lines} solution line(s)")
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, unit: str = "second") -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of {unit}s, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 second, got {value}")
+        raise argparse.ArgumentTypeError(f"expected at least 1 {unit}, got {value}")
     return value
+
+
+def _jobs(text: str) -> int:
+    return _positive_int(text, "job")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -619,6 +417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
     release_parser.add_argument(
         "--out", required=True, type=Path, help="folder for the student copies (created if missing)"
+    )
+    release_parser.add_argument(
+        "--lessons",
+        nargs="+",
+        metavar="LESSON",
+        help="release only these lessons, by number or name (e.g. --lessons 02 03 09; default: every lesson)",
     )
     list_parser = commands.add_parser("list", help="list the exercises (solution regions) of every lesson")
     nbgrader_parser = commands.add_parser(
@@ -650,10 +454,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_parser = commands.add_parser(
         "check",
         help="run handed-in notebooks and write a gradebook (a row per exercise; tab-separated on stdout)",
-        description="Run handed-in notebooks, one at a time, and print one tab-separated row per exercise of each "
+        description="Run handed-in notebooks, --jobs at a time, and print one tab-separated row per exercise of each "
         "(student, lesson, exercise, verdict, points, message; verdict 'error' where it could not be graded, "
-        "and a '(notebook)' row saying what stopped a notebook), then write gradebook.csv and totals.csv to --out. "
-        "The exit status is 1 when any row is 'error'.\n\n" + CHECK_ISOLATION,
+        "and a '(notebook)' row saying what stopped a notebook), then add them to gradebook.csv in --out (a "
+        "notebook graded again replaces its old rows; every other row is kept) and rewrite totals.csv (per "
+        "student and lesson, and per student over all lessons). Cells that a spreadsheet would take for a "
+        "formula are written with a leading '. The exit status is 1 when any row is 'error', 2 when the batch "
+        "is refused before it runs (a name with control characters, a notebook given twice, a gradebook check "
+        "did not write).\n\n" + CHECK_ISOLATION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check_parser.add_argument(
@@ -695,18 +503,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the notebooks without bubblewrap's sandbox: for a machine without bwrap, and only for students "
         "you trust (see 'What it does NOT stop' above)",
     )
+    check_parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=usable_cores(),
+        help="notebooks graded at once, each with one thread (default: the cores this process may use, %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
-            copies = release(args.out, args.notebooks)
+            copies = release(args.out, args.notebooks, args.lessons)
             print(f"{len(copies)} student copies in {args.out}")
         elif args.command == "nbgrader":
             _nbgrader(args.out, args.notebooks, args.hide_checks)
         elif args.command == "collapse":
             return _collapse(args.notebooks, args.check)
         elif args.command == "check":
-            from course.grading.checker import check_command, refuse_to_check
-
             refused = refuse_to_check(args.out, sandboxed=not args.no_sandbox)
             if refused:
                 print(f"error: {refused}", file=sys.stderr)
@@ -720,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.output_cap,
                 sandboxed=not args.no_sandbox,
                 memory_mib=args.memory,
+                jobs=args.jobs,
             )
         else:
             _list(args.notebooks)

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import csv
 import functools
-import io
 import json
 import os
 import re
@@ -44,7 +42,28 @@ import nbformat
 from nbformat import NotebookNode, v4
 
 from course.grading import GRADING_ENV, sandbox
+from course.grading.gradebook import (
+    COLUMNS,
+    NOTEBOOK_ROW,
+    TOTALS_COLUMNS,
+    GradebookError,
+    name_problem,
+    read_gradebook,
+    safe_cell,
+    table_text,
+    write_gradebook,
+)
 from course.grading.supervisor import sign
+from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
+from course.solution_notebooks import (
+    NOTEBOOKS_DIR,
+    SOLUTION_ONLY_TAG,
+    ReleaseError,
+    check_imports,
+    find_exercises,
+    plain_python,
+    read_notebook,
+)
 
 __all__ = [
     "CHECK_ISOLATION",
@@ -59,7 +78,6 @@ __all__ = [
     "student_of",
 ]
 
-COLUMNS = ("student", "lesson", "exercise", "verdict", "points", "message")
 RUN_TOKEN_ENV = "ATTENTION_COURSE_RUN"  # every process the notebook starts inherits it: how survivors are found
 OUTPUT_CAP_BYTES = 10_000_000  # cell outputs kept per notebook; the rest is dropped (and said so)
 _MESSAGE_CHARS = 500
@@ -132,33 +150,10 @@ def student_of(path: Path) -> str:
     return folder.name or str(path)
 
 
-def _check_imports(notebook: NotebookNode) -> dict[str, str]:
-    """check_... name -> the course.exercises module a lesson imports it from."""
-    found = {}
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(_plain_python(cell.source))
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course.exercises."):
-                for alias in node.names:
-                    if alias.name.startswith("check_"):
-                        found[alias.asname or alias.name] = node.module
-    return found
-
-
-def _plain_python(source: str) -> str:
-    """A cell's text with IPython's magics and shell lines blanked (enough to parse imports and defs)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
-
-
 def _check_calls(source: str) -> list[tuple[str, str]]:
     """(check name, function name) of each top-level ``check_x(function)`` call in a check cell."""
     try:
-        tree = ast.parse(_plain_python(source))
+        tree = ast.parse(plain_python(source))
     except SyntaxError:
         return []
     calls = []
@@ -177,15 +172,13 @@ def _check_calls(source: str) -> list[tuple[str, str]]:
 
 def lesson_exercises(notebook: NotebookNode, name: str) -> list[GradedExercise]:
     """The graded exercises of a solution notebook, in order: each exercise's function and the check after it."""
-    from course import assignments
-
-    imports = _check_imports(notebook)
+    imports = check_imports(notebook)
     graded = []
-    for exercise in assignments.find_exercises(notebook, name):
+    for exercise in find_exercises(notebook, name):
         later = [
             cell
             for cell in notebook.cells[exercise.cell_index + 1 :]
-            if cell.cell_type == "code" and assignments.SOLUTION_ONLY_TAG not in cell.metadata.get("tags", [])
+            if cell.cell_type == "code" and SOLUTION_ONLY_TAG not in cell.metadata.get("tags", [])
         ]
         for check, function in _check_calls(later[0].source) if later else []:
             if function == exercise.function and check in imports:
@@ -414,10 +407,8 @@ def run_submission(
     False. Nothing is raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes
     ``problem`` and ``error`` rows.
     """
-    from course import assignments
-
     path = Path(path)
-    notebooks_dir = Path(notebooks_dir or assignments.NOTEBOOKS_DIR)
+    notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     student, lesson = student_of(path), path.stem
 
     def report(exercises, verdicts, problem):
@@ -454,12 +445,12 @@ def run_submission(
             [], {}, f"no lesson of this course is named {path.name} (expected a lesson's file name, e.g. {known})"
         )
     try:
-        exercises = lesson_exercises(assignments._read(source), str(source))
-    except assignments.ReleaseError as error:
+        exercises = lesson_exercises(read_notebook(source), str(source))
+    except ReleaseError as error:
         return report([], {}, f"its lesson cannot be read: {error}")
     try:
-        submission = assignments._read(path)
-    except assignments.ReleaseError as error:
+        submission = read_notebook(path)
+    except ReleaseError as error:
         return report(exercises, {}, f"cannot be read as a notebook: {error.problem}")
     if sandboxed and sandbox_unavailable():
         return report(exercises, {}, f"not run: no sandbox ({sandbox_unavailable()}); --no-sandbox runs it without")
@@ -516,28 +507,39 @@ def check_submission(
 
 
 def _row(result: CheckResult) -> list[str]:
-    points = "" if result.exercise == "(notebook)" else str(result.points)
+    """The gradebook row of one result (as text; :mod:`course.grading.gradebook` makes each cell safe)."""
+    points = "" if result.exercise == NOTEBOOK_ROW else str(result.points)
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
-def _csv_text(rows: list[list[str]], delimiter: str) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
-    writer.writerows(rows)
-    return buffer.getvalue()
+def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
+    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
+    problem = f"not graded: {error}; grade it again"
+    row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
+    return SubmissionReport(str(path), [row], problem)
 
 
-def totals(results: Sequence[CheckResult]) -> list[list[str]]:
-    """One row per student and lesson: points, out of, exercises not graded."""
-    table: dict[tuple[str, str], list[int]] = {}
-    for result in results:
-        if result.exercise == "(notebook)":
-            continue
-        entry = table.setdefault((result.student, result.lesson), [0, 0, 0])
-        entry[0] += result.points
-        entry[1] += result.max_points
-        entry[2] += result.status == "error"
-    return [[s, lesson, str(p), str(m), str(e)] for (s, lesson), (p, m, e) in table.items()]
+def _validate_batch(paths: Sequence[Path]) -> list[str]:
+    """What makes this batch ungradable before anything runs: a name no gradebook row can hold, a notebook twice."""
+    problems, seen = [], {}
+    for path in paths:
+        student, lesson = student_of(path), Path(path).stem
+        problems += filter(None, [name_problem(student, "student folder"), name_problem(lesson, "lesson file")])
+        if (student, lesson) in seen:
+            problems.append(
+                f"{student}'s {lesson} is given twice ({seen[student, lesson]} and {path}): the gradebook keeps "
+                "one notebook per student and lesson, so pass one of them"
+            )
+        seen[student, lesson] = path
+    return problems
+
+
+def _print_totals(rows: Sequence[Sequence[str]]) -> None:
+    """The totals as a table a person reads (stderr), cells made safe as in the files."""
+    text_rows = [list(TOTALS_COLUMNS), *[[safe_cell(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in text_rows) for i in range(len(TOTALS_COLUMNS))]
+    for row in text_rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=sys.stderr)
 
 
 def check_command(
@@ -549,32 +551,59 @@ def check_command(
     output_cap: int = OUTPUT_CAP_BYTES,
     sandboxed: bool = True,
     memory_mib: int = 8192,
+    jobs: int = 1,
 ) -> int:
-    """Check every notebook: rows on stdout (TSV), gradebook.csv and totals.csv in ``out_dir``; 1 if any error."""
-    from helpers.tools.files import write_atomically
+    """Check every notebook, ``jobs`` at a time: rows on stdout (TSV); the gradebook in ``out_dir`` gains them.
 
-    out = csv.writer(sys.stdout, delimiter="\t", lineterminator="\n")
-    out.writerow(COLUMNS)
+    Exit status 1 if any row is ``error``, 2 if the batch or the gradebook already there is refused (nothing runs).
+    """
+    problems = _validate_batch(paths)
+    try:
+        read_gradebook(Path(out_dir) / "gradebook.csv")  # refuse a foreign file now, not after an hour of grading
+    except GradebookError as error:
+        problems.append(str(error))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        print("error: nothing was graded and the gradebook is unchanged.", file=sys.stderr)
+        return 2
+    sys.stdout.write(table_text([COLUMNS], "\t"))
     sys.stdout.flush()
+    grade = functools.partial(
+        run_submission,
+        timeout_s=timeout_s,
+        notebook_timeout_s=notebook_timeout_s,
+        notebooks_dir=notebooks_dir,
+        output_cap=output_cap,
+        sandboxed=sandboxed,
+        memory_bytes=memory_mib * 2**20,
+    )
     results: list[CheckResult] = []
-    for path in paths:
-        report = run_submission(
-            path, timeout_s, notebook_timeout_s, notebooks_dir, output_cap, sandboxed, memory_bytes=memory_mib * 2**20
-        )
-        for result in report.results:
-            out.writerow(_row(result))
-        sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
-        results.extend(report.results)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomically(out_dir / "gradebook.csv", _csv_text([list(COLUMNS), *map(_row, results)], ","))
-    total_rows = totals(results)
-    header = ["student", "lesson", "points", "out of", "not graded"]
-    write_atomically(out_dir / "totals.csv", _csv_text([header, *total_rows], ","))
-    widths = [max(len(str(row[i])) for row in [header, *total_rows]) for i in range(len(header))]
-    for row in [header, *total_rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)), file=sys.stderr)
+    started = time.monotonic()
+    interrupted = False
+    try:
+        for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
+            report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
+            sys.stdout.write(table_text(map(_row, report.results), "\t"))
+            sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
+            results.extend(report.results)
+    except KeyboardInterrupt:  # Ctrl-C: the notebooks graded so far still go into the gradebook
+        interrupted = True
+    elapsed = time.monotonic() - started
+    rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
+    _print_totals([row for row in total_rows if row[0] in {result.student for result in results}])
+    notebooks = len({result.notebook for result in results})
+    print(
+        f"# {notebooks} notebook(s) in {elapsed:.0f} s with {jobs} job(s); gradebook: {out_dir / 'gradebook.csv'} "
+        f"({len(rows)} rows, {len(rows) - len(results)} kept from earlier runs), totals: {out_dir / 'totals.csv'}",
+        file=sys.stderr,
+    )
     errors = sum(result.status == "error" for result in results)
-    print(f"# gradebook: {out_dir / 'gradebook.csv'}, totals: {out_dir / 'totals.csv'}", file=sys.stderr)
     if errors:
         print(f"# {errors} row(s) with verdict 'error': something could not be graded", file=sys.stderr)
+    if interrupted:
+        print(
+            f"# interrupted: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr
+        )
+        return 130
     return 1 if errors else 0

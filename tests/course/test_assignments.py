@@ -385,6 +385,44 @@ def test_command_line_release_is_deterministic_and_safe_to_rerun(tmp_path, capsy
     assert student.cells[0].source == EXERCISE_CELL_STUDENT
 
 
+def three_lessons(folder: Path) -> Path:
+    for name in ("02_queries", "03_scores", "09_language_model"):
+        write(lesson(v4.new_code_cell(EXERCISE_CELL)), folder / f"{name}.ipynb")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "chosen", [["02", "09"], ["2", "9"], ["02_queries", "09_language_model.ipynb"], ["09", "02", "9"]]
+)
+def test_release_writes_only_the_lessons_named_by_number_or_name(tmp_path, capsys, chosen):
+    source = three_lessons(tmp_path / "notebooks")
+    out = tmp_path / "student"
+    status, printed, err = cli(capsys, "release", "--out", out, "--notebooks", source, "--lessons", *chosen)
+    assert status == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["02_queries.ipynb", "09_language_model.ipynb"]
+    assert "2 student copies" in printed
+
+
+def test_release_of_some_lessons_neither_touches_nor_calls_stale_the_copies_of_others(tmp_path, capsys):
+    source = three_lessons(tmp_path / "notebooks")
+    out = tmp_path / "student"
+    assert cli(capsys, "release", "--out", out, "--notebooks", source)[0] == 0
+    before = folder_bytes(out)
+    (source / "03_scores.ipynb").write_text((source / "02_queries.ipynb").read_text().replace("double", "triple"))
+    status, printed, _ = cli(capsys, "release", "--out", out, "--notebooks", source, "--lessons", "09")
+    assert status == 0 and folder_bytes(out) == before  # 03's copy stays as it was released
+    assert "left untouched" not in printed
+
+
+@pytest.mark.parametrize("missing", ["13", "04", "attention", "3.5"])
+def test_release_refuses_a_lesson_that_does_not_exist_naming_the_lessons_there_are(tmp_path, capsys, missing):
+    source = three_lessons(tmp_path / "notebooks")
+    out = tmp_path / "student"
+    status, _, err = cli(capsys, "release", "--out", out, "--notebooks", source, "--lessons", "02", missing)
+    assert status == 1 and f"there is no lesson {missing!r}" in err and "one of 02, 03, 09" in err
+    assert "nothing was written" in err and not out.exists()
+
+
 def test_cell_ids_missing_from_the_source_do_not_make_output_random(tmp_path):
     notebook = json.loads(nbformat.writes(full_lesson()))
     for cell in notebook["cells"]:

@@ -145,8 +145,9 @@ def term(tmp_path_factory):
     dave = course / "submitted" / "dave" / LESSONS[0] / f"{LESSONS[0]}.ipynb"
     dave.parent.mkdir(parents=True)
     shutil.copy(copies[0], dave)
-    # The course's check on the same submissions, side by side with nbgrader.
-    command = [sys.executable, "-m", "course.assignments", "check", "--timeout", str(CELL_TIMEOUT_S)]
+    # The course's check on the same submissions, side by side with nbgrader. One notebook at a time, as nbgrader
+    # grades: with both at once plus nbgrader's kernel on two cores, a busy runner's import cell outran the timeout.
+    command = [sys.executable, "-m", "course.assignments", "check", "--jobs", "1", "--timeout", str(CELL_TIMEOUT_S)]
     command += ["--no-sandbox"] if sandbox_unavailable() else []  # .ci/run installs bubblewrap: the same verdicts
     command += ["--notebooks", str(lessons), "--out", str(root / "grades"), *map(str, handed_in)]
     checking = subprocess.Popen(
