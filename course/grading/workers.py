@@ -29,9 +29,9 @@ __all__ = ["ONE_THREAD", "WorkerDied", "in_workers", "usable_cores"]
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-# The team's thread policy module (helpers/tools/threads.py) is not on main yet, so the settings are set here.
-# The grading code decides which of them reach a notebook's kernel (OMP_NUM_THREADS and MKL_NUM_THREADS today);
-# with one thread there is no OpenMP team to spin, and OMP_WAIT_POLICY=PASSIVE is for anything that starts more.
+# N notebooks on N cores: one thread each (helpers.tools.choose_threads(N, 0, processes=N) is 1). The grading code
+# decides which settings reach a notebook's kernel (checker.submission_environment): the thread counts, and the
+# wait policy, PASSIVE unless the teacher set one, for anything that starts more threads than that.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
