@@ -76,6 +76,12 @@ _EXPORTS = {
     "KVCache": "helpers.kv_cache",
     "generate": "helpers.gpt",
     "kv_cache_bytes": "helpers.gpt",
+    # helpers.latent_attention
+    "LatentConfig": "helpers.latent_attention",
+    "LatentGPT": "helpers.latent_attention",
+    "MultiHeadLatentAttention": "helpers.latent_attention",
+    "cache_bytes_per_token": "helpers.latent_attention",
+    "gpt_to_latent": "helpers.latent_attention",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",
     "induction_score": "helpers.analysis.circuits",

@@ -21,3 +21,8 @@ __all__ += ["check_previous_token_score", "check_similarity_scores", "check_stac
 from course.exercises.lesson10 import check_induction_score, check_patch_hook, check_repeated_batch  # noqa: E402
 
 __all__ += ["check_induction_score", "check_patch_hook", "check_repeated_batch"]
+
+# Lesson 11's checks.
+from course.exercises.lesson11 import check_absorbed_weights, check_cache_bytes, check_cache_entry  # noqa: E402
+
+__all__ += ["check_absorbed_weights", "check_cache_bytes", "check_cache_entry"]

@@ -1,0 +1,260 @@
+"""Checks for lesson 11's exercises: the cache's bytes, the absorbed matrices, and what one token caches.
+
+Shapes: N batch, L tokens, E embedding size, h heads, d head size, d_c the latent's width, d_R the decoupled
+rotary key's width, n_layers layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from course.exercises.feedback import (
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
+from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention, cache_bytes_per_token
+from helpers.rotary import apply_rotary
+
+__all__ = [
+    "check_absorbed_weights",
+    "check_cache_bytes",
+    "check_cache_entry",
+    "reference_absorbed_weights",
+    "reference_cache_bytes",
+    "reference_cache_entry",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: the cache's bytes per token
+# ---------------------------------------------------------------------------------------------
+def reference_cache_bytes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: int, d_R: int) -> int:
+    """Bytes one token adds to the whole model's cache, 16-bit numbers (2 bytes): as
+    ``helpers.latent_attention.cache_bytes_per_token``."""
+    return cache_bytes_per_token(kind, n_layers, d, h, h_kv, d_c, d_R, bytes_per_number=2)
+
+
+# Three configurations in which every mistake below gives a different number.
+_BYTES_CASES = [
+    {"n_layers": 5, "h": 6, "h_kv": 3, "d": 8, "d_c": 20, "d_R": 2},
+    {"n_layers": 3, "h": 8, "h_kv": 2, "d": 16, "d_c": 36, "d_R": 6},
+]
+
+
+def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: int, d_R: int) -> dict[str, int]:
+    right = reference_cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R)
+    per_layer = right // n_layers
+    mistakes = {
+        "that is one layer's cache: every layer keeps its own, so multiply by n_layers.": per_layer,
+        "that is in bits: a 16-bit number takes 2 bytes, not 16.": right * 8,
+    }
+    if kind in ("MHA", "GQA", "MQA"):
+        mistakes["only the keys are counted: the cache holds keys AND values, 2 · (heads) · d per layer."] = right // 2
+    if kind == "GQA":
+        mistakes["that counts every query head (h); GQA caches only its h_kv key/value heads."] = (
+            2 * n_layers * h * d * 2
+        )
+    if kind == "MQA":
+        mistakes["that counts every query head; multi-query attention caches ONE key and one value per layer."] = (
+            2 * n_layers * h * d * 2
+        )
+    if kind == "MLA":
+        mistakes |= {
+            "one byte per number: 16-bit numbers take 2 bytes each.": right // 2,
+            "the latent counted twice, as if keys and values had one each: MLA caches ONE latent c (d_c numbers), "
+            "both are rebuilt from it.": n_layers * (2 * d_c + d_R) * 2,
+            "the decoupled rotary key is missing: the cache keeps c AND the rotated key k^R, d_c + d_R per "
+            "layer.": n_layers * d_c * 2,
+            "the rotary key counted once per head: it is ONE key shared by all heads (only the queries have one "
+            "per head).": n_layers * (d_c + h * d_R) * 2,
+            "that is the per-head keys and values the latent rebuilds: those are never cached.": 2
+            * n_layers
+            * h
+            * d
+            * 2,
+        }
+    return mistakes
+
+
+@learner_check
+def check_cache_bytes(cache_bytes: Callable[..., int]) -> Verdict:
+    """Check ``cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R) -> int`` for the four kinds."""
+
+    def body() -> str:
+        for kind in ("MHA", "GQA", "MQA", "MLA"):
+            for case in _BYTES_CASES:
+                answer = call_learner(cache_bytes, kind, **case)
+                if isinstance(answer, Tensor):
+                    answer = answer.item() if answer.numel() == 1 else answer
+                if not isinstance(answer, int | float) or isinstance(answer, bool):
+                    raise wrong(f"return a number of bytes (an int), got {type(answer).__name__} for {kind}")
+                expected = reference_cache_bytes(kind, **case)
+                if answer == expected:
+                    continue
+                sizes = ", ".join(f"{k} = {v}" for k, v in case.items())
+                for hint, result in _bytes_mistakes(kind, **case).items():
+                    if answer == result:
+                        raise wrong(f"{kind} with {sizes}: {hint}")
+                raise wrong(f"{kind} with {sizes}: expected {expected} bytes per token, got {answer}.")
+        return "MHA, GQA, MQA and MLA: the bytes a token adds to the whole model's cache, all layers counted."
+
+    return run_check("cache bytes per token", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the absorbed matrices
+# ---------------------------------------------------------------------------------------------
+def reference_absorbed_weights(layer: MultiHeadLatentAttention) -> tuple[Tensor, Tensor]:
+    """(W_UK,iᵀ W_Q,i per head (h, d_c, E), W_O,i W_UV,i per head (h, E, d_c)), as ``layer.absorbed_weights()``."""
+    return layer.absorbed_weights()
+
+
+def _absorb_case() -> MultiHeadLatentAttention:
+    torch.manual_seed(11)
+    config = LatentConfig(embed_dim=12, num_heads=3, head_dim=4, latent_dim=5, rotary_dim=2)
+    return MultiHeadLatentAttention(config).double().requires_grad_(False)
+
+
+def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
+    h, d, d_c, E = 3, 4, 5, 12
+    w_q = layer.q_proj.weight.view(h, d, E)
+    w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)
+    w_o = layer.out_proj.weight.view(E, h, d).transpose(0, 1)  # (h, E, d)
+    query = {
+        "the queries were folded with W_UV: the score's key comes from W_UK (k_i = W_UK,i c), so the query side "
+        "needs W_UK,iᵀ W_Q,i; W_UV belongs with the output.": w_uv.transpose(1, 2) @ w_q,
+        "the 1/√(d + d_R) scale is folded in: keep the matrices as they are, the scale stays in the score.": (
+            w_uk.transpose(1, 2) @ w_q
+        )
+        / (d + 2) ** 0.5,
+        "one matrix summed over the heads, copied h times: each head has its own W_Q,i and W_UK,i, and its own fold.": (
+            w_uk.transpose(1, 2) @ w_q
+        )
+        .sum(0, keepdim=True)
+        .expand(h, d_c, E),
+        "the heads are read interleaved (every h-th row): head i is rows i·d .. (i + 1)·d - 1 of W_Q and W_UK, "
+        "weight.view(h, d, ...).": layer.k_up.weight.view(d, h, d_c).transpose(0, 1).transpose(1, 2)
+        @ layer.q_proj.weight.view(d, h, E).transpose(0, 1),
+    }
+    output = {
+        "the output was folded with W_UK: a head's output is weights · values, v_i = W_UV,i c, so the output "
+        "side needs W_O,i W_UV,i.": w_o @ w_uk,
+        "W_O's head blocks were taken as rows: out_proj.weight is (E, h·d) and head i's block is its COLUMNS "
+        "i·d .. (i + 1)·d - 1, weight.view(E, h, d).": layer.out_proj.weight.view(h, d, E).transpose(1, 2) @ w_uv,
+        "one matrix summed over the heads: each head's output has its own W_O,i W_UV,i.": (w_o @ w_uv)
+        .sum(0, keepdim=True)
+        .expand(h, E, d_c),
+    }
+    return query, output
+
+
+@learner_check
+def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Tensor, Tensor]]) -> Verdict:
+    """Check ``absorb(layer) -> (query_to_latent (h, d_c, E), latent_to_out (h, E, d_c))``."""
+
+    def body() -> str:
+        layer = _absorb_case()
+        answer = call_learner(absorb, layer)
+        if not isinstance(answer, tuple | list) or len(answer) != 2:
+            raise wrong("return two tensors: (query_to_latent, latent_to_out)")
+        query, output = (
+            as_tensor(a, name) for a, name in zip(answer, ("query_to_latent", "latent_to_out"), strict=True)
+        )
+        if tuple(query.shape) == (3, 12, 5):
+            raise wrong(
+                "query_to_latent is (h, E, d_c): transpose it, (h, d_c, E), so that it maps x (E) to c's space."
+            )
+        expect_shape(query, (3, 5, 12), "query_to_latent", "(h, d_c, E)")
+        if tuple(output.shape) == (3, 5, 12):
+            raise wrong("latent_to_out is (h, d_c, E): transpose it, (h, E, d_c), a map from c's space to E features.")
+        expect_shape(output, (3, 12, 5), "latent_to_out", "(h, E, d_c)")
+        expected_query, expected_output = reference_absorbed_weights(layer)
+        query_mistakes, output_mistakes = _absorb_mistakes(layer)
+        if not close(query, expected_query, atol=1e-8):
+            raise diagnose(query, query_mistakes, "query_to_latent[i] should be W_UK,iᵀ W_Q,i, (d_c, d) @ (d, E).")
+        if not close(output, expected_output, atol=1e-8):
+            raise diagnose(output, output_mistakes, "latent_to_out[i] should be W_O,i W_UV,i, (E, d) @ (d, d_c).")
+        return "both folds per head: the absorbed layer gives the naive layer's outputs without building a key."
+
+    return run_check("the absorbed matrices", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: what one token puts in the cache
+# ---------------------------------------------------------------------------------------------
+def reference_cache_entry(
+    x: Tensor, positions: Tensor, w_dkv: Tensor, w_kr: Tensor, base: float
+) -> tuple[Tensor, Tensor]:
+    """x (N, L, E) at positions (L,) -> (c = x W_DKVᵀ (N, L, d_c), k^R = RoPE(x W_KRᵀ) (N, L, d_R))."""
+    return x @ w_dkv.T, apply_rotary(x @ w_kr.T, positions, base)
+
+
+def _rotate_halves(x: Tensor, positions: Tensor, base: float) -> Tensor:
+    """The rotation of pairs (k, k + d/2): another library's convention, not ``helpers.rotary``'s."""
+    half = x.size(-1) // 2
+    paired = torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)  # (a0, b0, a1, b1, ...)
+    rotated = apply_rotary(paired, positions, base)
+    return torch.cat((rotated[..., 0::2], rotated[..., 1::2]), dim=-1)
+
+
+@learner_check
+def check_cache_entry(cache_entry: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
+    """Check ``cache_entry(x, positions, w_dkv, w_kr, base) -> (c, k_rope)``."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(12)
+        N, L, E, d_c, d_R, base = 2, 4, 10, 6, 4, 100.0
+        x = torch.randn(N, L, E, dtype=torch.float64, generator=generator)
+        positions = torch.arange(7, 7 + L)  # a cached step: the new tokens do not start at 0
+        w_dkv = torch.randn(d_c, E, dtype=torch.float64, generator=generator)
+        w_kr = torch.randn(d_R, E, dtype=torch.float64, generator=generator)
+        answer = call_learner(cache_entry, x.clone(), positions.clone(), w_dkv.clone(), w_kr.clone(), base)
+        if not isinstance(answer, tuple | list) or len(answer) != 2:
+            raise wrong("return two tensors: (c, k_rope)")
+        c, k_rope = (as_tensor(a, name) for a, name in zip(answer, ("c", "k_rope"), strict=True))
+        expect_shape(c, (N, L, d_c), "c", "(N, L, d_c)")
+        if k_rope.dim() == 4:
+            raise wrong("k_rope has a head dimension: the decoupled key is ONE key shared by all heads, (N, L, d_R).")
+        expect_shape(k_rope, (N, L, d_R), "k_rope", "(N, L, d_R)")
+        want_c, want_k = reference_cache_entry(x, positions, w_dkv, w_kr, base)
+        plain_c, plain_k = x @ w_dkv.T, x @ w_kr.T
+        if close(c, apply_rotary(plain_c, positions, base)) and close(k_rope, plain_k):
+            raise wrong(
+                "the latent was rotated and the rotary key was not: rotating c would put a position between W_UK "
+                "and the query (no absorption). Leave c as it is and rotate the decoupled key."
+            )
+        if close(c, apply_rotary(plain_c, positions, base)):
+            raise wrong("the latent c is rotated: c must stay position-free, only the decoupled key is rotated.")
+        if not close(c, want_c):
+            raise wrong("c should be x @ w_dkv.T, (N, L, d_c): w_dkv is (d_c, E), rows = outputs, as in nn.Linear.")
+        if close(k_rope, want_k):
+            return "the latent as it is and the rotary key rotated by each token's own position: what MLA caches."
+        raise diagnose(
+            k_rope,
+            {
+                "the rotary key is not rotated: rotate it by each token's position (helpers.rotary.apply_rotary), "
+                "once, before it is cached.": plain_k,
+                "rotated by positions 0 .. L - 1: a cached step's new tokens sit at `positions` (here 7 .. 10).": (
+                    apply_rotary(plain_k, torch.arange(L), base)
+                ),
+                "rotated with base 10000: use the model's `base` (here 100).": apply_rotary(plain_k, positions),
+                "the rotation pairs features (k, k + d/2): the course rotates adjacent pairs (2k, 2k + 1), as "
+                "helpers.rotary.apply_rotary does.": _rotate_halves(plain_k, positions, base),
+                "rotated backwards (by minus the position): apply_rotary(x, positions) turns by +m·θ_k.": (
+                    apply_rotary(plain_k, -positions, base)
+                ),
+            },
+            "k_rope should be apply_rotary(x @ w_kr.T, positions, base), (N, L, d_R).",
+        )
+
+    return run_check("what one token puts in the cache", body)

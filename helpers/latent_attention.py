@@ -1,0 +1,512 @@
+"""Multi-head latent attention (MLA, lesson 11): the KV cache compressed into one small latent per token.
+
+DeepSeek-V2 (DeepSeek-AI, 2024, arXiv:2405.04434, §2.1) caches neither keys nor values. Each token's hidden
+state x goes *down* to a latent c = W_DKV x of d_c numbers, and every head rebuilds its own key and value from
+it with an *up*-projection, k_i = W_UK,i c and v_i = W_UV,i c. The cache holds c alone, d_c numbers per token
+and layer instead of 2·h·d (MHA) or 2·h_kv·d (GQA).
+
+Two tricks make it work in practice, and this module holds both:
+
+* **Absorption.** A score q_iᵀ k_i = (W_UQ,i x_q)ᵀ (W_UK,i c) = x_qᵀ (W_UQ,iᵀ W_UK,i) c: the product of the two
+  matrices can be folded into one query projection that maps straight into the latent's space, and W_UV,i
+  into the output projection likewise. The per-head keys and values are then never built: every head reads
+  the same c, multi-query attention over the latent (``absorbed=True``).
+* **The decoupled rotary key.** Rotary positions rotate keys by their position m, k_i = R_m W_UK,i c, and
+  R_m sits *between* W_UK,i and the query: the fold then depends on the offset between query and key and
+  cannot be precomputed. DeepSeek-V2 leaves the content keys unrotated and adds a small extra key
+  k^R = RoPE(W_KR x), d_R numbers shared by all heads, cached beside c, and per head a rotary query part of
+  the same width. A score is the content part plus the rotary part.
+
+``rotate_content=True`` rotates the rebuilt keys instead (as GQA does): then grouped-query attention is MLA
+with d_c = 2·h_kv·d and block-identity up-projections (``latent_from_gqa``), and a PCA of a real model's keys
+and values gives a compressed latent for it; that form cannot be absorbed, and says so.
+
+Shapes, in the course notation: N batch, L new tokens in this call, T tokens so far (cache plus L), E
+embedding size, h query heads, d the head size of the content queries, keys and values, d_c the latent's
+width, d_R the decoupled rotary key's width (per head of the queries, shared by the heads for the key),
+d_c' the queries' latent width (query compression, optional), n_layers blocks.
+
+``attend`` is the one step that turns scores into weights and weights into outputs (mask True = may attend,
+as ``helpers.gpt.attention_mask``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from helpers.attention import merge_heads, repeat_kv_heads, split_heads
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, attention_mask, kv_cache_bytes
+from helpers.rotary import rotary_cos_sin, rotate_pairs
+
+__all__ = [
+    "DEEPSEEK_V2",
+    "SMOLLM2",
+    "LatentCache",
+    "LatentConfig",
+    "LatentGPT",
+    "MultiHeadLatentAttention",
+    "attend",
+    "cache_bytes_per_token",
+    "gpt_to_latent",
+    "latent_from_gqa",
+    "pca_basis",
+    "record_keys_values",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes of the two models the lesson compares, with where each number comes from
+# ---------------------------------------------------------------------------------------------
+# SmolLM2-135M-Instruct: the GGUF file's header (llama.block_count, attention.head_count, head_count_kv,
+# embedding_length; helpers.models.language_model reads them). d = 576 / 9.
+SMOLLM2 = {"num_layers": 30, "embed_dim": 576, "num_heads": 9, "num_kv_heads": 3, "head_dim": 64}
+# DeepSeek-V2: its paper (arXiv:2405.04434), §3.1.2 "Hyper-Parameters": 60 layers, hidden size 5120, n_h = 128
+# heads of d_h = 128, KV compression d_c = 512 (= 4 d_h), query compression d_c' = 1536, decoupled queries and
+# key of d_h^R = 64 per head (= d_h / 2). Table 1 gives the cache per token: MHA 2 n_h d_h l, GQA 2 n_g d_h l,
+# MQA 2 d_h l, MLA (d_c + d_h^R) l, l the number of layers.
+DEEPSEEK_V2 = {
+    "num_layers": 60,
+    "embed_dim": 5120,
+    "num_heads": 128,
+    "head_dim": 128,
+    "latent_dim": 512,
+    "query_latent_dim": 1536,
+    "rotary_dim": 64,
+}
+
+
+def _int_in(name: str, value, low: int, high: int, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in {low} .. {high}{why}, got {value!r}")
+
+
+def cache_bytes_per_token(
+    kind: str,
+    num_layers: int,
+    head_dim: int = 0,
+    num_heads: int = 0,
+    num_kv_heads: int = 0,
+    latent_dim: int = 0,
+    rotary_dim: int = 0,
+    bytes_per_number: int = 2,
+) -> int:
+    """Bytes one token adds to the cache of a whole model (every layer), by attention ``kind``:
+
+    - "MHA": keys and values of every head, 2 · h · d per layer;
+    - "GQA": of every key/value head, 2 · h_kv · d;
+    - "MQA": of the one shared head, 2 · d;
+    - "MLA": the latent and the decoupled rotary key, d_c + d_R.
+
+    times n_layers and ``bytes_per_number`` (2 for 16-bit numbers, as DeepSeek-V2's Table 1 counts elements)."""
+    _int_in("num_layers", num_layers, 1, 10**6)
+    _int_in("bytes_per_number", bytes_per_number, 1, 16)
+    if kind == "MHA":
+        _int_in("num_heads", num_heads, 1, 10**6)
+        _int_in("head_dim", head_dim, 1, 10**6)
+        return kv_cache_bytes(num_layers, num_heads, head_dim, 1, bytes_per_number)
+    if kind == "GQA":
+        _int_in("num_kv_heads", num_kv_heads, 1, 10**6)
+        _int_in("head_dim", head_dim, 1, 10**6)
+        return kv_cache_bytes(num_layers, num_kv_heads, head_dim, 1, bytes_per_number)
+    if kind == "MQA":
+        _int_in("head_dim", head_dim, 1, 10**6)
+        return kv_cache_bytes(num_layers, 1, head_dim, 1, bytes_per_number)
+    if kind == "MLA":
+        _int_in("latent_dim", latent_dim, 1, 10**6)
+        _int_in("rotary_dim", rotary_dim, 0, 10**6)
+        return num_layers * (latent_dim + rotary_dim) * bytes_per_number
+    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The configuration
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LatentConfig:
+    """Sizes of one multi-head latent attention layer.
+
+    ``latent_dim`` d_c in 1 .. 2·h·d (wider than MHA's own keys and values would compress nothing);
+    ``rotary_dim`` d_R, even, 0 .. d: the decoupled rotary key (0: none); ``query_latent_dim`` d_c' or None
+    (queries straight from x); ``rotate_content`` rotates the rebuilt content keys and queries instead (the
+    GQA-equivalent form; it needs d even and no decoupled key, and cannot be absorbed).
+    """
+
+    embed_dim: int
+    num_heads: int
+    head_dim: int
+    latent_dim: int
+    rotary_dim: int = 0
+    query_latent_dim: int | None = None
+    rotate_content: bool = False
+    rotary_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _int_in("embed_dim", self.embed_dim, 1, 10**6)
+        _int_in("num_heads", self.num_heads, 1, 10**4)
+        _int_in("head_dim", self.head_dim, 1, 10**4)
+        most = 2 * self.num_heads * self.head_dim
+        _int_in("latent_dim (d_c)", self.latent_dim, 1, most, f" (2·h·d = {most}: MHA's own keys and values)")
+        _int_in("rotary_dim (d_R)", self.rotary_dim, 0, self.head_dim, " (at most the head size d)")
+        if self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim (d_R) must be even (rotary positions rotate pairs), got {self.rotary_dim}")
+        if self.query_latent_dim is not None:
+            _int_in("query_latent_dim (d_c')", self.query_latent_dim, 1, 10**6)
+        if not isinstance(self.rotate_content, bool):
+            raise ValueError(f"rotate_content must be True or False, got {self.rotate_content!r}")
+        if self.rotate_content and self.rotary_dim:
+            raise ValueError(
+                "rotate_content and a decoupled rotary key (rotary_dim > 0) are two ways to place positions: choose one"
+            )
+        if self.rotate_content and self.head_dim % 2:
+            raise ValueError(
+                f"rotate_content rotates pairs of the head's features: d must be even, got {self.head_dim}"
+            )
+        base = self.rotary_base
+        if isinstance(base, bool) or not isinstance(base, int | float) or not math.isfinite(base) or base <= 0:
+            raise ValueError(f"rotary_base must be a finite positive number, got {base!r}")
+
+    @property
+    def score_dim(self) -> int:
+        """Features one score sums over, d + d_R: its scale is 1 / √(d + d_R)."""
+        return self.head_dim + self.rotary_dim
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores -> weights -> weighted sum: the one step the attention core will own
+# ---------------------------------------------------------------------------------------------
+def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """Masked softmax attention: query (N, h, L, D), key (N, h or 1, T, D), value (N, h or 1, T, D_v), mask
+    (L, T) **True = may attend** -> (outputs (N, h, L, D_v), weights (N, h, L, T)).
+
+    A key and value with one head are read by every query head (broadcast, not copied): the absorbed form's
+    shared latent. ``scale`` is given, not taken from D: absorbed queries are d_c + d_R wide but their scores
+    are the naive ones, scaled by 1 / √(d + d_R)."""
+    scores = (query @ key.transpose(-2, -1)) * scale  # (N, h, L, T)
+    weights = scores.masked_fill(~may_attend, float("-inf")).softmax(dim=-1)
+    return weights @ value, weights
+
+
+# ---------------------------------------------------------------------------------------------
+# The layer
+# ---------------------------------------------------------------------------------------------
+class MultiHeadLatentAttention(nn.Module):
+    """Causal self-attention with a latent KV cache; a drop-in for ``helpers.gpt.CausalSelfAttention``.
+
+    Projections (``nn.Linear``, no biases), rows = outputs:
+
+    - ``kv_down`` W_DKV (d_c, E): x -> the latent c, what the cache keeps;
+    - ``k_up`` W_UK (h·d, d_c) and ``v_up`` W_UV (h·d, d_c): c -> every head's content key and value;
+    - ``k_rope`` W_KR (d_R, E): x -> the decoupled rotary key, shared by the heads, cached rotated;
+    - queries: ``q_proj`` (h·d, E) and ``q_rope`` (h·d_R, E), or with query compression ``q_down`` (d_c', E)
+      then ``q_up`` (h·d, d_c') and ``q_rope`` (h·d_R, d_c');
+    - ``out_proj`` W_O (E, h·d), whose input is the heads' outputs side by side (head hooks work on it).
+
+    ``absorbed`` (attribute, or the forward argument) selects the absorbed form; both give the same numbers.
+    """
+
+    def __init__(self, config: LatentConfig) -> None:
+        super().__init__()
+        if not isinstance(config, LatentConfig):
+            raise TypeError(f"config must be a LatentConfig, got {type(config).__name__}")
+        self.config = config
+        E, h, d, d_c, d_R = config.embed_dim, config.num_heads, config.head_dim, config.latent_dim, config.rotary_dim
+        self.kv_down = nn.Linear(E, d_c, bias=False)
+        self.k_up = nn.Linear(d_c, h * d, bias=False)
+        self.v_up = nn.Linear(d_c, h * d, bias=False)
+        self.k_rope = nn.Linear(E, d_R, bias=False) if d_R else None
+        query_in = E
+        if config.query_latent_dim is not None:
+            self.q_down = nn.Linear(E, config.query_latent_dim, bias=False)
+            self.q_up = nn.Linear(config.query_latent_dim, h * d, bias=False)
+            query_in = config.query_latent_dim
+        else:
+            self.q_proj = nn.Linear(E, h * d, bias=False)
+        self.q_rope = nn.Linear(query_in, h * d_R, bias=False) if d_R else None
+        self.out_proj = nn.Linear(h * d, E, bias=False)
+        self.absorbed = False
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _query_input(self, x: Tensor) -> Tensor:
+        """What the queries are projected from: x (N, L, E), or its query latent (N, L, d_c')."""
+        return self.q_down(x) if self.config.query_latent_dim is not None else x
+
+    def _content_query_projection(self) -> nn.Linear:
+        return self.q_up if self.config.query_latent_dim is not None else self.q_proj
+
+    def _rotation(self, positions: Tensor, width: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        cos, sin = rotary_cos_sin(positions, width, self.config.rotary_base, dtype)
+        return cos.to(positions.device), sin.to(positions.device)
+
+    def latent(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """What one token puts in the cache: x (N, L, E) at ``positions`` (L,) -> (c (N, L, d_c), the rotary key
+        already rotated by its own position (N, L, d_R))."""
+        c = self.kv_down(x)
+        if self.k_rope is None:
+            return c, x.new_zeros((*x.shape[:-1], 0))
+        return c, rotate_pairs(self.k_rope(x), *self._rotation(positions, self.config.rotary_dim, x.dtype))
+
+    def absorbed_weights(self) -> tuple[Tensor, Tensor]:
+        """The folded matrices: W_UK,iᵀ W_UQ,i per head, (h, d_c, E or d_c'), which maps the query input
+        straight into the latent's space; and W_O,i W_UV,i per head, (h, E, d_c), which maps a head's
+        latent-space output straight to the model's features."""
+        c, h, d = self.config, self.config.num_heads, self.config.head_dim
+        w_uq = self._content_query_projection().weight.view(h, d, -1)  # (h, d, E or d_c')
+        w_uk = self.k_up.weight.view(h, d, c.latent_dim)  # (h, d, d_c)
+        w_uv = self.v_up.weight.view(h, d, c.latent_dim)  # (h, d, d_c)
+        w_o = self.out_proj.weight.view(c.embed_dim, h, d).transpose(0, 1)  # (h, E, d)
+        return w_uk.transpose(1, 2) @ w_uq, w_o @ w_uv
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        past: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+        rotation: tuple[Tensor, Tensor] | None = None,
+        absorbed: bool | None = None,
+    ):
+        """x (N, L, E) at ``positions`` (L,) (default 0 .. L - 1); ``past`` the cached (c (N, T - L, d_c),
+        rotary key (N, T - L, d_R)) or None. ``rotation`` is accepted for ``GPT``'s blocks and ignored: this
+        layer rotates at its own widths.
+
+        Returns the output (N, L, E) and the cache entry of all T tokens (c (N, T, d_c), rotary key
+        (N, T, d_R)); with ``need_weights`` also the weights (N, h, L, T)."""
+        cfg = self.config
+        if x.dim() != 3 or x.size(-1) != cfg.embed_dim:
+            raise ValueError(f"x must be (N, L, E) with E = {cfg.embed_dim}, got {tuple(x.shape)}")
+        L = x.size(1)
+        if positions is None:
+            positions = torch.arange(L, device=x.device)
+        c, key_rope = self.latent(x, positions)
+        if past is not None:
+            c, key_rope = torch.cat((past[0], c), dim=1), torch.cat((past[1], key_rope), dim=1)  # (N, T, ·)
+        T = c.size(1)
+        may_attend = attention_mask(positions, T, None)  # (L, T), True = may attend
+        absorbed = self.absorbed if absorbed is None else absorbed
+        if absorbed and cfg.rotate_content:
+            raise ValueError(
+                "the absorbed form needs unrotated content keys: with rotate_content the rotation R_m of each "
+                "key's position sits between W_UK and the query, so W_UK cannot be folded into the queries. "
+                "Use a decoupled rotary key (rotary_dim > 0, rotate_content=False) or absorbed=False."
+            )
+        q_in = self._query_input(x)  # (N, L, E or d_c')
+        q_rope = None
+        if self.q_rope is not None:  # per head, rotated by the query's position
+            q_rope = rotate_pairs(
+                split_heads(self.q_rope(q_in), cfg.num_heads), *self._rotation(positions, cfg.rotary_dim, x.dtype)
+            )
+        scale = 1.0 / math.sqrt(cfg.score_dim)
+        if absorbed:
+            out, weights = self._absorbed(q_in, q_rope, c, key_rope, may_attend, scale)
+        else:
+            out, weights = self._naive(q_in, q_rope, c, key_rope, positions, may_attend, scale)
+        return (out, (c, key_rope), weights) if need_weights else (out, (c, key_rope))
+
+    def _naive(self, q_in, q_rope, c, key_rope, positions, may_attend, scale):
+        """Every head's keys and values rebuilt from the latent, then ordinary attention."""
+        cfg, h = self.config, self.config.num_heads
+        q = split_heads(self._content_query_projection()(q_in), h)  # (N, h, L, d)
+        k = split_heads(self.k_up(c), h)  # (N, h, T, d)
+        v = split_heads(self.v_up(c), h)  # (N, h, T, d)
+        if cfg.rotate_content:  # rebuilt keys rotated by their positions 0 .. T - 1, every step anew
+            T = c.size(1)
+            q = rotate_pairs(q, *self._rotation(positions, cfg.head_dim, q.dtype))
+            k = rotate_pairs(k, *self._rotation(torch.arange(T, device=c.device), cfg.head_dim, k.dtype))
+        if q_rope is not None:  # the shared rotary key, one copy per query head, beside the content part
+            q = torch.cat((q, q_rope), dim=-1)  # (N, h, L, d + d_R)
+            k = torch.cat((k, repeat_kv_heads(key_rope[:, None], h)), dim=-1)  # (N, h, T, d + d_R)
+        out, weights = attend(q, k, v, may_attend, scale)  # (N, h, L, d)
+        return self.out_proj(merge_heads(out)), weights
+
+    def _absorbed(self, q_in, q_rope, c, key_rope, may_attend, scale):
+        """W_UK folded into the queries and W_UV into the output: all heads read the one latent."""
+        query_to_latent, latent_to_out = self.absorbed_weights()  # (h, d_c, E or d_c'), (h, E, d_c)
+        q = torch.einsum("nli,hci->nhlc", q_in, query_to_latent)  # (N, h, L, d_c): queries in the latent space
+        key, value = c[:, None], c[:, None]  # (N, 1, T, d_c): one key/value head for all (multi-query)
+        if q_rope is not None:
+            q = torch.cat((q, q_rope), dim=-1)  # (N, h, L, d_c + d_R)
+            key = torch.cat((key, key_rope[:, None]), dim=-1)  # (N, 1, T, d_c + d_R)
+        out, weights = attend(q, key, value, may_attend, scale)  # (N, h, L, d_c)
+        return torch.einsum("nhlc,hec->nle", out, latent_to_out), weights  # (N, L, E)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache and the model
+# ---------------------------------------------------------------------------------------------
+class LatentCache:
+    """Per layer, the latents and rotated rotary keys of every token seen so far: (c (N, T, d_c), k^R
+    (N, T, d_R)), or None at first. Like ``helpers.gpt.KVCache`` it is updated only once a whole step ran."""
+
+    def __init__(self, num_layers: int, config: LatentConfig) -> None:
+        _int_in("num_layers", num_layers, 1, 10**4)
+        self.config = config
+        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
+
+    @property
+    def length(self) -> int:
+        """T: how many tokens the cache holds (the position of the next token)."""
+        first = self.layers[0]
+        return 0 if first is None else first[0].size(1)
+
+    def nbytes(self) -> int:
+        """Bytes held by all cached latents and rotary keys."""
+        return sum(t.numel() * t.element_size() for entry in self.layers if entry is not None for t in entry)
+
+
+class LatentGPT(GPT):
+    """``helpers.gpt.GPT`` whose every block attends with ``MultiHeadLatentAttention`` and caches latents.
+
+    The GPT config gives everything but the attention (its ``positions`` must be "rotary" or "none": the
+    latent layers place their rotations themselves); ``latent`` gives the attention's sizes. ``generate``
+    works unchanged: ``new_cache()`` makes a ``LatentCache``."""
+
+    def __init__(self, config: GPTConfig, latent: LatentConfig) -> None:
+        if not isinstance(latent, LatentConfig):
+            raise TypeError(f"latent must be a LatentConfig, got {type(latent).__name__}")
+        if latent.embed_dim != config.embed_dim:
+            raise ValueError(f"latent.embed_dim ({latent.embed_dim}) must equal the model's E ({config.embed_dim})")
+        if config.positions == "sinusoidal":
+            raise ValueError("latent attention places rotary positions itself: use positions 'rotary' or 'none'")
+        super().__init__(config)
+        self.latent_config = latent
+        for block in self.blocks:
+            block.attention = MultiHeadLatentAttention(latent)
+
+    def set_absorbed(self, absorbed: bool) -> LatentGPT:
+        """Every layer in the absorbed form (True) or the naive one (False)."""
+        for block in self.blocks:
+            block.attention.absorbed = bool(absorbed)
+        return self
+
+    def new_cache(self) -> LatentCache:
+        return LatentCache(len(self.blocks), self.latent_config)
+
+    def _check_cache(self, cache, N: int) -> None:
+        if not isinstance(cache, LatentCache):
+            raise TypeError(
+                f"this model caches latents: cache must be a LatentCache (model.new_cache()), got "
+                f"{type(cache).__name__}"
+            )
+        lat = self.latent_config
+        if len(cache.layers) != len(self.blocks) or (cache.config.latent_dim, cache.config.rotary_dim) != (
+            lat.latent_dim,
+            lat.rotary_dim,
+        ):
+            raise ValueError(
+                f"cache made for {len(cache.layers)} layers with d_c = {cache.config.latent_dim}, d_R = "
+                f"{cache.config.rotary_dim}, but this model has {len(self.blocks)} layers with d_c = "
+                f"{lat.latent_dim}, d_R = {lat.rotary_dim}: make one with model.new_cache()"
+            )
+        first = cache.layers[0]
+        if first is not None:
+            expected = (N, first[0].size(1), lat.latent_dim)
+            if tuple(first[0].shape) != expected or tuple(first[1].shape) != (N, first[0].size(1), lat.rotary_dim):
+                raise ValueError(
+                    f"cache holds latents {tuple(first[0].shape)} and rotary keys {tuple(first[1].shape)} "
+                    f"(N, T, d_c), (N, T, d_R), but this call needs N = {N}, d_c = {lat.latent_dim}, "
+                    f"d_R = {lat.rotary_dim}: a cache serves one model and one batch"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# From a trained GQA model to latent attention: exact, or compressed by a basis
+# ---------------------------------------------------------------------------------------------
+def latent_from_gqa(attention: CausalSelfAttention, basis: Tensor | None = None) -> MultiHeadLatentAttention:
+    """Grouped-query attention rewritten as latent attention (``rotate_content=True``).
+
+    The latent is the keys and values before rotary positions, stacked, 2·h_kv·d numbers, projected on
+    ``basis`` (2·h_kv·d, r), orthonormal columns (None: the identity, an exact rewrite with d_c = 2·h_kv·d).
+    W_DKV = basisᵀ [W_K; W_V]; the up-projections rebuild [k; v] ≈ basis c and hand query head i the block of
+    its key/value head i // g (a block-identity when nothing is compressed)."""
+    if not isinstance(attention, CausalSelfAttention):
+        raise TypeError(f"attention must be a helpers.gpt.CausalSelfAttention, got {type(attention).__name__}")
+    p, h, h_kv, d = attention.projections, attention.num_heads, attention.num_kv_heads, attention.head_dim
+    width = 2 * h_kv * d
+    weight = p.q_proj.weight
+    if basis is None:
+        basis = torch.eye(width, dtype=weight.dtype, device=weight.device)
+    if not isinstance(basis, Tensor) or basis.dim() != 2 or basis.size(0) != width or not 1 <= basis.size(1) <= width:
+        shape = tuple(basis.shape) if isinstance(basis, Tensor) else type(basis).__name__
+        raise ValueError(f"basis must be (2·h_kv·d, r) = ({width}, r) with 1 <= r <= {width}, got {shape}")
+    basis = basis.to(weight.dtype)
+    rank = basis.size(1)
+    config = LatentConfig(
+        embed_dim=p.embed_dim, num_heads=h, head_dim=d, latent_dim=rank,
+        rotate_content=attention.rotary, rotary_base=attention.rotary_base,
+    )  # fmt: skip
+    with torch.device(weight.device):
+        latent = MultiHeadLatentAttention(config).to(weight.dtype)
+    g = h // h_kv
+    heads = torch.arange(h) // g  # the key/value head each query head reads
+    key_rows, value_rows = basis[: h_kv * d].view(h_kv, d, rank), basis[h_kv * d :].view(h_kv, d, rank)
+    with torch.no_grad():
+        latent.kv_down.weight.copy_(basis.T @ torch.cat((p.k_proj.weight, p.v_proj.weight)))  # (r, E)
+        latent.k_up.weight.copy_(key_rows[heads].reshape(h * d, rank))  # (h·d, r)
+        latent.v_up.weight.copy_(value_rows[heads].reshape(h * d, rank))
+        latent.q_proj.weight.copy_(p.q_proj.weight)
+        latent.out_proj.weight.copy_(p.out_proj.weight)
+    return latent.requires_grad_(weight.requires_grad)
+
+
+def gpt_to_latent(model: GPT, bases: Sequence[Tensor | None] | None = None) -> LatentGPT:
+    """A ``LatentGPT`` whose layer i is ``latent_from_gqa(model's layer i, bases[i])``; every other weight is
+    the model's own tensor (shared, not copied). All bases must have one rank r (the cache's d_c)."""
+    if not isinstance(model, GPT) or isinstance(model, LatentGPT):
+        raise TypeError(f"model must be a helpers.gpt.GPT with grouped-query attention, got {type(model).__name__}")
+    n = len(model.blocks)
+    bases = [None] * n if bases is None else list(bases)
+    if len(bases) != n:
+        raise ValueError(f"one basis per layer: the model has {n} layers, got {len(bases)} bases")
+    layers = [latent_from_gqa(block.attention, basis) for block, basis in zip(model.blocks, bases, strict=True)]
+    ranks = {layer.config.latent_dim for layer in layers}
+    if len(ranks) != 1:
+        raise ValueError(f"every layer's basis must have the same rank r (the cache's d_c), got ranks {sorted(ranks)}")
+    with torch.device("meta"):
+        converted = LatentGPT(model.config, layers[0].config)
+    state = {name: t for name, t in model.state_dict().items() if ".attention." not in name}
+    for i, layer in enumerate(layers):
+        state |= {f"blocks.{i}.attention.{name}": t for name, t in layer.state_dict().items()}
+    converted.load_state_dict(state, strict=True, assign=True)
+    if model.config.tie_embeddings:
+        converted.lm_head.weight = converted.token_embedding.weight
+    return converted.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def record_keys_values(model: GPT, ids: Tensor) -> list[Tensor]:
+    """Each layer's keys and values *before* rotary positions, side by side, for every token of ``ids``
+    (N, T): a list of n_layers tensors (N·T, 2·h_kv·d), keys first. One forward pass, hooks on k_proj/v_proj."""
+    recorded: dict[tuple[int, str], Tensor] = {}
+    handles = []
+    for i, block in enumerate(model.blocks):
+        for name in ("k_proj", "v_proj"):
+
+            def hook(module, args, output, key=(i, name)):
+                recorded[key] = output.detach().flatten(0, 1)
+
+            handles.append(getattr(block.attention.projections, name).register_forward_hook(hook))
+    try:
+        model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [torch.cat((recorded[(i, "k_proj")], recorded[(i, "v_proj")]), dim=1) for i in range(len(model.blocks))]
+
+
+def pca_basis(activations: Tensor, rank: int) -> Tensor:
+    """The rank-r subspace that keeps most of the activations (M, D): the top r right singular vectors,
+    (D, r), orthonormal columns. Not centred: the latent must rebuild the keys and values themselves, mean
+    included, with a linear map and no bias."""
+    if not isinstance(activations, Tensor) or activations.dim() != 2:
+        raise ValueError("activations must be (M, D): one row per token")
+    _int_in("rank", rank, 1, activations.size(1), " (the activations' width D)")
+    if activations.size(0) < rank:
+        raise ValueError(f"a rank-{rank} basis needs at least {rank} rows (tokens), got {activations.size(0)}")
+    _, _, vh = torch.linalg.svd(activations.double(), full_matrices=False)
+    return vh[:rank].T.to(activations.dtype)

@@ -1,0 +1,214 @@
+"""Lesson 11's exercise checks: the reference answers pass, an untouched stub is "not attempted", and every typical
+mistake gets the hint that names it."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_hint, not_attempted
+
+from course.exercises.lesson11 import (
+    check_absorbed_weights,
+    check_cache_bytes,
+    check_cache_entry,
+    reference_absorbed_weights,
+    reference_cache_bytes,
+    reference_cache_entry,
+)
+from helpers.rotary import apply_rotary
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1
+# ---------------------------------------------------------------------------------------------
+def test_the_reference_cache_bytes_pass_and_a_stub_is_not_attempted():
+    assert check_cache_bytes(reference_cache_bytes).passed
+    assert check_cache_bytes(not_attempted).status == "not attempted"
+
+
+def _per_kind(kind, n_layers, h, h_kv, d, d_c, d_R):
+    return {"MHA": 2 * h * d, "GQA": 2 * h_kv * d, "MQA": 2 * d, "MLA": d_c + d_R}[kind]
+
+
+def _wrong_for(which: str, wrong_bytes):
+    """A learner right for every kind but ``which``, where ``wrong_bytes(n_layers, h, h_kv, d, d_c, d_R)`` is given."""
+
+    def cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R):
+        if kind == which:
+            return wrong_bytes(n_layers, h, h_kv, d, d_c, d_R)
+        return reference_cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R)
+
+    return cache_bytes
+
+
+def _scaled_all(factor_of_layers: bool, factor: float):
+    def cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R):
+        per_layer = _per_kind(kind, n_layers, h, h_kv, d, d_c, d_R) * 2
+        return int(per_layer * (n_layers if factor_of_layers else 1) * factor)
+
+    return cache_bytes
+
+
+@pytest.mark.parametrize(
+    "mistake, fragments",
+    [
+        (_scaled_all(False, 1), ["MHA", "multiply by n_layers"]),
+        (_scaled_all(True, 8), ["in bits"]),
+        (_scaled_all(True, 0.5), ["only the keys"]),
+        (_wrong_for("GQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["GQA", "h_kv key/value"]),
+        (_wrong_for("MQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["MQA", "ONE key"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (2 * d_c + d_R) * 2), ["ONE latent"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * d_c * 2), ["rotary key is missing"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + h * d_R) * 2), ["shared by all"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["never cached"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + d_R)), ["one byte per number"]),
+    ],
+)
+def test_each_cache_bytes_mistake_is_named(mistake, fragments):
+    assert_hint(check_cache_bytes(mistake), *fragments)
+
+
+def test_a_non_number_is_refused():
+    def cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R):
+        return "many"
+
+    assert_hint(check_cache_bytes(cache_bytes), "an int")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2
+# ---------------------------------------------------------------------------------------------
+def _pieces(layer):
+    h, d = layer.config.num_heads, layer.config.head_dim
+    E, d_c = layer.config.embed_dim, layer.config.latent_dim
+    w_q = layer.q_proj.weight.view(h, d, E)
+    w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)
+    w_o = layer.out_proj.weight.view(E, h, d).transpose(0, 1)
+    return h, d, E, d_c, w_q, w_uk, w_uv, w_o
+
+
+def test_the_reference_absorption_passes_and_a_stub_is_not_attempted():
+    assert check_absorbed_weights(reference_absorbed_weights).passed
+    assert check_absorbed_weights(not_attempted).status == "not attempted"
+
+
+def _swapped(layer):
+    *_, w_q, w_uk, w_uv, w_o = _pieces(layer)
+    return w_uv.transpose(1, 2) @ w_q, w_o @ w_uk
+
+
+def _scaled(layer):
+    q, o = reference_absorbed_weights(layer)
+    return q / (layer.config.score_dim**0.5), o
+
+
+def _summed_query(layer):
+    q, o = reference_absorbed_weights(layer)
+    return q.sum(0, keepdim=True).expand_as(q), o
+
+
+def _interleaved(layer):
+    h, d, E, d_c, *_ = _pieces(layer)
+    w_uk = layer.k_up.weight.view(d, h, d_c).transpose(0, 1)
+    w_q = layer.q_proj.weight.view(d, h, E).transpose(0, 1)
+    return w_uk.transpose(1, 2) @ w_q, reference_absorbed_weights(layer)[1]
+
+
+def _output_with_uk(layer):
+    *_, w_uk, _, w_o = _pieces(layer)
+    return reference_absorbed_weights(layer)[0], w_o @ w_uk
+
+
+def _output_rows(layer):
+    h, d, E, _, _, _, w_uv, _ = _pieces(layer)
+    return reference_absorbed_weights(layer)[0], layer.out_proj.weight.view(h, d, E).transpose(1, 2) @ w_uv
+
+
+def _transposed_query(layer):
+    q, o = reference_absorbed_weights(layer)
+    return q.transpose(1, 2), o
+
+
+def _transposed_output(layer):
+    q, o = reference_absorbed_weights(layer)
+    return q, o.transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    "mistake, fragments",
+    [
+        (_swapped, ["folded with W_UV"]),
+        (_scaled, ["scale"]),
+        (_summed_query, ["summed over the heads"]),
+        (_interleaved, ["interleaved"]),
+        (_output_with_uk, ["output was folded with W_UK"]),
+        (_output_rows, ["COLUMNS"]),
+        (_transposed_query, ["(h, E, d_c): transpose"]),
+        (_transposed_output, ["(h, d_c, E): transpose"]),
+        (lambda layer: reference_absorbed_weights(layer)[0], ["two tensors"]),
+    ],
+)
+def test_each_absorption_mistake_is_named(mistake, fragments):
+    assert_hint(check_absorbed_weights(mistake), *fragments)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3
+# ---------------------------------------------------------------------------------------------
+def test_the_reference_cache_entry_passes_and_a_stub_is_not_attempted():
+    assert check_cache_entry(reference_cache_entry).passed
+    assert check_cache_entry(not_attempted).status == "not attempted"
+
+
+def _halves(k, positions, base):
+    half = k.size(-1) // 2
+    a, b = k[..., :half], k[..., half:]
+    angles = positions[:, None].double() * base ** (-torch.arange(0, k.size(-1), 2, dtype=torch.float64) / k.size(-1))
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
+@pytest.mark.parametrize(
+    "mistake, fragments",
+    [
+        (lambda x, p, w_dkv, w_kr, base: (apply_rotary(x @ w_dkv.T, p, base), x @ w_kr.T), ["latent was rotated"]),
+        (lambda x, p, w_dkv, w_kr, base: (apply_rotary(x @ w_dkv.T, p, base), apply_rotary(x @ w_kr.T, p, base)),
+         ["c must stay position-free"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, x @ w_kr.T), ["not rotated"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, None, base)), ["positions 0 .. L - 1"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p)), ["base 10000"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, _halves(x @ w_kr.T, p, base)), ["(k, k + d/2)"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, -p, base)), ["backwards"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base)[:, None].repeat(1, 3, 1, 1)),
+         ["ONE key shared"]),
+        (lambda x, p, w_dkv, w_kr, base: (2 * x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base)), ["x @ w_dkv.T"]),
+    ],
+)  # fmt: skip
+def test_each_cache_entry_mistake_is_named(mistake, fragments):
+    assert_hint(check_cache_entry(mistake), *fragments)
+
+
+def test_the_notebook_runs_the_benchmarks_settings():
+    """The lesson's trained comparison uses benchmarks/lesson11_trained.py's LESSON settings (its claims come from
+    there): the notebook's settings cell must hold the same numbers."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("lesson11_trained", root / "benchmarks" / "lesson11_trained.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cells = json.loads((root / "notebooks" / "11_latent_attention.ipynb").read_text(encoding="utf-8"))["cells"]
+    assigned = {}
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join(line for line in "".join(cell["source"]).split("\n") if not line.startswith("%"))
+        for node in ast.parse(source).body:
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            if isinstance(node, ast.Assign) and names in (["TRAINED"], ["VARIANTS"]):
+                assigned[names[0]] = ast.literal_eval(node.value)
+    assert assigned == {"TRAINED": bench.LESSON, "VARIANTS": bench.VARIANTS}
