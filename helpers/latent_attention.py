@@ -39,8 +39,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from helpers.attention import attend as core_attend
 from helpers.attention import merge_heads, repeat_kv_heads, split_heads
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, attention_mask, kv_cache_bytes
+from helpers.kv_cache import KVCache
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
 __all__ = [
@@ -183,12 +185,10 @@ def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale:
     """Masked softmax attention: query (N, h, L, D), key (N, h or 1, T, D), value (N, h or 1, T, D_v), mask
     (L, T) **True = may attend** -> (outputs (N, h, L, D_v), weights (N, h, L, T)).
 
-    A key and value with one head are read by every query head (broadcast, not copied): the absorbed form's
-    shared latent. ``scale`` is given, not taken from D: absorbed queries are d_c + d_R wide but their scores
-    are the naive ones, scaled by 1 / √(d + d_R)."""
-    scores = (query @ key.transpose(-2, -1)) * scale  # (N, h, L, T)
-    weights = scores.masked_fill(~may_attend, float("-inf")).softmax(dim=-1)
-    return weights @ value, weights
+    The course's attention core (``helpers.attention.attend``) with the weights kept: a key and value with one
+    head are read by every query head, the absorbed form's shared latent. ``scale`` is given, not taken from D:
+    absorbed queries are d_c + d_R wide but their scores are the naive ones, scaled by 1 / √(d + d_R)."""
+    return core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,24 +339,14 @@ class MultiHeadLatentAttention(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # The cache and the model
 # ---------------------------------------------------------------------------------------------
-class LatentCache:
+class LatentCache(KVCache):
     """Per layer, the latents and rotated rotary keys of every token seen so far: (c (N, T, d_c), k^R
-    (N, T, d_R)), or None at first. Like ``helpers.gpt.KVCache`` it is updated only once a whole step ran."""
+    (N, T, d_R)), or None at first. The course's one cache (``helpers.kv_cache.KVCache``) with other entries: it
+    is updated only once a whole step ran, and tagged with the model that fills it."""
 
-    def __init__(self, num_layers: int, config: LatentConfig) -> None:
-        _int_in("num_layers", num_layers, 1, 10**4)
+    def __init__(self, num_layers: int, config: LatentConfig, owner: nn.Module | None = None) -> None:
+        super().__init__(num_layers, owner)
         self.config = config
-        self.layers: list[tuple[Tensor, Tensor] | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        """T: how many tokens the cache holds (the position of the next token)."""
-        first = self.layers[0]
-        return 0 if first is None else first[0].size(1)
-
-    def nbytes(self) -> int:
-        """Bytes held by all cached latents and rotary keys."""
-        return sum(t.numel() * t.element_size() for entry in self.layers if entry is not None for t in entry)
 
 
 class LatentGPT(GPT):
@@ -385,7 +375,7 @@ class LatentGPT(GPT):
         return self
 
     def new_cache(self) -> LatentCache:
-        return LatentCache(len(self.blocks), self.latent_config)
+        return LatentCache(len(self.blocks), self.latent_config, owner=self)
 
     def _check_cache(self, cache, N: int) -> None:
         if not isinstance(cache, LatentCache):
@@ -403,15 +393,22 @@ class LatentGPT(GPT):
                 f"{cache.config.rotary_dim}, but this model has {len(self.blocks)} layers with d_c = "
                 f"{lat.latent_dim}, d_R = {lat.rotary_dim}: make one with model.new_cache()"
             )
-        first = cache.layers[0]
-        if first is not None:
-            expected = (N, first[0].size(1), lat.latent_dim)
-            if tuple(first[0].shape) != expected or tuple(first[1].shape) != (N, first[0].size(1), lat.rotary_dim):
+        filled = [entry is not None for entry in cache.layers]
+        if any(filled) and not all(filled):
+            empty = [i for i, f in enumerate(filled) if not f]
+            raise ValueError(
+                f"cache layers {empty} are empty while others are filled: a cache is filled for every layer at "
+                "once; make one with model.new_cache()"
+            )
+        T = cache.length
+        for index, entry in enumerate(cache.layers if all(filled) else []):
+            if tuple(entry[0].shape) != (N, T, lat.latent_dim) or tuple(entry[1].shape) != (N, T, lat.rotary_dim):
                 raise ValueError(
-                    f"cache holds latents {tuple(first[0].shape)} and rotary keys {tuple(first[1].shape)} "
-                    f"(N, T, d_c), (N, T, d_R), but this call needs N = {N}, d_c = {lat.latent_dim}, "
-                    f"d_R = {lat.rotary_dim}: a cache serves one model and one batch"
+                    f"cache layer {index} holds latents {tuple(entry[0].shape)} and rotary keys "
+                    f"{tuple(entry[1].shape)}, but this call needs (N, T, d_c) = ({N}, {T}, {lat.latent_dim}) and "
+                    f"(N, T, d_R) = ({N}, {T}, {lat.rotary_dim}): a cache serves one model and one batch"
                 )
+        cache.check_owner(self)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -278,3 +278,18 @@ def test_a_basis_of_the_wrong_shape_is_refused():
         latent_from_gqa(model.blocks[0].attention, torch.randn(16, 4))
     with pytest.raises(ValueError, match="one basis per layer"):
         gpt_to_latent(model, [None, None])
+
+
+def test_the_latent_cache_is_the_courses_one_cache_tagged_with_its_model():
+    from helpers.kv_cache import KVCache
+
+    first, second = small_model(), small_model()
+    cache = first.new_cache()
+    assert isinstance(cache, KVCache) and cache.owner is first
+    ids = torch.randint(0, 32, (1, 4))
+    first(ids, cache=cache)
+    with pytest.raises(ValueError, match="belongs to another"):
+        second(ids[:, :1], cache=cache)  # same sizes, other weights: refused
+    cache.layers[1] = None
+    with pytest.raises(ValueError, match=r"cache layers \[1\] are empty while others are filled"):
+        first(ids[:, :1], cache=cache)

@@ -37,6 +37,9 @@ __all__ = ["GRADING_ENV", "VERDICT_MIME", "NotGenuine", "graded", "tampering"]
 GRADING_ENV = "ATTENTION_COURSE_GRADING"
 VERDICT_MIME = "application/vnd.attention-course.verdict+json"
 _COURSE = Path(__file__).resolve().parents[1]  # course/
+# The course's own package, beside course/ (read-only in the sandbox): its IPython hooks are the course's, e.g. the
+# one helpers.tools.threads registers so that a lesson's thread count follows the machine's load.
+_HELPERS = _COURSE.parent / "helpers"
 
 
 class NotGenuine(AssertionError):
@@ -97,7 +100,7 @@ def _installed(function: Any) -> bool:
         path = Path(code.co_filename).resolve()
     except (OSError, ValueError):
         return False
-    homes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), _COURSE}
+    homes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), _COURSE, _HELPERS}
     return path.is_file() and any(home in path.parents for home in homes)
 
 
