@@ -76,7 +76,14 @@ _EXPORTS = {
     "KVCache": "helpers.kv_cache",
     "generate": "helpers.gpt",
     "kv_cache_bytes": "helpers.gpt",
-    # helpers.latent_attention
+    # helpers.latent_attention (lesson 11), and its trained comparison in helpers.analysis.cache_budget
+    "DEEPSEEK_V2": "helpers.latent_attention",
+    "SMOLLM2": "helpers.latent_attention",
+    "pca_basis": "helpers.latent_attention",
+    "record_keys_values": "helpers.latent_attention",
+    "build_variant": "helpers.analysis.cache_budget",
+    "cache_numbers_per_layer": "helpers.analysis.cache_budget",
+    "train_repeated": "helpers.analysis.cache_budget",
     "LatentConfig": "helpers.latent_attention",
     "LatentGPT": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
