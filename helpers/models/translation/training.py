@@ -272,7 +272,8 @@ class _Reporter:
             unit="step" if by_steps else "s",
             desc="training",
         )
-        self.last = time.perf_counter()
+        # The first step reports at once: a log that stays silent for its first minute looks like a hung run.
+        self.last = -math.inf
 
     def step(self, step: int, loss: float, history: TrainingHistory, logged: bool) -> None:
         if logged:

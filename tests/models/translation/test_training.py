@@ -289,6 +289,15 @@ def test_a_log_file_gets_one_summary_line_per_interval_not_a_progress_bar(exampl
     assert lines[-2].startswith("step 5/5 | loss ") and "tok/s" in lines[-2] and "left" in lines[-2]
 
 
+def test_a_log_file_hears_from_the_first_step_not_only_after_a_minute(examples, capsys):
+    translator, pairs = examples
+    model = _fresh_model(translator)
+    train(model, pairs, TINY_CONFIG, steps=3, progress=True, report_every_minutes=60.0)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert lines[0].startswith("step 1/3 | loss ")  # at once, though the interval is an hour
+    assert len(lines) == 2  # then nothing until the end's line
+
+
 def _real_state(examples):
     """A training state saved after two steps of a tiny run, and the model it belongs to."""
     translator, pairs = examples
