@@ -377,7 +377,7 @@ def test_no_sandbox_runs_the_notebooks_without_one(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(checker, "sandbox_unavailable", lambda: "bwrap not found (install bubblewrap)")
     monkeypatch.setattr(checker, "run_submission", recorded)
     status = assignments.main(["check", "--no-sandbox", "--out", str(tmp_path / "g"), str(tmp_path / "x.ipynb")])
-    assert status == 0 and len(calls) == 1 and calls[0][0][4] is False  # run_submission(..., sandboxed=False)
+    assert status == 0 and len(calls) == 1 and calls[0][1]["sandboxed"] is False  # run_submission(..., sandboxed=False)
     assert (tmp_path / "g" / "gradebook.csv").is_file()
 
 
