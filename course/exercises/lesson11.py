@@ -254,7 +254,8 @@ def check_cache_entry(cache_entry: Callable[..., tuple[Tensor, Tensor]]) -> Verd
                     apply_rotary(plain_k, -positions, base)
                 ),
             },
-            "k_rope is the decoupled rotary key: x projected by w_kr, then rotated by each token's position with the model's base, (N, L, d_R).",
+            "k_rope is the decoupled rotary key: x projected by w_kr, then rotated by each token's position with "
+            "the model's base, (N, L, d_R).",
         )
 
     return run_check("what one token puts in the cache", body)
