@@ -300,12 +300,36 @@ class GPT(nn.Module):
             x, present, *weights = block(x, positions, past, need_weights, rotation)
             presents.append(present)
             all_weights += weights
-        if last_only:
-            x = x[:, -1:]  # (N, 1, E): V × E multiply-adds per token, the largest layer, saved for the others
-        logits = self.lm_head(self.norm(x))
+        logits = self._read_out(x, last_only)
         if cache is not None:
             cache.update(self, presents)  # every layer at once, only after the whole step has run
         return (logits, all_weights) if need_weights else logits
+
+    def _read_out(self, x: Tensor, last_only: bool) -> Tensor:
+        if last_only:
+            x = x[:, -1:]  # (N, 1, E): V × E multiply-adds per token, the largest layer, saved for the others
+        return self.lm_head(self.norm(x))
+
+    def run_from(self, x: Tensor, layer: int, last_only: bool = False) -> Tensor:
+        """The rest of a forward pass without a cache: x (N, L, E) is the residual stream entering block ``layer``
+        (``layer`` = n_layers: the final norm) at positions 0 .. L - 1 -> logits (N, L, V), or (N, 1, V) with
+        ``last_only``. What an experiment that changes the residual at one layer needs: the layers before it
+        would compute the same as in the run it came from, so they are not run again (hooks on them do not fire).
+        """
+        n_layers = self.config.num_layers
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= n_layers:
+            raise ValueError(f"layer must be an int in 0 .. n_layers = {n_layers}, got {layer!r}")
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != self.config.embed_dim:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must be a residual stream (N, L, E) with E = {self.config.embed_dim}, got {shape}")
+        positions = torch.arange(x.size(1), device=x.device)
+        rotation = None
+        if self.config.positions == "rotary":
+            cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, x.dtype)
+            rotation = cos.to(x.device), sin.to(x.device)
+        for block in self.blocks[layer:]:
+            x, _ = block(x, positions, None, False, rotation)
+        return self._read_out(x, last_only)
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         if not isinstance(ids, Tensor) or ids.dim() != 2:

@@ -65,6 +65,29 @@ def _positions(positions, N: int, T: int) -> list[Tensor]:
     return out
 
 
+# Patched runs go through the model in batches of at most this many prompts (several patches side by side):
+# fewer, larger matrix products, while the logits (rows × T × V floats, 49,152 words for SmolLM2) stay small.
+MAX_ROWS = 64
+
+
+def _record_residuals(model: GPT, ids: Tensor, metric: Metric) -> tuple[float, list[Tensor]]:
+    """One run: the metric, and the residual entering each block and the final norm (n_layers + 1 of (N, T, E))."""
+    saved: list[Tensor] = []
+    handles = [s.register_forward_pre_hook(lambda _, args: saved.append(args[0])) for s in [*model.blocks, model.norm]]
+    try:
+        value = float(metric(model(ids)))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return value, saved
+
+
+def _groups(items: list, N: int) -> list[list]:
+    """``items`` cut into groups whose patched copies (N prompts each) fit in one batch of MAX_ROWS."""
+    size = max(1, MAX_ROWS // N)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 @torch.no_grad()
 def residual_patching(
     model: GPT,
@@ -80,36 +103,29 @@ def residual_patching(
 
     ``positions``: a list whose entries are ints or (N,) tensors (one position per prompt, e.g. the S2 of each
     IOI prompt, whose place differs between prompts); ``layers`` limits the rows computed (others NaN).
-    Returns (n_layers + 1, len(positions)): one forward pass per entry."""
+    Returns (n_layers + 1, len(positions)).
+
+    A patched run starts at layer l from the corrupted run's residual (``GPT.run_from``): the layers before l
+    would compute exactly what they computed in the corrupted run. The positions of one layer run side by side in
+    one batch."""
     _check_runs(model, clean, corrupted)
     N, T = clean.shape
     spots = _positions(positions, N, T)
-    sites = [*model.blocks, model.norm]  # the residual enters each block, and last the final norm
-    chosen = range(len(sites)) if layers is None else [_index("layer", layer, len(sites)) for layer in layers]
-    saved: list[Tensor] = []
-    handles = [s.register_forward_pre_hook(lambda _, args: saved.append(args[0].clone())) for s in sites]
-    try:
-        clean_metric = float(metric(model(clean)))
-    finally:
-        for handle in handles:
-            handle.remove()
-    corrupted_metric = float(metric(model(corrupted)))
-    result = torch.full((len(sites), len(spots)), float("nan"))
+    n_sites = len(model.blocks) + 1  # the residual enters each block, and last the final norm
+    chosen = range(n_sites) if layers is None else [_index("layer", layer, n_sites) for layer in layers]
+    clean_metric, clean_residuals = _record_residuals(model, clean, metric)
+    corrupted_metric, corrupted_residuals = _record_residuals(model, corrupted, metric)
+    result = torch.full((n_sites, len(spots)), float("nan"))
     rows = torch.arange(N)
     for layer in chosen:
-        for column, where in enumerate(spots):
-
-            def patch(_, args, layer=layer, where=where):
-                x = args[0].clone()
-                x[rows, where] = saved[layer][rows, where]
-                return (x, *args[1:])
-
-            handle = sites[layer].register_forward_pre_hook(patch)
-            try:
-                patched = float(metric(model(corrupted)))
-            finally:
-                handle.remove()
-            result[layer, column] = (patched - corrupted_metric) / (clean_metric - corrupted_metric)
+        for group in _groups(list(enumerate(spots)), N):
+            x = corrupted_residuals[layer].repeat(len(group), 1, 1)  # (len(group)·N, T, E): one copy per position
+            for copy, (_, where) in enumerate(group):
+                x[copy * N + rows, where] = clean_residuals[layer][rows, where]
+            logits = model.run_from(x, layer)
+            for copy, (column, _) in enumerate(group):
+                patched = float(metric(logits[copy * N : (copy + 1) * N]))
+                result[layer, column] = (patched - corrupted_metric) / (clean_metric - corrupted_metric)
     return result
 
 
@@ -163,27 +179,6 @@ def _check_receivers(model: GPT, kind: str, receivers, sender_layer: int) -> dic
     return by_layer
 
 
-@contextmanager
-def _replaced_head_outputs(model: GPT, sources: Sequence[Tensor], sender: tuple[int, int], sender_source: Tensor):
-    """Every head's output (the input of each out_proj, (N, T, h·d)) replaced by ``sources[layer]`` (N, T, h, d),
-    except the sender's, taken from ``sender_source`` (N, T, h, d)."""
-
-    def make(layer: int):
-        def hook(_, args):
-            outputs = sources[layer].clone()  # (N, T, h, d): frozen at the clean run
-            if layer == sender[0]:
-                outputs[:, :, sender[1]] = sender_source[:, :, sender[1]]
-            return (outputs.flatten(-2), *args[1:])
-
-        return hook
-
-    with ExitStack() as stack:
-        for layer in range(len(model.blocks)):
-            handle = _projections(model, layer).out_proj.register_forward_pre_hook(make(layer))
-            stack.callback(handle.remove)
-        yield
-
-
 def _head_columns(head: int, d: int) -> slice:
     return slice(head * d, (head + 1) * d)
 
@@ -194,64 +189,94 @@ class _Received(Exception):
 
 @dataclass
 class _Runs:
-    """Step 1, shared by every sender: the metric and every head's output (N, T, h, d) per layer, clean and
-    corrupted."""
+    """Step 1, shared by every sender: the metric, every head's output (N, T, h, d) per layer and the residual
+    entering each block (N, T, E), clean and corrupted."""
 
     clean_metric: float
     corrupted_metric: float
     clean_heads: list[Tensor]
     corrupted_heads: list[Tensor]
+    clean_residuals: list[Tensor]
 
 
 def _record_runs(model: GPT, clean: Tensor, corrupted: Tensor, metric: Metric) -> _Runs:
     c = model.config
     projections = [_projections(model, layer).out_proj for layer in range(c.num_layers)]
     with record_head_outputs(projections, c.num_heads) as recorded:
-        clean_metric = float(metric(model(clean)))
+        clean_metric, clean_residuals = _record_residuals(model, clean, metric)
         clean_heads = list(recorded)
         corrupted_metric = float(metric(model(corrupted)))
         corrupted_heads = list(recorded)
-    return _Runs(clean_metric, corrupted_metric, clean_heads, corrupted_heads)
+    return _Runs(clean_metric, corrupted_metric, clean_heads, corrupted_heads, clean_residuals)
 
 
-def _received_inputs(model: GPT, clean: Tensor, runs: _Runs, sender, by_layer, kind) -> dict[int, Tensor]:
-    """Step 2: the receivers' ``kind`` projections (N, T, ·) on clean prompts with every head frozen clean but the
-    sender's corrupted. The forward pass stops once the last receiver layer's input is recorded."""
+@contextmanager
+def _frozen_heads(model: GPT, runs: _Runs, sender_layer: int, sender_heads: Sequence[int]):
+    """K = len(sender_heads) copies of the clean prompts side by side, (K·N, ...): in every layer from the
+    sender's on, every head's output (the input of out_proj) is the clean run's, except that copy k's sender
+    head, ``sender_heads[k]`` of ``sender_layer``, has the corrupted run's."""
+    K, N = len(sender_heads), runs.clean_heads[0].size(0)
+
+    def make(layer: int):
+        outputs = runs.clean_heads[layer].repeat(K, 1, 1, 1)  # (K·N, T, h, d): frozen at the clean run
+        if layer == sender_layer:
+            for copy, head in enumerate(sender_heads):
+                outputs[copy * N : (copy + 1) * N, :, head] = runs.corrupted_heads[layer][:, :, head]
+        frozen = outputs.flatten(-2)
+        return lambda _, args: (frozen, *args[1:])
+
+    with ExitStack() as stack:
+        for layer in range(sender_layer, len(model.blocks)):
+            handle = _projections(model, layer).out_proj.register_forward_pre_hook(make(layer))
+            stack.callback(handle.remove)
+        yield
+
+
+def _received_inputs(model: GPT, runs: _Runs, sender_layer: int, sender_heads, by_layer, kind) -> dict[int, Tensor]:
+    """Step 2, for K senders of one layer side by side: the receivers' ``kind`` projections (K·N, T, ·) with
+    every head frozen clean but copy k's sender corrupted. The run starts at the sender's layer from the clean
+    residual (the layers before it compute exactly the clean run) and stops once the last receiver layer's input
+    is recorded."""
     received: dict[int, Tensor] = {}
     last = max(by_layer)
 
-    def record(_, __, out, layer):
+    def record(out: Tensor, layer: int) -> None:
         received[layer] = out
         if layer == last:
             raise _Received
 
+    x = runs.clean_residuals[sender_layer].repeat(len(sender_heads), 1, 1)  # (K·N, T, E)
     with ExitStack() as stack:
-        stack.enter_context(_replaced_head_outputs(model, runs.clean_heads, sender, runs.corrupted_heads[sender[0]]))
+        stack.enter_context(_frozen_heads(model, runs, sender_layer, sender_heads))
         for layer in by_layer:
             module = getattr(_projections(model, layer), f"{kind}_proj")
-            handle = module.register_forward_hook(lambda m, a, out, layer=layer: record(m, a, out, layer))
+            handle = module.register_forward_hook(lambda _, __, out, layer=layer: record(out, layer))
             stack.callback(handle.remove)
         with suppress(_Received):
-            model(clean)
+            model.run_from(x, sender_layer)
     return received
 
 
-def _patched_metric(model: GPT, clean: Tensor, metric: Metric, received, by_layer, kind) -> float:
-    """Step 3: clean prompts with only the receivers' slices of their ``kind`` projections replaced."""
-    d = model.config.head_dim
+def _patched_metrics(model: GPT, runs: _Runs, metric: Metric, received, by_layer, kind) -> list[float]:
+    """Step 3: K copies of the clean prompts with only the receivers' slices of their ``kind`` projections
+    replaced by copy k's received ones; the metric of each copy. The run starts at the first receiver layer."""
+    d, N = model.config.head_dim, runs.clean_heads[0].size(0)
+    K = next(iter(received.values())).size(0) // N
+    first = min(by_layer)
     with ExitStack() as stack:
         for layer, heads in by_layer.items():
             module = getattr(_projections(model, layer), f"{kind}_proj")
 
             def patch(_, __, out, layer=layer, heads=heads):
-                out = out.clone()  # (N, T, h·d) or (N, T, h_kv·d)
+                out = out.clone()  # (K·N, T, h·d) or (K·N, T, h_kv·d)
                 for head in heads:
                     out[..., _head_columns(head, d)] = received[layer][..., _head_columns(head, d)]
                 return out
 
             handle = module.register_forward_hook(patch)
             stack.callback(handle.remove)
-        return float(metric(model(clean)))
+        logits = model.run_from(runs.clean_residuals[first].repeat(K, 1, 1), first)
+    return [float(metric(logits[copy * N : (copy + 1) * N])) for copy in range(K)]
 
 
 def _check_sender(model: GPT, sender) -> tuple[int, int]:
@@ -284,8 +309,8 @@ def path_patching(
     sender = _check_sender(model, sender)
     by_layer = _check_receivers(model, kind, receivers, sender[0])
     runs = _record_runs(model, clean, corrupted, metric)
-    received = _received_inputs(model, clean, runs, sender, by_layer, kind)
-    patched = _patched_metric(model, clean, metric, received, by_layer, kind)
+    received = _received_inputs(model, runs, sender[0], [sender[1]], by_layer, kind)
+    (patched,) = _patched_metrics(model, runs, metric, received, by_layer, kind)
     return PathPatch(patched, runs.clean_metric, runs.corrupted_metric)
 
 
@@ -302,7 +327,8 @@ def path_patching_map(
     """``path_patching``'s effect for many senders into the same receivers: (n_layers, h), entry [layer, head] =
     (patched − clean) / (clean − corrupted) for that sender (−1: the path carries the whole difference), NaN for
     heads not patched. ``senders`` defaults to every head in a layer before the first receiver's. Step 1 runs
-    once; each sender costs one forward pass up to the receivers and one whole one."""
+    once; then the senders of one layer run side by side, from their layer up to the receivers (step 2) and from
+    the first receiver layer to the end (step 3): the layers before compute exactly the clean run."""
     _check_runs(model, clean, corrupted)
     c = model.config
     receivers = list(receivers)
@@ -313,8 +339,10 @@ def path_patching_map(
     by_layer = _check_receivers(model, kind, receivers, max((layer for layer, _ in senders), default=-1))
     runs = _record_runs(model, clean, corrupted, metric)
     result = torch.full((c.num_layers, c.num_heads), float("nan"))
-    for sender in senders:
-        received = _received_inputs(model, clean, runs, sender, by_layer, kind)
-        patched = _patched_metric(model, clean, metric, received, by_layer, kind)
-        result[sender] = PathPatch(patched, runs.clean_metric, runs.corrupted_metric).effect
+    for layer in sorted({layer for layer, _ in senders}):
+        for heads in _groups(sorted({head for where, head in senders if where == layer}), clean.size(0)):
+            received = _received_inputs(model, runs, layer, heads, by_layer, kind)
+            patched = _patched_metrics(model, runs, metric, received, by_layer, kind)
+            for head, value in zip(heads, patched, strict=True):
+                result[layer, head] = PathPatch(value, runs.clean_metric, runs.corrupted_metric).effect
     return result

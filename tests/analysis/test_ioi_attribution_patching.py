@@ -146,6 +146,65 @@ def test_residual_patching_restores_where_the_prompts_differ(batch):
         residual_patching(model, batch.ids, batch.corrupted, metric, [99])
 
 
+def test_residual_patching_equals_a_hooked_run_of_the_whole_model(batch, monkeypatch):
+    """Each entry against its definition: the whole corrupted run with one pre-hook putting the clean residual at
+    one layer and position. Run with batches of one patch (MAX_ROWS = N) and of several side by side."""
+    from helpers.analysis import patching
+
+    model = small_gpt(seed=5)
+    metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
+    s2, end = batch.positions["S2"], batch.positions["END"]
+    layer, rows = 2, torch.arange(batch.ids.size(0))
+    clean_residual = residual_stream(model, batch.ids)[layer]
+
+    def patch(_, args):
+        x = args[0].clone()
+        x[rows, s2] = clean_residual[rows, s2]
+        return (x, *args[1:])
+
+    with torch.no_grad():
+        clean, corrupted = float(metric(model(batch.ids))), float(metric(model(batch.corrupted)))
+        handle = model.blocks[layer].register_forward_pre_hook(patch)
+        try:
+            patched = float(metric(model(batch.corrupted)))
+        finally:
+            handle.remove()
+    expected = (patched - corrupted) / (clean - corrupted)
+    assert abs(expected) > 0.05  # the patch moves something: the comparison below is not 0 = 0
+    for rows_per_batch in (batch.ids.size(0), patching.MAX_ROWS):
+        monkeypatch.setattr(patching, "MAX_ROWS", rows_per_batch)
+        result = residual_patching(model, batch.ids, batch.corrupted, metric, [end, s2], layers=[layer])
+        assert float(result[layer, 1]) == pytest.approx(expected, abs=1e-5)
+        assert torch.isnan(result[0]).all() and not torch.isnan(result[layer]).any()
+
+
+def test_run_from_a_layer_finishes_the_forward_pass(batch):
+    model = small_gpt(seed=2)
+    residuals = residual_stream(model, batch.ids)
+    with torch.no_grad():
+        logits = model(batch.ids)
+        for layer in (0, 1, 3):
+            assert torch.allclose(model.run_from(residuals[layer], layer), logits, atol=1e-5)
+        assert torch.allclose(model.run_from(residuals[1], 1, last_only=True), logits[:, -1:], atol=1e-5)
+    with pytest.raises(ValueError, match=r"layer must be an int in 0 \.\. n_layers = 3"):
+        model.run_from(residuals[0], 4)
+    with pytest.raises(ValueError, match=r"residual stream \(N, L, E\) with E = 24"):
+        model.run_from(residuals[0][..., :8], 0)
+
+
+def test_path_patching_map_is_the_same_whatever_the_batch(batch, monkeypatch):
+    """Senders of one layer run side by side; with one sender per batch the map must not change."""
+    from helpers.analysis import patching
+    from helpers.analysis.patching import path_patching_map
+
+    model = small_gpt(seed=3)
+    metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
+    together = path_patching_map(model, batch.ids, batch.corrupted, metric, [(2, 1)])
+    monkeypatch.setattr(patching, "MAX_ROWS", 1)
+    one_by_one = path_patching_map(model, batch.ids, batch.corrupted, metric, [(2, 1)])
+    assert torch.allclose(together[:2], one_by_one[:2], atol=1e-5) and together[:2].abs().max() > 0.01
+
+
 def _block_by_block_path_patch(model, clean, corrupted, metric, sender, receivers_layer, heads):
     """Path patching into queries, computed with the model's own modules one block at a time (no hooks): the
     residual entering the receivers' layer with every head frozen clean but the sender's corrupted, MLPs run."""
