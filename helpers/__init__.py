@@ -100,6 +100,7 @@ _EXPORTS = {
     "logit_difference": "helpers.analysis.ioi",
     "logit_lens": "helpers.analysis.attribution",
     "name_pairs": "helpers.analysis.ioi",
+    "knock_out": "helpers.analysis.patching",
     "path_patching": "helpers.analysis.patching",
     "path_patching_map": "helpers.analysis.patching",
     "residual_patching": "helpers.analysis.patching",

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from helpers.analysis.circuits import record_head_outputs
 from helpers.gpt import GPT
 
-__all__ = ["PathPatch", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
+__all__ = ["PathPatch", "knock_out", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
 
 Metric = Callable[[Tensor], Tensor]
 
@@ -346,3 +346,39 @@ def path_patching_map(
             for head, value in zip(heads, patched, strict=True):
                 result[layer, head] = PathPatch(value, runs.clean_metric, runs.corrupted_metric).effect
     return result
+
+
+@torch.no_grad()
+def knock_out(model: GPT, ids: Tensor, reference: Tensor, metric: Metric, keep: Iterable[tuple[int, int]]) -> float:
+    """``metric`` on ``ids`` (N, T) with every head *not* in ``keep`` mean-ablated: its output replaced, at each
+    position, by its mean over the ``reference`` prompts (N_ref, T) (Wang et al.'s knock-out of everything outside
+    a circuit: with the corrupted "ABC" prompts as reference, a removed head still writes what it writes on
+    average, but nothing about which name repeats). The MLPs run as usual. Returns the metric, a number."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"expected a helpers.gpt.GPT (e.g. lesson 09's SmolLM2), got {type(model).__name__}")
+    if ids.dim() != 2 or reference.dim() != 2 or ids.size(1) != reference.size(1):
+        raise ValueError(
+            f"ids (N, T) and reference (N_ref, T) must be token ids of one length T, got {tuple(ids.shape)} and "
+            f"{tuple(reference.shape)}"
+        )
+    c = model.config
+    kept = {(_index("kept layer", layer, c.num_layers), _index("kept head", head, c.num_heads)) for layer, head in keep}
+    projections = [_projections(model, layer).out_proj for layer in range(c.num_layers)]
+    with record_head_outputs(projections, c.num_heads) as recorded:
+        model(reference)
+        means = [outputs.mean(dim=0) for outputs in recorded]  # per layer (T, h, d): each head's mean per position
+
+    def make(layer: int):
+        removed = [head for head in range(c.num_heads) if (layer, head) not in kept]
+
+        def hook(_, args):
+            outputs = args[0].unflatten(-1, (c.num_heads, c.head_dim)).clone()  # (N, T, h, d)
+            outputs[:, :, removed] = means[layer][:, removed]
+            return (outputs.flatten(-2), *args[1:])
+
+        return hook
+
+    with ExitStack() as stack:
+        for layer, projection in enumerate(projections):
+            stack.callback(projection.register_forward_pre_hook(make(layer)).remove)
+        return float(metric(model(ids)))

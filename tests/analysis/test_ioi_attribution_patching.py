@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from helpers.analysis.attribution import direct_logit_attribution, logit_lens, residual_stream
+from helpers.analysis.circuits import head_hooks, record_head_outputs
 from helpers.analysis.ioi import TEMPLATES, ioi_batch, logit_difference, name_pairs
 from helpers.analysis.patching import path_patching, query_heads_moved, residual_patching
 from helpers.gpt import GPT, GPTConfig
@@ -326,3 +327,28 @@ def test_a_name_the_model_just_likes_cancels_in_the_mean(batch):
         lens = logit_lens(small_gpt(seed=seed), batch, per_prompt=True)
         assert float(lens[0].abs().max()) > 1e-3  # per prompt it is not 0 ...
         assert float(lens[0].mean()) == pytest.approx(0.0, abs=1e-5)  # ... but over the balanced batch it is
+
+
+def test_a_knock_out_keeping_every_head_changes_nothing_and_one_head_is_its_mean(batch):
+    from helpers.analysis.patching import knock_out
+
+    model = small_gpt(seed=4)
+    metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
+    every = [(layer, head) for layer in range(3) for head in range(6)]
+    with torch.no_grad():
+        clean = float(metric(model(batch.ids)))
+    assert knock_out(model, batch.ids, batch.corrupted, metric, keep=every) == pytest.approx(clean, abs=1e-6)
+    # Everything but head (1, 2) removed, by hand: each removed head's output is its mean over the reference.
+    projections = [b.attention.projections.out_proj for b in model.blocks]
+    with torch.no_grad(), record_head_outputs(projections, 6) as recorded:
+        model(batch.corrupted)
+        means = [r.mean(0, keepdim=True).expand(batch.ids.size(0), -1, -1, -1).clone() for r in recorded]
+    others = [pair for pair in every if pair != (1, 2)]
+    with torch.no_grad(), head_hooks(projections, 6, others, means):
+        by_hand = float(metric(model(batch.ids)))
+    result = knock_out(model, batch.ids, batch.corrupted, metric, keep=[(1, 2)])
+    assert result == pytest.approx(by_hand, abs=1e-5) and result != pytest.approx(clean, abs=1e-3)
+    with pytest.raises(ValueError, match=r"kept head must be an int in 0 \.\. 5"):
+        knock_out(model, batch.ids, batch.corrupted, metric, keep=[(0, 6)])
+    with pytest.raises(ValueError, match="one length T"):
+        knock_out(model, batch.ids, batch.corrupted[:, :-1], metric, keep=[])
