@@ -5,6 +5,7 @@ inputs changed in place, errors raised) reaches these checks too."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,14 @@ def test_no_hint_writes_out_a_line_of_the_reference_answers():
     leaks = [(text, message[:80]) for message in shown_strings(module) for text in solutions
              if text in squeeze(message)]  # fmt: skip
     assert not leaks, leaks
+
+
+def test_the_guides_table_quotes_hints_the_checks_give():
+    """docs/teaching.md section 16 quotes each hint by a fragment: every fragment is in a message of the checks."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "teaching.md").read_text(encoding="utf-8")
+    section = guide.split("## 16. Lesson 12", 1)[1].split("### Model answers", 1)[0]
+    quoted = [q for line in section.splitlines() if line.startswith("| ") for q in re.findall(r'"([^"]+)"', line)]
+    shown = " ".join(shown_strings(Path(lesson12.__file__)))  # f-strings' constant parts too
+    assert len(quoted) >= 30, quoted
+    missing = [q for q in quoted if q not in shown]
+    assert not missing, missing
