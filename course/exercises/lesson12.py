@@ -49,8 +49,8 @@ def _paired(table: Tensor, io: Tensor, s: Tensor) -> Tensor:
 
 
 def _names(N: int) -> tuple[Tensor, Tensor]:
-    """Token ids (N,) of each prompt's indirect object and subject: two different names in every prompt, and each
-    name also in the other role elsewhere, as in an IOI batch."""
+    """Token ids (N,) of each prompt's indirect object and subject: two different names in every prompt, and some
+    names in the other role in another prompt, as in an IOI batch."""
     io = torch.tensor([1, 4, 7, 2, 0, 5, 3][:N])
     s = torch.tensor([3, 0, 5, 6, 8, 1, 4][:N])
     return io, s
