@@ -26,3 +26,8 @@ __all__ += ["check_induction_score", "check_patch_hook", "check_repeated_batch"]
 from course.exercises.lesson11 import check_absorbed_weights, check_cache_bytes, check_cache_entry  # noqa: E402
 
 __all__ += ["check_absorbed_weights", "check_cache_bytes", "check_cache_entry"]
+
+# Lesson 12's checks.
+from course.exercises.lesson12 import check_head_attribution, check_logit_difference, check_logit_lens  # noqa: E402
+
+__all__ += ["check_head_attribution", "check_logit_difference", "check_logit_lens"]

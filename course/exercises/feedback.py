@@ -28,6 +28,9 @@ import helpers
 
 # What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
 CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
+# What the learner's code is told to return when it returns numpy, unless the check says otherwise
+# (``@learner_check(returns="an int (a number of bytes)")``).
+TENSOR = "a tensor (a torch.Tensor)"
 
 
 @dataclass(frozen=True)
@@ -83,24 +86,28 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 
     - **the inputs stay as they were**: a tensor argument (or one inside a tuple, list or dict argument) that
       the call changed in place is refused, since the caller may still need it;
-    - **torch, not numpy**: a numpy array returned (alone or inside a tuple, list or dict) is refused;
+    - **torch, not numpy**: a numpy array or number returned (alone or inside a tuple, list or dict) is refused,
+      and the learner is told what to return instead: what the check was declared to expect
+      (``@learner_check(returns=...)``, e.g. "an int"), a tensor unless it says otherwise;
     - **randomness from the generator given**: when an argument is a ``torch.Generator``, the call is repeated
       with a copy of that generator (the result must be the same) and with a differently seeded one (it must
       differ): code that draws from torch's global stream, or ignores the generator, is refused.
     """
+    returns = function._returns if isinstance(function, LearnerCode) else TENSOR
     function = function._function if isinstance(function, LearnerCode) else function
     _expect_signature(function, args, kwargs)
     generators = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Generator)]
     state = generators[0].get_state() if generators else None
-    result = _call_once(function, args, kwargs)
+    result = _call_once(function, args, kwargs, returns)
     if generators:
-        _expect_drawn_from(function, generators[0], state, result, args, kwargs)
+        _expect_drawn_from(function, generators[0], state, result, args, kwargs, returns)
     # An object made by the learner's class runs the learner's methods: it stays behind the proxy too.
     return LearnerCode(result) if isinstance(function, type) and callable(result) else result
 
 
-def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """One call of the learner's code, its inputs compared before and after, its result checked for numpy."""
+def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns: str = TENSOR) -> Any:
+    """One call of the learner's code, its inputs compared before and after, its result checked for numpy
+    (``returns`` says, in words, what the exercise expects instead)."""
     before = _tensor_inputs(args, kwargs)
     kept = [(where, tensor, _copy(tensor)) for where, tensor in before]
     try:
@@ -120,12 +127,30 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             )
     where = _numpy_inside(result)
     if where is not None:
-        raise wrong(
-            f"`{name}` returned a numpy array{where}: every exercise works in torch, so return a tensor (a "
-            "torch.Tensor); a trip through numpy also loses the dtype, the device and the gradient. Stay with "
-            "torch operations."
-        )
+        raise wrong(_numpy_hint(name, where, result, returns))
     return result
+
+
+def _numpy_hint(name: str, where: str, result: Any, returns: str) -> str:
+    """The numpy rule's hint: what came back (an array or a numpy number) and what the exercise expects."""
+    found = result
+    if where and isinstance(result, (tuple, list, dict)):  # the first numpy item inside, to name its kind
+        items = result.values() if isinstance(result, dict) else result
+        found = next((item for item in items if type(item).__module__ == "numpy"), result)
+    # An ndarray (of any shape) is an array; numpy.int64, numpy.float32 ... are numbers (numpy.str_ a value),
+    # named by their type.
+    number = getattr(getattr(found, "dtype", None), "kind", "") in ("b", "i", "u", "f", "c")
+    kind = "numpy array" if type(found).__name__ == "ndarray" else "numpy " + ("number" if number else "value")
+    kind += "" if kind == "numpy array" else f" (numpy.{type(found).__name__})"
+    if returns == TENSOR:
+        return (
+            f"`{name}` returned a {kind}{where}: every exercise works in torch, so return {TENSOR}; a trip "
+            "through numpy also loses the dtype, the device and the gradient. Stay with torch operations."
+        )
+    return (
+        f"`{name}` returned a {kind}{where}: this exercise expects {returns}, not a numpy type. Leave numpy "
+        "out, or turn the result into the plain Python type before returning it."
+    )
 
 
 def _name(function: Callable[..., Any]) -> str:
@@ -202,7 +227,13 @@ def _numpy_inside(result: Any, depth: int = 0) -> str | None:
 
 
 def _expect_drawn_from(
-    function: Callable[..., Any], generator: torch.Generator, state: Tensor, result: Any, args: tuple, kwargs: dict
+    function: Callable[..., Any],
+    generator: torch.Generator,
+    state: Tensor,
+    result: Any,
+    args: tuple,
+    kwargs: dict,
+    returns: str = TENSOR,
 ) -> None:
     """Call ``function`` again with a copy of ``generator`` as it was (same result expected), then with one in
     another state (another result expected). Results that cannot be compared (objects) are not judged."""
@@ -211,7 +242,7 @@ def _expect_drawn_from(
         def swap(value: Any) -> Any:
             return replacement if value is generator else value
 
-        return _call_once(function, tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()})
+        return _call_once(function, tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}, returns)
 
     same = torch.Generator(device=generator.device)
     same.set_state(state)
@@ -281,16 +312,17 @@ class LearnerCode:
     too, so ``module.forward(x)`` is as safe as ``module(x)``. ``isinstance`` sees the wrapped object's class.
     """
 
-    __slots__ = ("_function",)
+    __slots__ = ("_function", "_returns")
 
-    def __init__(self, function: Any) -> None:
+    def __init__(self, function: Any, returns: str = TENSOR) -> None:
         object.__setattr__(self, "_function", function)
+        object.__setattr__(self, "_returns", returns)  # in words, what the check expects a call to return
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return call_learner(self._function, *args, **kwargs)
+        return call_learner(self, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "_function":  # not set yet (a copy being built): no recursion
+        if name in ("_function", "_returns"):  # not set yet (a copy being built): no recursion
             raise AttributeError(name)
         value = getattr(self._function, name)
         return LearnerCode(value) if callable(value) and not isinstance(value, type) else value
@@ -303,27 +335,31 @@ class LearnerCode:
         return f"LearnerCode({self._function!r})"
 
 
-def learner_check(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
+def learner_check(check: Callable[..., Verdict] | None = None, *, returns: str = TENSOR):
     """Decorate a public ``check_*``: every callable argument reaches it as a ``LearnerCode`` proxy.
 
     Tensors, numbers and other plain data pass unchanged. The decorated check is marked, and a test
-    requires the mark on every public check of ``course.exercises``.
+    requires the mark on every public check of ``course.exercises``. ``@learner_check`` alone expects the
+    learner's code to return tensors; ``@learner_check(returns="an int (a number of bytes)")`` names what it
+    expects instead, and the numpy rule tells a learner who returned numpy to return that.
     """
+    if check is None:
+        return functools.partial(learner_check, returns=returns)
 
     @functools.wraps(check)
     def guarded(*args: Any, **kwargs: Any) -> Verdict:
-        args = tuple(_guard(value) for value in args)
-        kwargs = {key: _guard(value) for key, value in kwargs.items()}
+        args = tuple(_guard(value, returns) for value in args)
+        kwargs = {key: _guard(value, returns) for key, value in kwargs.items()}
         return check(*args, **kwargs)
 
     guarded.__learner_check__ = True  # type: ignore[attr-defined]
     return guarded
 
 
-def _guard(value: Any) -> Any:
+def _guard(value: Any, returns: str = TENSOR) -> Any:
     if isinstance(value, LearnerCode | Tensor) or not callable(value):
         return value
-    return LearnerCode(value)
+    return LearnerCode(value, returns)
 
 
 def run_check(exercise: str, body: Callable[[], str]) -> Verdict:

@@ -86,7 +86,7 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     return mistakes
 
 
-@learner_check
+@learner_check(returns="an int (a number of bytes)")
 def check_cache_bytes(cache_bytes: Callable[..., int]) -> Verdict:
     """Check ``cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R) -> int`` for the four kinds."""
 

@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05 and 07-10 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05 and 07-12 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -44,6 +44,22 @@ from course.exercises.lesson10 import (
     reference_induction_score,
     reference_patch_hook,
     reference_repeated_batch,
+)
+from course.exercises.lesson11 import (
+    check_absorbed_weights,
+    check_cache_bytes,
+    check_cache_entry,
+    reference_absorbed_weights,
+    reference_cache_bytes,
+    reference_cache_entry,
+)
+from course.exercises.lesson12 import (
+    check_head_attribution,
+    check_logit_difference,
+    check_logit_lens,
+    reference_head_attribution,
+    reference_logit_difference,
+    reference_logit_lens,
 )
 from helpers.rotary import apply_rotary
 
@@ -99,7 +115,8 @@ def _rotary_step(q, k_new, v_new, k_cache, v_cache):
     return _cache_step(apply_rotary(q, position), apply_rotary(k_new, position), v_new, k_cache, v_cache)
 
 
-# Each check with one right answer (lesson 08's similarity check returns numbers, not tensors: tested apart).
+# Each check with one right answer (lesson 08's similarity check and lesson 11's cache bytes return numbers, not
+# tensors: tested apart).
 RIGHT = {
     "one-hot look-up": (check_one_hot_lookup, lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w),
     "positional encoding": (check_positional_encoding, _positional_encoding),
@@ -131,6 +148,11 @@ RIGHT = {
     "RMSNorm": (check_rms_norm, lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w),
     "SwiGLU": (check_swiglu, lambda x, g, u, d: (F.silu(x @ g.T) * (x @ u.T)) @ d.T),
     "induction score": (check_induction_score, reference_induction_score),
+    "absorbed matrices": (check_absorbed_weights, reference_absorbed_weights),
+    "latent cache entry": (check_cache_entry, reference_cache_entry),
+    "logit difference": (check_logit_difference, reference_logit_difference),
+    "logit lens": (check_logit_lens, reference_logit_lens),
+    "head attribution": (check_head_attribution, reference_head_attribution),
 }
 
 
@@ -145,7 +167,14 @@ def _map(result, change):
     return change(result)
 
 
-_ONE_DIMENSIONAL = {"online softmax update", "previous-token score", "induction score"}
+_ONE_DIMENSIONAL = {
+    "online softmax update",
+    "previous-token score",
+    "induction score",
+    "logit difference",
+    "logit lens",
+    "head attribution",
+}
 
 # Odd answers that raise nothing: each check must say what is wrong without crashing.
 ODD_ANSWERS = {
@@ -397,6 +426,54 @@ def test_the_similarity_check_survives_odd_answers(odd):
     assert "your code raised" not in verdict.message, verdict.message
 
 
+# Lesson 11's cache bytes returns a number (an int), not a tensor: its odd answers are numbers and other things.
+@pytest.mark.parametrize(
+    "odd",
+    [
+        None,
+        "many",
+        0.5,
+        float("nan"),
+        float("inf"),
+        -1,
+        0,
+        True,
+        torch.ones(3),
+        torch.tensor(1.5),
+        (1, 2),
+        [7],
+        {"a": 2},
+    ],
+    ids=repr,
+)
+def test_the_cache_bytes_check_survives_odd_answers(odd, capsys):
+    verdict = check_cache_bytes(lambda kind, n_layers, h, h_kv, d, d_c, d_R: odd)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message, verdict.message
+    assert capsys.readouterr().out.count("[NOT YET]") == 1
+
+
+@pytest.mark.parametrize("error", list(RAISED))
+def test_the_cache_bytes_check_reports_an_error_the_answer_raised(error):
+    def answer(kind, n_layers, h, h_kv, d, d_c, d_R):
+        raise RAISED[error]
+
+    verdict = check_cache_bytes(answer)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message and error in verdict.message, verdict
+
+
+def test_the_cache_bytes_check_passes_a_float_or_a_one_number_tensor_and_leaves_the_random_stream_alone():
+    def as_float(*args, **kwargs):
+        torch.randn(3)  # the learner's code may draw random numbers: the check's fork keeps them from the notebook
+        return float(reference_cache_bytes(*args, **kwargs))
+
+    torch.manual_seed(9)
+    before = torch.random.get_rng_state()
+    assert check_cache_bytes(as_float).passed
+    assert check_cache_bytes(lambda *a, **k: torch.tensor(reference_cache_bytes(*a, **k))).passed
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
 # --- one policy for every check (issue 35): numpy refused, inputs left alone, the generator used ---------------
 def _numpy(result):
     return tuple(t.numpy() for t in result) if isinstance(result, tuple) else result.numpy()
@@ -426,6 +503,8 @@ def test_every_check_refuses_a_numpy_answer(exercise):
 def test_every_check_refuses_an_answer_that_changes_its_input(exercise):
     if exercise == "positional encoding":
         pytest.skip("its inputs are two numbers, no tensor")
+    if exercise == "absorbed matrices":
+        pytest.skip("its input is a layer, no tensor")
     check, right = RIGHT[exercise]
     verdict = check(_edits_its_input(right))
     assert verdict.status == "wrong" and "in place" in verdict.message, verdict
@@ -492,6 +571,28 @@ def test_inputs_are_compared_inside_tuples_and_dicts_and_nan_equals_nan():
     assert (
         "input `args[1]` in place" in _demo_check(lambda *args: args[1].add_(1), torch.ones(1), torch.ones(1)).message
     )
+
+
+def test_the_numpy_rule_names_the_type_the_check_expects():
+    """A numpy integer where lesson 11's cache_bytes wants a Python int is told to return an int, not a tensor;
+    a check that expects tensors still asks for a tensor, and names a numpy number as a number."""
+    np = pytest.importorskip("numpy")
+    verdict = check_cache_bytes(lambda *a, **k: np.int64(reference_cache_bytes(*a, **k)))
+    assert "returned a numpy number (numpy.int64)" in verdict.message, verdict
+    assert "expects an int" in verdict.message and "torch.Tensor" not in verdict.message, verdict
+    verdict = check_cache_bytes(lambda *a, **k: np.array(reference_cache_bytes(*a, **k)))
+    assert "returned a numpy array" in verdict.message and "expects an int" in verdict.message, verdict
+    verdict = check_induction_score(lambda w, ids: reference_induction_score(w, ids).numpy()[0])
+    assert "returned a numpy number (numpy.float32)" in verdict.message and "torch.Tensor" in verdict.message
+
+    @learner_check(returns="a string (a parameter's name)")
+    def names_check(answer):
+        return run_check("demo", lambda: call_learner(answer, 1))
+
+    verdict = names_check(lambda x: (np.str_("w"),))  # inside a tuple, from a check declared to want a string
+    assert "numpy value (numpy.str_) (item 0 of the tuple" in verdict.message, verdict
+    assert "expects a string (a parameter's name)" in verdict.message, verdict
+    assert getattr(names_check, "__learner_check__", False)
 
 
 def test_numpy_is_found_inside_what_is_returned():

@@ -1,0 +1,362 @@
+"""Checks for lesson 12's exercises: the IOI logit difference, the logit lens, and one layer's heads' direct push
+on the logit difference.
+
+Shapes: N prompts, T tokens, V vocabulary, E embedding size, h heads, d head size (E = h·d, as in a GPT),
+n_layers layers. Every check runs the learner's code on small random tensors from a fixed generator, sized so that
+each mistake it names gives numbers of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from course.exercises.feedback import (
+    Verdict,
+    as_tensor,
+    call_learner,
+    close,
+    diagnose,
+    expect_shape,
+    learner_check,
+    run_check,
+    wrong,
+)
+from helpers.norms import RMSNorm
+
+__all__ = [
+    "check_head_attribution",
+    "check_logit_difference",
+    "check_logit_lens",
+    "reference_head_attribution",
+    "reference_logit_difference",
+    "reference_logit_lens",
+]
+
+SWAPPED = (
+    "the names are swapped: that is logit(S) − logit(IO). The logit difference is positive when the model prefers "
+    "the indirect object (the name that appears once) to the subject."
+)
+
+
+def _paired(table: Tensor, io: Tensor, s: Tensor) -> Tensor:
+    """table (N, V) -> (N,): row n read at its own io[n] minus at its own s[n]."""
+    rows = torch.arange(table.size(0))
+    return table[rows, io] - table[rows, s]
+
+
+def _names(N: int) -> tuple[Tensor, Tensor]:
+    """Token ids (N,) of each prompt's indirect object and subject: two different names in every prompt, and some
+    names in the other role in another prompt, as in an IOI batch."""
+    io = torch.tensor([1, 4, 7, 2, 0, 5, 3][:N])
+    s = torch.tensor([3, 0, 5, 6, 8, 1, 4][:N])
+    return io, s
+
+
+def _random_norm(E: int, generator: torch.Generator) -> RMSNorm:
+    """A final RMSNorm whose weight is not all ones (so that leaving it out shows), in float64."""
+    norm = RMSNorm(E).double().requires_grad_(False)
+    norm.weight.copy_(0.5 + torch.rand(E, dtype=torch.float64, generator=generator))
+    return norm
+
+
+def _call_with_norm(function: Callable, args: tuple, at: int):
+    """Call the learner on ``args``, whose entry ``at`` is the final norm, with its own copy of that norm; a norm
+    whose weight or eps the call changed is refused (the model reads every residual through that one norm)."""
+    norm = args[at]
+    own = copy.deepcopy(norm)
+    result = call_learner(function, *args[:at], own, *args[at + 1 :])
+    if not torch.equal(own.weight, norm.weight) or own.eps != norm.eps:
+        raise wrong(
+            "the final norm was changed in place (its weight or eps): the model reads every residual through "
+            "that one norm, so leave it as it came and only call it."
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: the logit difference
+# ---------------------------------------------------------------------------------------------
+def reference_logit_difference(logits: Tensor, io: Tensor, s: Tensor) -> Tensor:
+    """logits (N, T, V), io (N,), s (N,) -> (N,): logit(IO) − logit(S) at the last position of each prompt
+    (as ``helpers.analysis.ioi.logit_difference(..., per_prompt=True)``)."""
+    return _paired(logits[:, -1], io, s)
+
+
+def _difference_mistakes(logits: Tensor, io: Tensor, s: Tensor) -> dict[str, Tensor]:
+    right = reference_logit_difference(logits, io, s)
+    return {
+        SWAPPED: -right,
+        "read at the first position: the name is predicted at the last position (END, the token after the "
+        "prompt's last word), so read the logits there.": _paired(logits[:, 0], io, s),
+        "read one position before the last: the logits at a position predict the NEXT token, so the ones that "
+        "predict the name are the last position's own.": _paired(logits[:, -2], io, s),
+        "averaged over the positions: only the last position predicts the name; the others predict other "
+        "tokens of the prompt.": _paired(logits.mean(dim=1), io, s),
+        "probabilities (a softmax) instead of logits: the difference is taken on the raw logits. A difference of "
+        "probabilities is squashed and depends on every other token's logit; log-probabilities would do, their "
+        "normaliser cancels in the difference.": _paired(torch.softmax(logits[:, -1], dim=-1), io, s),
+        "that is logit(IO) alone: subtract the subject's logit, so that what the model gives any name at all "
+        "cancels and only its preference between the two names is left.": logits[torch.arange(len(io)), -1, io],
+        "every difference is 0: one token's logit was subtracted from itself. The indirect object's token is io "
+        "and the subject's is s, two different names in every prompt.": torch.zeros_like(right),
+    }
+
+
+@learner_check
+def check_logit_difference(logit_difference: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
+    """Check ``logit_difference(logits (N, T, V), io (N,), s (N,)) -> (N,)``."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(12)
+        N, T, V = 5, 4, 9
+        logits = 2 * torch.randn(N, T, V, dtype=torch.float64, generator=generator)
+        io, s = _names(N)
+        answer = as_tensor(
+            call_learner(logit_difference, logits.clone(), io.clone(), s.clone()), "the logit differences"
+        )
+        right = reference_logit_difference(logits, io, s)
+        if answer.dim() == 0:
+            if close(answer, right.mean()):
+                raise wrong(
+                    f"a single number, the mean over the prompts: return one difference per prompt, (N,) = ({N},); "
+                    "the lesson averages them where it needs one number."
+                )
+            raise wrong(f"one difference per prompt, (N,) = ({N},), got a single number.")
+        if tuple(answer.shape) == (N, N):
+            raise wrong(
+                f"an (N, N) = ({N}, {N}) table: every prompt's last logits were read at every prompt's names. Prompt n "
+                "has its own two names, io[n] and s[n]: pick row n's logit at its own ids (choose the rows along "
+                "with the columns), one difference per prompt."
+            )
+        if tuple(answer.shape) == (N, T):
+            raise wrong(
+                f"one difference per prompt and position, (N, T) = ({N}, {T}): keep only the last position, where "
+                "the name is predicted."
+            )
+        expect_shape(answer, (N,), "the logit differences", "(N,)")
+        if close(answer, right):
+            return (
+                "logit(IO) − logit(S) at the last position, one per prompt (a log-softmax gives the same numbers: "
+                "its normaliser is the same for both names and cancels)."
+            )
+        raise diagnose(
+            answer,
+            _difference_mistakes(logits, io, s),
+            "for each prompt, the logit of its indirect object minus the logit of its subject, both read at the "
+            f"last position. Expected {[round(x, 3) for x in right.tolist()]} on the check's logits.",
+        )
+
+    return run_check("the logit difference", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the logit lens
+# ---------------------------------------------------------------------------------------------
+def reference_logit_lens(residuals: Tensor, norm: RMSNorm, unembedding: Tensor, io: Tensor, s: Tensor) -> Tensor:
+    """residuals (n_layers + 1, N, E) at the last position, the final norm, unembedding (V, E), io, s (N,) ->
+    (n_layers + 1,): the mean over prompts of logit(IO) − logit(S) read from each residual through the final norm
+    and the output layer (as ``helpers.analysis.attribution.logit_lens``)."""
+    direction = unembedding[io] - unembedding[s]  # (N, E): the logit difference is linear in the norm's output
+    return (norm(residuals) * direction).sum(-1).mean(-1)
+
+
+def _rms_scale(x: Tensor, eps: float) -> Tensor:
+    return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _lens_mistakes(
+    residuals: Tensor, norm: RMSNorm, unembedding: Tensor, io: Tensor, s: Tensor
+) -> dict[str, Callable[[], Tensor]]:
+    direction = unembedding[io] - unembedding[s]
+
+    def read(normed: Tensor) -> Tensor:
+        return (normed * direction).sum(-1).mean(-1)
+
+    right = reference_logit_lens(residuals, norm, unembedding, io, s)
+    return {
+        "read without the final norm: the output layer only ever sees the residual after the final RMSNorm, so "
+        "the lens passes every residual through it first (the residual grows layer by layer; the norm takes "
+        "its size out).": lambda: read(residuals),
+        "the norm's scale was computed once, from the last residual, and used for every layer: the lens reads "
+        "each residual as if the model stopped there, so each one is divided by its OWN root mean square.": (
+            lambda: read(residuals * _rms_scale(residuals[-1], norm.eps) * norm.weight)
+        ),
+        "the norm's learned weight is left out (divided by the root mean square only): the final norm also "
+        "multiplies by its weight (E,), and the output layer was trained on what comes out of both. Calling "
+        "the norm module does both.": lambda: read(residuals * _rms_scale(residuals, norm.eps)),
+        SWAPPED: lambda: -right,
+        "summed over the prompts: the lens gives the MEAN over the prompts, one number per residual.": (
+            lambda: right * residuals.size(1)
+        ),
+        "the prompts were averaged before the norm: the norm is not linear (it divides each vector by its own "
+        "size), so read each prompt's residual through it, then average the differences.": (
+            lambda: (norm(residuals.mean(dim=1)) * direction.mean(dim=0)).sum(-1)
+        ),
+        "probabilities (a softmax over the vocabulary) instead of logits: the lens reads the logit "
+        "difference.": lambda: torch.stack(
+            [_paired(torch.softmax(norm(r) @ unembedding.T, dim=-1), io, s).mean() for r in residuals]
+        ),
+        "every entry is the same number, the last residual's: entry l is read from residual l (the residual "
+        "entering block l; the last, the final norm's input).": lambda: right[-1].expand_as(right),
+    }
+
+
+@learner_check
+def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
+    """Check ``logit_lens(residuals (n_layers + 1, N, E), norm, unembedding (V, E), io (N,), s (N,))
+    -> (n_layers + 1,)``."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(12)
+        n_layers, N, E, V = 3, 5, 8, 11
+        # Residuals that grow with depth and differ in size from prompt to prompt, as a real model's do: a scale
+        # frozen at one of them, or none at all, then gives other numbers.
+        size = torch.arange(1, n_layers + 2, dtype=torch.float64)[:, None, None] * (
+            0.5 + torch.rand(1, N, 1, dtype=torch.float64, generator=generator)
+        )
+        residuals = size * torch.randn(n_layers + 1, N, E, dtype=torch.float64, generator=generator)
+        norm = _random_norm(E, generator)
+        unembedding = torch.randn(V, E, dtype=torch.float64, generator=generator)
+        io, s = _names(N)
+        args = (residuals.clone(), norm, unembedding.clone(), io.clone(), s.clone())
+        result = _call_with_norm(logit_lens, args, at=1)
+        answer = as_tensor(result, "the logit lens")
+        right = reference_logit_lens(residuals, norm, unembedding, io, s)
+        entries = n_layers + 1
+        if answer.dim() == 0:
+            if close(answer, right[-1]):
+                raise wrong(
+                    "a single number, the last residual's: the lens reads EVERY residual, one number for each of "
+                    f"the n_layers + 1 = {entries} entries."
+                )
+            raise wrong(f"one number per residual, (n_layers + 1,) = ({entries},), got a single number.")
+        if tuple(answer.shape) in ((entries, N), (N, entries)):
+            raise wrong(
+                f"one number per residual and prompt, {tuple(answer.shape)}: average over the prompts, one number "
+                f"per residual, (n_layers + 1,) = ({entries},)."
+            )
+        expect_shape(answer, (entries,), "the logit lens", "(n_layers + 1,)")
+        if close(answer, right):
+            return (
+                "each residual read through the final norm (its own scale) and the output layer: "
+                f"{[round(x, 2) for x in right.tolist()]} on the check's residuals."
+            )
+        raise diagnose(
+            answer,
+            _lens_mistakes(residuals, norm, unembedding, io, s),
+            "for each residual: the final norm, then the output layer's logits, then logit(IO) − logit(S) per "
+            f"prompt, averaged over the prompts. Expected {[round(x, 3) for x in right.tolist()]}.",
+        )
+
+    return run_check("the logit lens", body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: each head's direct push on the logit difference
+# ---------------------------------------------------------------------------------------------
+def reference_head_attribution(
+    head_outputs: Tensor, out_weight: Tensor, final_residual: Tensor, norm: RMSNorm, direction: Tensor
+) -> Tensor:
+    """head_outputs (N, h, d), out_weight (E, h·d), final_residual (N, E), the final RMSNorm, direction (N, E)
+    -> (h,): each head's write through its own d columns of out_weight, scaled by the full residual's 1/RMS
+    (frozen) and the norm's weight, read along the direction, averaged over prompts (as
+    ``helpers.analysis.attribution.direct_logit_attribution(...).heads[layer]``)."""
+    h, d = head_outputs.shape[1:]
+    blocks = out_weight.unflatten(1, (h, d))  # (E, h, d): head k's columns k·d .. (k + 1)·d - 1
+    writes = torch.einsum("nhd,ehd->hne", head_outputs, blocks)  # (h, N, E)
+    scale = _rms_scale(final_residual, norm.eps)  # (N, 1): the whole residual's, frozen, so the parts add up
+    return (writes * scale * norm.weight * direction).sum(-1).mean(-1)
+
+
+def _head_mistakes(
+    head_outputs: Tensor, out_weight: Tensor, final_residual: Tensor, norm: RMSNorm, direction: Tensor
+) -> dict[str, Callable[[], Tensor]]:
+    h, d = head_outputs.shape[1:]
+    E = out_weight.size(0)
+    writes = torch.einsum("nhd,ehd->hne", head_outputs, out_weight.unflatten(1, (h, d)))
+    scale = _rms_scale(final_residual, norm.eps)
+
+    def read(written: Tensor) -> Tensor:
+        return (written * direction).sum(-1).mean(-1)
+
+    right = reference_head_attribution(head_outputs, out_weight, final_residual, norm, direction)
+    return {
+        "the norm's scale was recomputed from each head's own write: the final norm divides the WHOLE residual by "
+        "its root mean square, so freeze that one scale (the full residual's) for every part; with a scale per "
+        "part the parts no longer add up to the logit difference.": (
+            lambda: read(writes * _rms_scale(writes, norm.eps) * norm.weight)
+        ),
+        "no final norm: a head's write reaches the output layer through the final RMSNorm, so scale it by the "
+        "full residual's 1/RMS and by the norm's weight before reading it along the direction.": lambda: read(writes),
+        "the norm's weight is left out: after dividing by the full residual's RMS the final norm multiplies by its "
+        "learned weight (E,); the output layer reads what comes out of both.": lambda: read(writes * scale),
+        "head k's block was taken from the ROWS of out_weight: the output projection is (E, h·d), its rows are the "
+        "E output features, and head k's output meets its COLUMNS k·d .. (k + 1)·d − 1.": (
+            lambda: read(torch.einsum("nhd,hde->hne", head_outputs, out_weight.reshape(h, d, E)) * scale * norm.weight)
+        ),
+        "the heads were read interleaved (every h-th column): head k owns one contiguous block of d columns of "
+        "out_weight, k·d .. (k + 1)·d − 1, in the order the heads were merged.": (
+            lambda: read(
+                torch.einsum("nhd,edh->hne", head_outputs, out_weight.unflatten(1, (d, h))) * scale * norm.weight
+            )
+        ),
+        "the sign is flipped, as if the names were swapped: read the push along the direction as given "
+        "(the IO row of the unembedding minus the S row), so that a positive number helps the right name.": (
+            lambda: -right
+        ),
+        "summed over the prompts: each head's push is the MEAN over the prompts.": lambda: right * direction.size(0),
+        "the scale came from the layer's attention output (the heads' writes added up): the final norm sees the "
+        "full residual, the embedding and every layer's writes included, which is final_residual.": (
+            lambda: read(writes * _rms_scale(writes.sum(0), norm.eps) * norm.weight)
+        ),
+    }
+
+
+@learner_check
+def check_head_attribution(head_attribution: Callable[..., Tensor]) -> Verdict:
+    """Check ``head_attribution(head_outputs (N, h, d), out_weight (E, h·d), final_residual (N, E), norm,
+    direction (N, E)) -> (h,)``."""
+
+    def body() -> str:
+        generator = torch.Generator().manual_seed(12)
+        N, h, d = 5, 3, 4
+        E = h * d  # a GPT's output projection is square: rows and columns both number h·d
+        head_outputs = torch.randn(N, h, d, dtype=torch.float64, generator=generator)
+        out_weight = torch.randn(E, h * d, dtype=torch.float64, generator=generator) / E**0.5
+        size = 0.5 + 2 * torch.rand(N, 1, dtype=torch.float64, generator=generator)  # residuals of varied sizes
+        final_residual = size * torch.randn(N, E, dtype=torch.float64, generator=generator)
+        norm = _random_norm(E, generator)
+        direction = torch.randn(N, E, dtype=torch.float64, generator=generator)
+        args = (head_outputs.clone(), out_weight.clone(), final_residual.clone(), norm, direction.clone())
+        result = _call_with_norm(head_attribution, args, at=3)
+        answer = as_tensor(result, "the heads' pushes")
+        right = reference_head_attribution(head_outputs, out_weight, final_residual, norm, direction)
+        if answer.dim() == 0:
+            if close(answer, right.sum()):
+                raise wrong(f"a single number, the heads' pushes added up: keep one number per head, (h,) = ({h},).")
+            raise wrong(f"one number per head, (h,) = ({h},), got a single number.")
+        if tuple(answer.shape) in ((h, N), (N, h)):
+            raise wrong(
+                f"one number per head and prompt, {tuple(answer.shape)}: average each head's push over the prompts, "
+                f"(h,) = ({h},)."
+            )
+        expect_shape(answer, (h,), "the heads' pushes", "(h,)")
+        if close(answer, right):
+            return (
+                "each head's write through its own columns, under the full residual's frozen norm scale: "
+                f"{[round(x, 3) for x in right.tolist()]} on the check's layer; with the embedding's and every "
+                "MLP's, such parts add up to the logit difference."
+            )
+        raise diagnose(
+            answer,
+            _head_mistakes(head_outputs, out_weight, final_residual, norm, direction),
+            "for each head: its output through its own d columns of out_weight, divided by the full residual's "
+            "root mean square, times the norm's weight, read along the direction, averaged over the prompts. "
+            f"Expected {[round(x, 3) for x in right.tolist()]}.",
+        )
+
+    return run_check("each head's direct push on the logit difference", body)
