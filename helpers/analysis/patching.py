@@ -211,49 +211,51 @@ def _record_runs(model: GPT, clean: Tensor, corrupted: Tensor, metric: Metric) -
 
 
 @contextmanager
-def _frozen_heads(model: GPT, runs: _Runs, sender_layer: int, sender_heads: Sequence[int]):
-    """K = len(sender_heads) copies of the clean prompts side by side, (K·N, ...): in every layer from the
-    sender's on, every head's output (the input of out_proj) is the clean run's, except that copy k's sender
-    head, ``sender_heads[k]`` of ``sender_layer``, has the corrupted run's."""
-    K, N = len(sender_heads), runs.clean_heads[0].size(0)
+def _frozen_heads(model: GPT, runs: _Runs, copies: Sequence[Sequence[tuple[int, int]]]):
+    """K = len(copies) copies of the clean prompts side by side, (K·N, ...): every head's output (the input of
+    out_proj) is the clean run's, except that copy k's senders, the (layer, head) pairs ``copies[k]``, have the
+    corrupted run's. Hooks sit in every layer from the first sender's on."""
+    K, N = len(copies), runs.clean_heads[0].size(0)
+    first = min(layer for senders in copies for layer, _ in senders)
 
     def make(layer: int):
         outputs = runs.clean_heads[layer].repeat(K, 1, 1, 1)  # (K·N, T, h, d): frozen at the clean run
-        if layer == sender_layer:
-            for copy, head in enumerate(sender_heads):
+        for copy, senders in enumerate(copies):
+            for head in (head for where, head in senders if where == layer):
                 outputs[copy * N : (copy + 1) * N, :, head] = runs.corrupted_heads[layer][:, :, head]
         frozen = outputs.flatten(-2)
         return lambda _, args: (frozen, *args[1:])
 
     with ExitStack() as stack:
-        for layer in range(sender_layer, len(model.blocks)):
+        for layer in range(first, len(model.blocks)):
             handle = _projections(model, layer).out_proj.register_forward_pre_hook(make(layer))
             stack.callback(handle.remove)
         yield
 
 
-def _received_inputs(model: GPT, runs: _Runs, sender_layer: int, sender_heads, by_layer, kind) -> dict[int, Tensor]:
-    """Step 2, for K senders of one layer side by side: the receivers' ``kind`` projections (K·N, T, ·) with
-    every head frozen clean but copy k's sender corrupted. The run starts at the sender's layer from the clean
+def _received_inputs(model: GPT, runs: _Runs, copies, by_layer, kind) -> dict[int, Tensor]:
+    """Step 2, for K groups of senders side by side: the receivers' ``kind`` projections (K·N, T, ·) with every
+    head frozen clean but copy k's senders corrupted. The run starts at the first sender's layer from the clean
     residual (the layers before it compute exactly the clean run) and stops once the last receiver layer's input
     is recorded."""
     received: dict[int, Tensor] = {}
     last = max(by_layer)
+    first = min(layer for senders in copies for layer, _ in senders)
 
     def record(out: Tensor, layer: int) -> None:
         received[layer] = out
         if layer == last:
             raise _Received
 
-    x = runs.clean_residuals[sender_layer].repeat(len(sender_heads), 1, 1)  # (K·N, T, E)
+    x = runs.clean_residuals[first].repeat(len(copies), 1, 1)  # (K·N, T, E)
     with ExitStack() as stack:
-        stack.enter_context(_frozen_heads(model, runs, sender_layer, sender_heads))
+        stack.enter_context(_frozen_heads(model, runs, copies))
         for layer in by_layer:
             module = getattr(_projections(model, layer), f"{kind}_proj")
             handle = module.register_forward_hook(lambda _, __, out, layer=layer: record(out, layer))
             stack.callback(handle.remove)
         with suppress(_Received):
-            model.run_from(x, sender_layer)
+            model.run_from(x, first)
     return received
 
 
@@ -285,19 +287,29 @@ def _check_sender(model: GPT, sender) -> tuple[int, int]:
     return _index("sender layer", layer, c.num_layers), _index("sender query head", head, c.num_heads)
 
 
+def _check_senders(model: GPT, sender) -> list[tuple[int, int]]:
+    """One (layer, head) pair, or a list of them patched together -> the list."""
+    is_pair = isinstance(sender, tuple) and len(sender) == 2 and all(isinstance(x, int) for x in sender)
+    senders = [_check_sender(model, pair) for pair in ([sender] if is_pair else list(sender))]
+    if not senders:
+        raise ValueError("need at least one sender (layer, head)")
+    return senders
+
+
 @torch.no_grad()
 def path_patching(
     model: GPT,
     clean: Tensor,
     corrupted: Tensor,
     metric: Metric,
-    sender: tuple[int, int],
+    sender: tuple[int, int] | Sequence[tuple[int, int]],
     receivers: Iterable[tuple[int, int]],
     kind: str = "q",
 ) -> PathPatch:
     """Patch ``sender`` = (layer, query head)'s output from the corrupted run into the receivers' ``kind`` input
     only ("q": receivers are (layer, query head); "k" or "v": (layer, key/value head), see the module's note on
-    grouped queries), and measure ``metric`` on the clean prompts.
+    grouped queries), and measure ``metric`` on the clean prompts. ``sender`` may be a list of (layer, head)
+    pairs, patched together (a class of heads whose members each carry a part: one at a time, each moves little).
 
     1. Record every head's output on clean and on corrupted prompts.
     2. Run clean prompts with every head frozen at its clean output but the sender's at its corrupted one; record
@@ -306,10 +318,10 @@ def path_patching(
 
     For many senders and the same receivers, ``path_patching_map`` runs step 1 once."""
     _check_runs(model, clean, corrupted)
-    sender = _check_sender(model, sender)
-    by_layer = _check_receivers(model, kind, receivers, sender[0])
+    senders = _check_senders(model, sender)
+    by_layer = _check_receivers(model, kind, receivers, max(layer for layer, _ in senders))
     runs = _record_runs(model, clean, corrupted, metric)
-    received = _received_inputs(model, runs, sender[0], [sender[1]], by_layer, kind)
+    received = _received_inputs(model, runs, [senders], by_layer, kind)
     (patched,) = _patched_metrics(model, runs, metric, received, by_layer, kind)
     return PathPatch(patched, runs.clean_metric, runs.corrupted_metric)
 
@@ -341,7 +353,7 @@ def path_patching_map(
     result = torch.full((c.num_layers, c.num_heads), float("nan"))
     for layer in sorted({layer for layer, _ in senders}):
         for heads in _groups(sorted({head for where, head in senders if where == layer}), clean.size(0)):
-            received = _received_inputs(model, runs, layer, heads, by_layer, kind)
+            received = _received_inputs(model, runs, [[(layer, head)] for head in heads], by_layer, kind)
             patched = _patched_metrics(model, runs, metric, received, by_layer, kind)
             for head, value in zip(heads, patched, strict=True):
                 result[layer, head] = PathPatch(value, runs.clean_metric, runs.corrupted_metric).effect
