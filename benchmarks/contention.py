@@ -34,10 +34,12 @@ Without ``--quick`` the lessons are executed top to bottom instead (``jupyter nb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,17 @@ from helpers.tools.threads import busy_cores, usable_cores  # noqa: E402  (after
 
 VARIANTS = ("old", "threads", "new")
 CLEARED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-BUSY_LOOP = "while True: pass"
+# One core kept busy until the parent dies: a parent killed past its `finally` (SIGKILL, a crash) leaves the loop
+# orphaned, re-parented to init or a subreaper, which it notices within a fifth of a second and stops.
+BUSY_LOOP = """
+import os, sys, time
+parent, check = int(sys.argv[1]), 0.0
+while True:
+    if time.monotonic() > check:
+        if os.getppid() != parent:
+            break
+        check = time.monotonic() + 0.2
+"""
 
 # Each workload prints one JSON line {"seconds": ..., "threads": ...}. The prelude is a lesson's first cell: torch
 # first, then helpers, and the thread count the notebook's follower would set before the next cell.
@@ -154,16 +166,37 @@ def run_notebook(variant: str, path: Path) -> dict:
 
 
 class BusyProcess:
-    """One core kept busy by a Python loop, for the length of a ``with`` block."""
+    """One core kept busy by a Python loop, for the length of a ``with`` block, and never past this script.
+
+    The block's end stops it, also on Ctrl-C and, with ``exit_on_sigterm``, on SIGTERM; if this script dies
+    without running its ``finally`` (SIGKILL), the loop sees its parent gone and stops itself.
+    """
+
+    def __init__(self, settle: float = 1.0) -> None:
+        self.settle = settle  # seconds for the loop to be running before the measurement starts
 
     def __enter__(self):
-        self.process = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
-        time.sleep(1.0)  # running before the measurement starts
+        self.process = subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(os.getpid())])
+        try:
+            time.sleep(self.settle)
+        except BaseException:  # interrupted before the block began: its __exit__ would never run
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc):
         self.process.kill()
         self.process.wait()
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, a job's time limit) leave through SystemExit, so every ``finally`` and ``with``
+    runs, as Ctrl-C's KeyboardInterrupt does: the busy loop and the measured processes stop with the script."""
+
+    def leave(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def measure(tasks: dict, variants: list[str], repeats: int, log) -> list[dict]:
@@ -172,19 +205,13 @@ def measure(tasks: dict, variants: list[str], repeats: int, log) -> list[dict]:
     for _ in range(repeats):
         for name, task in tasks.items():
             for condition in ("idle", "busy"):
-                busy = BusyProcess() if condition == "busy" else None
-                if busy:
-                    busy.__enter__()
-                try:
+                with BusyProcess() if condition == "busy" else contextlib.nullcontext():
                     for variant in variants:
                         load, seen = os.getloadavg()[0], busy_cores()
                         row = {"task": name, "variant": variant, "condition": condition, "load1": load}
                         row |= {"busy_seen": seen, **task(variant)}
                         rows.append(row)
                         log(json.dumps(row))
-                finally:
-                    if busy:
-                        busy.__exit__(None, None, None)
     return rows
 
 
@@ -227,6 +254,7 @@ def main() -> None:
     parser.add_argument("--no-cli", action="store_true", help="leave the CLI out (lessons only)")
     parser.add_argument("--json", type=Path, default=None, help="also write every measurement here, one a line")
     args = parser.parse_args()
+    exit_on_sigterm()
 
     steps = args.cli_steps or (60 if args.quick else 200)
     tasks = {} if args.no_cli else {"cli": lambda variant: run_cli(variant, steps)}

@@ -166,8 +166,7 @@ class InspectableDecoderLayer(nn.Module):
     from an earlier pass linger. ``clear_records()`` drops them on demand.
 
     For decoding, ``step`` runs the layer for the newest target position only, reusing the projected keys
-    and values of the earlier positions and of the memory (its entry of a ``helpers.kv_cache.KVCache``);
-    ``forward_step`` does the same from a cache of the earlier positions' inputs, projected again each step.
+    and values of the earlier positions and of the memory (its entry of a ``helpers.kv_cache.KVCache``).
 
     Inside a stack the layer is deep-copied ``num_layers`` times: read the records from
     ``decoder.layers[i]`` (or all at once with ``cross_attention_weights(decoder)``).
@@ -346,30 +345,6 @@ class InspectableDecoderLayer(nn.Module):
         out = self._step_sublayers(x, self_attention, cross_attention)
         return out, (*kept, *memory_kv)
 
-    def forward_step(
-        self, x: Tensor, past: Tensor | None, memory: Tensor, memory_key_padding_mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """``step`` with a cache of the layer's *inputs* instead of their projections (each step projects them
-        all again, and the memory too); kept for callers of that interface (``Seq2SeqTransformer.decode_step``).
-
-        x (N, 1, E): the newest position's input. past (N, t, E) or None: the inputs of the layer's
-        self-attention at the t earlier positions, as returned by the previous step. Returns the
-        output (N, 1, E), equal to row t of ``forward`` on all t + 1 positions with a causal mask,
-        and the new cache (N, t + 1, E) for the next step.
-        """
-        self._check_step(x)
-        kept = []
-
-        def self_attention(h: Tensor) -> Tensor:
-            seen = h if past is None else torch.cat([past, h], dim=1)  # (N, t+1, E)
-            kept.append(seen)
-            return self.dropout1(self.self_attn(h, seen, seen, need_weights=False)[0])
-
-        def cross_attention(h: Tensor) -> Tensor:
-            return self._mha_block(h, memory, None, memory_key_padding_mask)
-
-        return self._step_sublayers(x, self_attention, cross_attention), kept[0]
-
     def _step_sublayers(
         self, x: Tensor, self_attention: Callable[[Tensor], Tensor], cross_attention: Callable[[Tensor], Tensor]
     ) -> Tensor:
@@ -384,10 +359,10 @@ class InspectableDecoderLayer(nn.Module):
 
     def _check_step(self, x: Tensor) -> None:
         if not self.self_attn.batch_first:
-            raise ValueError("forward_step needs a batch-first layer (batch_first=True)")
+            raise ValueError("step needs a batch-first layer (batch_first=True)")
         if not isinstance(x, Tensor) or x.dim() != 3 or x.size(1) != 1:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"forward_step takes one position per sequence, x of shape (N, 1, E); got {shape}")
+            raise ValueError(f"step takes one position per sequence, x of shape (N, 1, E); got {shape}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -346,32 +346,35 @@ def test_inside_nn_transformer_with_causal_hint_and_memory_padding(batch_first, 
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_forward_step_gives_each_row_of_the_causal_forward_pass(norm_first):
-    # Decoding one position at a time, with the cache of earlier positions, must give exactly the rows
-    # of the stock layer's causal pass over the whole target (memory padding included).
+def test_step_gives_each_row_of_the_causal_forward_pass(norm_first):
+    # Decoding one position at a time, from the projected keys and values of the earlier positions and of the
+    # memory, must give exactly the rows of the stock layer's causal pass over the whole target (memory padding
+    # included). (This tested forward_step, the input cache, until step's KV cache became the only one.)
     stock, ours = _pair(norm_first, batch_first=True)
     stock.eval(), ours.eval()
     tgt, memory = (x.detach() for x in _inputs(batch_first=True))
     memory_padding = _padding(SRC_LENGTHS, S)
+    d = E // H
     with torch.no_grad():
         full = stock(
             tgt, memory, tgt_mask=helpers.causal_mask(L), tgt_is_causal=True, memory_key_padding_mask=memory_padding
         )  # (N, L, E)
         past = None
         for t in range(L):
-            row, past = ours.forward_step(tgt[:, t : t + 1], past, memory, memory_padding)
-            assert row.shape == (N, 1, E) and past.shape == (N, t + 1, E)
+            row, past = ours.step(tgt[:, t : t + 1], past, memory if past is None else None, memory_padding)
+            assert row.shape == (N, 1, E)
+            assert [tuple(x.shape) for x in past] == [(N, H, t + 1, d)] * 2 + [(N, H, S, d)] * 2
             torch.testing.assert_close(row[:, 0], full[:, t], atol=ATOL, rtol=0)
 
 
-def test_forward_step_rejects_more_than_one_position_or_sequence_first_layers():
+def test_step_rejects_more_than_one_position_or_sequence_first_layers():
     _, ours = _pair(norm_first=False, batch_first=True)
     tgt, memory = (x.detach() for x in _inputs(batch_first=True))
     with pytest.raises(ValueError, match=r"one position.*\(N, 1, E\).*\(3, 5, 16\)"):
-        ours.forward_step(tgt, None, memory)
+        ours.step(tgt, None, memory)
     _, sequence_first = _pair(norm_first=False, batch_first=False)
     with pytest.raises(ValueError, match="batch_first=True"):
-        sequence_first.forward_step(tgt[:, :1], None, memory)
+        sequence_first.step(tgt[:, :1], None, memory)
 
 
 def test_deepcopy_and_weights_only_checkpoint_round_trip(tmp_path):

@@ -193,7 +193,7 @@ def measure_head_roles(
 # ---------------------------------------------------------------------------------------------
 def head_gates(model: PretrainedEncoder, silenced: Iterable[tuple[int, int]] = ()) -> Tensor:
     """A (layers, h) tensor of ones with zeros at the ``(layer, head)`` pairs in ``silenced``."""
-    gates = torch.ones(model.config.layers, model.config.heads)
+    gates = torch.ones(model.config.num_layers, model.config.num_heads)
     for layer, head in silenced:
         gates[layer, head] = 0.0
     return gates
@@ -206,7 +206,7 @@ def gated_heads(model: PretrainedEncoder, gates: Tensor) -> Iterator[None]:
     The gate acts before the output projection, so a silenced head's contribution vanishes exactly; a gate
     that requires grad gets the gradient of whatever is computed inside. On exit every head is on again.
     """
-    expected = (model.config.layers, model.config.heads)
+    expected = (model.config.num_layers, model.config.num_heads)
     if tuple(gates.shape) != expected:
         raise ValueError(f"gates must have shape (layers, h) = {expected}, got {tuple(gates.shape)}")
     try:
@@ -338,9 +338,9 @@ def ablation_costs(model: PretrainedEncoder, task: SimilarityTask) -> tuple[Task
     """
     full = task.score(model)
     inputs = task.layer_inputs(model)  # silencing a head in layer l leaves layers below l as they were
-    costs = torch.zeros(model.config.layers, model.config.heads)
-    for layer in range(model.config.layers):
-        for head in range(model.config.heads):
+    costs = torch.zeros(model.config.num_layers, model.config.num_heads)
+    for layer in range(model.config.num_layers):
+        for head in range(model.config.num_heads):
             with gated_heads(model, head_gates(model, [(layer, head)])):
                 costs[layer, head] = full.margin - task.score(model, layer, inputs[layer]).margin
     return full, costs

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from helpers.embeddings import TokenEmbedding
 from helpers.layers import EncoderLayer
+from helpers.tools.renames import accepting_old_names
 
 __all__ = [
     "AttentionView",
@@ -75,17 +76,26 @@ def model_path() -> Path:
 # ---------------------------------------------------------------------------------------------
 # The architecture, from the course's pieces
 # ---------------------------------------------------------------------------------------------
+#: EncoderConfig's old field name -> the name it has now (one vocabulary with GPTConfig and the README's notation).
+RENAMED_FIELDS = {"heads": "num_heads", "layers": "num_layers", "feedforward": "ff_dim"}
+
+
+@accepting_old_names(RENAMED_FIELDS)
 @dataclass(frozen=True)
 class EncoderConfig:
-    """Sizes of a BERT-style encoder; the defaults are all-MiniLM-L6-v2's."""
+    """Sizes of a BERT-style encoder; the defaults are all-MiniLM-L6-v2's.
+
+    The sizes have the names of ``GPTConfig`` (the README's notation). The names of earlier versions (``heads``,
+    ``layers``, ``feedforward``) are still accepted, with a ``DeprecationWarning``, as keywords and attributes.
+    """
 
     vocab_size: int = 30522
     max_positions: int = 512  # P: the learned position table has one row per position
     segment_types: int = 2
     embed_dim: int = 384  # E
-    heads: int = 12  # h
-    layers: int = 6
-    feedforward: int = 1536
+    num_heads: int = 12  # h
+    num_layers: int = 6  # n_layers
+    ff_dim: int = 1536  # F
     layer_norm_eps: float = 1e-12  # BERT's choice; torch's LayerNorm default is 1e-5
 
     @classmethod
@@ -118,9 +128,9 @@ class EncoderConfig:
         eps = raw.get("layer_norm_eps")
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
             raise ValueError(f"{path}: layer_norm_eps must be a small positive number, got {eps!r}")
-        if sizes["embed_dim"] % sizes["heads"]:
+        if sizes["embed_dim"] % sizes["num_heads"]:
             raise ValueError(
-                f"{path}: num_attention_heads {sizes['heads']} must divide hidden_size {sizes['embed_dim']}"
+                f"{path}: num_attention_heads {sizes['num_heads']} must divide hidden_size {sizes['embed_dim']}"
             )
         return cls(**sizes, layer_norm_eps=float(eps))
 
@@ -132,18 +142,18 @@ _CONFIG_KEYS = {
     "max_positions": "max_position_embeddings",
     "segment_types": "type_vocab_size",
     "embed_dim": "hidden_size",
-    "heads": "num_attention_heads",
-    "layers": "num_hidden_layers",
-    "feedforward": "intermediate_size",
+    "num_heads": "num_attention_heads",
+    "num_layers": "num_hidden_layers",
+    "ff_dim": "intermediate_size",
 }
 SIZE_LIMITS = {
     "vocab_size": 300_000,
     "max_positions": 8_192,
     "segment_types": 16,
     "embed_dim": 2_048,
-    "heads": 64,
-    "layers": 48,
-    "feedforward": 8_192,
+    "num_heads": 64,
+    "num_layers": 48,
+    "ff_dim": 8_192,
 }
 
 
@@ -178,8 +188,8 @@ def encoder_layer(config: EncoderConfig) -> EncoderLayer:
     """
     layer = EncoderLayer(
         config.embed_dim,
-        config.heads,
-        dim_feedforward=config.feedforward,
+        config.num_heads,
+        dim_feedforward=config.ff_dim,
         dropout=0.0,
         activation="gelu",
         layer_norm_eps=config.layer_norm_eps,
@@ -226,7 +236,7 @@ class PretrainedEncoder(nn.Module):
         super().__init__()
         self.config = config or EncoderConfig()
         self.embeddings = BertEmbeddings(self.config)
-        self.layers = nn.ModuleList(encoder_layer(self.config) for _ in range(self.config.layers))
+        self.layers = nn.ModuleList(encoder_layer(self.config) for _ in range(self.config.num_layers))
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, need_weights: bool = True
@@ -330,7 +340,7 @@ def load_pretrained_encoder(path: str | Path | None = None):
         raw = load_file(weights)
     except Exception as error:  # safetensors raises its own error types for a damaged file
         raise ValueError(f"{weights} could not be read as safetensors: {error}") from None
-    model.load_state_dict(bert_to_course_state_dict(raw, config.layers), strict=True)
+    model.load_state_dict(bert_to_course_state_dict(raw, config.num_layers), strict=True)
     return model.eval(), tokenizer
 
 
@@ -364,10 +374,10 @@ def _check_weight_shapes(path: Path, config: EncoderConfig) -> None:
         raise ValueError(f"{path} is not a readable safetensors file ({error}); reinstall the model") from None
     stand_ins = {name: torch.empty(shape, device="meta") for name, shape in header.items()}
     try:
-        converted = bert_to_course_state_dict(stand_ins, config.layers)
+        converted = bert_to_course_state_dict(stand_ins, config.num_layers)
     except (KeyError, ValueError, RuntimeError) as error:
         raise ValueError(
-            f"{path} does not hold the {config.layers}-layer BERT its config.json describes: {error}"
+            f"{path} does not hold the {config.num_layers}-layer BERT its config.json describes: {error}"
         ) from None
     with torch.device("meta"):
         expected = PretrainedEncoder(config).state_dict()

@@ -1,1 +1,2 @@
-"""Small tools the other layers use: ``files`` (atomic writes) and ``cost`` (time and memory measurement)."""
+"""Small tools the other layers use: ``files`` (atomic writes), ``cost`` (time and memory measurement),
+``threads`` (torch's thread count) and ``renames`` (config fields renamed, old names still accepted)."""

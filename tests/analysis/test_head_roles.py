@@ -127,7 +127,7 @@ class CharacterTokenizer:
 @pytest.fixture(scope="module")
 def small():
     torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, max_positions=64, embed_dim=16, heads=4, layers=2, feedforward=32)
+    config = EncoderConfig(vocab_size=50, max_positions=64, embed_dim=16, num_heads=4, num_layers=2, ff_dim=32)
     model = PretrainedEncoder(config).eval()
     return model, SimilarityTask(CharacterTokenizer(), PARAPHRASE_PAIRS[:6])
 

@@ -118,7 +118,7 @@ def test_run_layers_from_a_later_layer_continues_the_same_pass(ours, batch):
 
 def test_encoder_layer_equals_torch_encoder_layer_with_gelu_and_bert_eps():
     torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, max_positions=16, embed_dim=32, heads=4, layers=1, feedforward=64)
+    config = EncoderConfig(vocab_size=50, max_positions=16, embed_dim=32, num_heads=4, num_layers=1, ff_dim=64)
     ours = encoder_layer(config).eval()
     stock = nn.TransformerEncoderLayer(
         32, 4, 64, dropout=0.0, activation="gelu", layer_norm_eps=1e-12, batch_first=True, norm_first=False
@@ -136,8 +136,45 @@ def test_encoder_layer_equals_torch_encoder_layer_with_gelu_and_bert_eps():
     assert weights.shape == (2, 4, 6, 6)
 
 
+def test_the_config_speaks_the_vocabulary_of_gpt_config_and_the_old_names_warn_but_build_the_same_model():
+    from dataclasses import fields
+
+    from helpers.gpt import GPTConfig
+
+    names = {f.name for f in fields(EncoderConfig)}
+    shared = names & {f.name for f in fields(GPTConfig)}
+    assert {"embed_dim", "num_heads", "num_layers", "ff_dim", "vocab_size"} <= shared
+    old_names = dict(heads=2, layers=2, feedforward=24)
+    assert not names & set(old_names)  # aliases, not fields: asdict and repr speak only the new names
+    sizes = dict(vocab_size=20, max_positions=8, embed_dim=8)
+    with pytest.warns(DeprecationWarning) as caught:
+        old = EncoderConfig(**sizes, **old_names)
+    assert sorted(str(w.message).split(";")[0] for w in caught) == [
+        "EncoderConfig field 'feedforward' is now 'ff_dim'",
+        "EncoderConfig field 'heads' is now 'num_heads'",
+        "EncoderConfig field 'layers' is now 'num_layers'",
+    ]
+    new = EncoderConfig(**sizes, num_heads=2, num_layers=2, ff_dim=24)
+    assert old == new
+    for name, value in old_names.items():
+        with pytest.warns(DeprecationWarning, match=rf"EncoderConfig\.{name} is now"):
+            assert getattr(old, name) == value
+    with pytest.raises(TypeError, match="both 'num_heads' and its old name 'heads'"):
+        EncoderConfig(heads=2, num_heads=2)
+    models = []
+    for config in (old, new):
+        torch.manual_seed(0)
+        models.append(PretrainedEncoder(config).eval())
+    assert len(models[0].layers) == 2 and models[0].layers[0].self_attn.num_heads == 2
+    assert models[0].layers[0].linear1.out_features == 24
+    ids = torch.randint(0, 20, (2, 5))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    with torch.no_grad():
+        torch.testing.assert_close(models[0](ids, mask)[0], models[1](ids, mask)[0], atol=0, rtol=0)
+
+
 def test_bert_state_dict_conversion_stacks_q_k_v_and_refuses_leftovers():
-    config = EncoderConfig(vocab_size=10, max_positions=8, embed_dim=8, heads=2, layers=1, feedforward=16)
+    config = EncoderConfig(vocab_size=10, max_positions=8, embed_dim=8, num_heads=2, num_layers=1, ff_dim=16)
     reference = PretrainedEncoder(config)
     bert = {}
     for name, tensor in {

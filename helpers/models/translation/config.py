@@ -9,11 +9,10 @@ config dicts of checkpoints those versions saved.
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from helpers.tools.renames import accepting_old_names, renamed_fields
 
 #: Old field name -> the name it has now (one vocabulary with GPTConfig and the README's notation).
 RENAMED_FIELDS = {
@@ -25,46 +24,7 @@ RENAMED_FIELDS = {
 }
 
 
-def renamed_fields(values: Mapping[str, Any], stacklevel: int = 3) -> dict[str, Any]:
-    """``values`` with each old field name replaced by its new one, warning once per old name found.
-
-    Raises TypeError when a field is given under both names (which one was meant cannot be known).
-    """
-    renamed = dict(values)
-    for old, new in RENAMED_FIELDS.items():
-        if old not in renamed:
-            continue
-        if new in renamed:
-            raise TypeError(f"TranslationConfig got both {new!r} and its old name {old!r}; give only {new!r}")
-        warnings.warn(
-            f"TranslationConfig field {old!r} is now {new!r}; the old name will stop working in a later version",
-            DeprecationWarning,
-            stacklevel=stacklevel,
-        )
-        renamed[new] = renamed.pop(old)
-    return renamed
-
-
-def _accepting_old_names(cls: type) -> type:
-    """Let the dataclass's ``__init__`` take the old keywords, and its instances answer to the old attributes."""
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **renamed_fields(kwargs))
-
-    cls.__init__ = __init__
-    for old, new in RENAMED_FIELDS.items():
-        setattr(cls, old, property(functools.partial(_old_attribute, old=old, new=new), doc=f"Deprecated: {new}."))
-    return cls
-
-
-def _old_attribute(self: Any, old: str, new: str) -> Any:
-    warnings.warn(f"TranslationConfig.{old} is now .{new}", DeprecationWarning, stacklevel=2)
-    return getattr(self, new)
-
-
-@_accepting_old_names
+@accepting_old_names(RENAMED_FIELDS)
 @dataclass
 class TranslationConfig:
     """Model size and training settings, saved inside every checkpoint.
@@ -136,7 +96,7 @@ class TranslationConfig:
         A dict saved by an earlier version, with the old field names (``d_model``, ``heads``, ...), is read
         with a ``DeprecationWarning``.
         """
-        values = renamed_fields(values)
+        values = renamed_fields("TranslationConfig", RENAMED_FIELDS, values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

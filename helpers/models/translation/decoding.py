@@ -88,8 +88,8 @@ def greedy_decode(
 
 
 def new_decoder_cache(model: Seq2SeqTransformer) -> KVCache:
-    """An empty cache for ``decode_step_cached``: one entry per decoder layer, tagged with ``model``."""
-    return KVCache(len(model.decoder_layers), owner=model)
+    """An empty cache for ``decode_step_cached``: ``model.new_cache()``, one entry per decoder layer."""
+    return model.new_cache()
 
 
 def decode_step_cached(
@@ -97,24 +97,14 @@ def decode_step_cached(
 ) -> Tensor:
     """Logits (N, V) for the next token after one more target token ``token`` (N, 1), from ``cache``.
 
-    The first call (an empty cache, ``token`` = BOS) projects ``memory`` (N, S, E) into every layer's
-    cross-attention keys and values; every call adds the new position's self-attention keys and values, so
-    the cache then holds, per layer, (N, h, t + 1, d) x 2 and (N, h, S, d) x 2. Equal to the last row of
-    ``model.decode`` on the whole sequence so far (tested), as is ``model.decode_step``, which keeps the
-    layers' inputs instead and projects them again at every step. ``src_padding`` (N, S), True = padding.
+    ``model.decode_step`` with the cache the search keeps (and reorders, ``cache.select``) itself: the first
+    call (an empty cache, ``token`` = BOS) projects ``memory`` (N, S, E) into every layer's cross-attention keys
+    and values, every call adds the new position's self-attention keys and values. Equal to the last row of
+    ``model.decode`` on the whole sequence so far (tested). ``src_padding`` (N, S), True = padding.
     """
-    if not isinstance(cache, KVCache) or len(cache.layers) != len(model.decoder_layers):
-        raise TypeError(f"cache must be new_decoder_cache(model), got {type(cache).__name__}")
-    cache.check_owner(model)
-    x = model.positions(model.tgt_embedding(token), start=cache.length)  # (N, 1, E)
-    entries = []
-    for layer, past in zip(model.decoder_layers, cache.layers, strict=True):
-        x, entry = layer.step(x, past, memory if past is None else None, src_padding)
-        entries.append(entry)
-    if model.transformer.decoder.norm is not None:
-        x = model.transformer.decoder.norm(x)
-    cache.update(model, entries)  # every layer at once, after the whole step
-    return model.generator(x[:, -1])  # (N, V)
+    if cache is None:  # decode_step would make one, which the caller would then never see
+        raise TypeError("cache must be new_decoder_cache(model), got None")
+    return model.decode_step(token, memory, src_padding, cache)[0]
 
 
 def never_special(logits: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from helpers.attention import causal_mask
 from helpers.data.tokenization import PAD_ID
 from helpers.embeddings import PositionalEncoding, TokenEmbedding
+from helpers.kv_cache import KVCache
 from helpers.layers import InspectableDecoderLayer, Transformer, cross_attention_weights, recording
 from helpers.models.translation.config import TranslationConfig
 
@@ -82,25 +83,38 @@ class Seq2SeqTransformer(nn.Module):
         )  # (N, L, E)
         return self.generator(hidden)  # (N, L, V)
 
+    def new_cache(self) -> KVCache:
+        """An empty ``KVCache`` for ``decode_step``: one entry per decoder layer, tagged with this model."""
+        return KVCache(len(self.decoder_layers), owner=self)
+
     def decode_step(
-        self, token: Tensor, memory: Tensor, src_padding: Tensor, cache: list[Tensor] | None = None
-    ) -> tuple[Tensor, list[Tensor]]:
+        self, token: Tensor, memory: Tensor, src_padding: Tensor, cache: KVCache | None = None
+    ) -> tuple[Tensor, KVCache]:
         """Logits for the next token after one more target token, without re-reading the earlier ones.
 
-        token (N, 1): the newest token of each sequence; cache: what the previous call returned (None
-        at the first step, when ``token`` is BOS). Returns logits (N, V), equal to the last row of
-        ``decode`` on the whole sequence so far, and the new cache: one (N, t + 1, E) tensor per
-        decoder layer. Each step costs one position's work instead of re-running all t + 1.
+        token (N, 1): the newest token of each sequence; ``cache``: None (or an empty ``new_cache()``) at the
+        first step, when ``token`` is BOS, then the cache the previous call returned. The first step projects
+        ``memory`` (N, S, E) into every layer's cross-attention keys and values, once; later steps read those
+        and ignore ``memory``. Every step adds the new position's self-attention keys and values, so the cache
+        then holds, per layer, (N, h, t + 1, d) x 2 and (N, h, S, d) x 2 (``InspectableDecoderLayer.step``).
+        ``src_padding`` (N, S), True = padding. Returns logits (N, V), equal to the last row of ``decode`` on
+        the whole sequence so far, and the cache, updated in place (the same object) once every layer has run.
         """
-        start = 0 if cache is None else cache[0].size(1)  # tokens already read
-        x = self.positions(self.tgt_embedding(token), start=start)  # (N, 1, E)
-        new_cache = []
-        for index, layer in enumerate(self.decoder_layers):
-            x, seen = layer.forward_step(x, None if cache is None else cache[index], memory, src_padding)
-            new_cache.append(seen)
+        if cache is None:
+            cache = self.new_cache()
+        if not isinstance(cache, KVCache) or len(cache.layers) != len(self.decoder_layers):
+            kind = type(cache).__name__
+            raise TypeError(f"cache must be None or model.new_cache() (= new_decoder_cache(model)), got {kind}")
+        cache.check_owner(self)
+        x = self.positions(self.tgt_embedding(token), start=cache.length)  # (N, 1, E)
+        entries = []
+        for layer, past in zip(self.decoder_layers, cache.layers, strict=True):
+            x, entry = layer.step(x, past, memory if past is None else None, src_padding)
+            entries.append(entry)
         if self.transformer.decoder.norm is not None:
             x = self.transformer.decoder.norm(x)
-        return self.generator(x[:, -1]), new_cache  # (N, V)
+        cache.update(self, entries)  # every layer at once, after the whole step: an interrupted step changes nothing
+        return self.generator(x[:, -1]), cache  # (N, V)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory, src_padding = self.encode(src)

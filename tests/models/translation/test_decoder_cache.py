@@ -85,7 +85,7 @@ def test_a_decoder_cache_from_another_model_is_refused():
 
 
 def _greedy_with_input_cache(model, src, max_len):
-    """The search as it ran before the shared cache: decode_step re-projecting the layers' inputs."""
+    """The plainest greedy loop: every sentence decoded to max_len through decode_step, no rows dropped."""
     memory, padding = model.encode(src)
     tokens, cache = torch.full((src.size(0), 1), BOS_ID), None
     for _ in range(max_len):

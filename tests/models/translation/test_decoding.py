@@ -82,7 +82,10 @@ def test_decode_step_gives_the_last_row_of_a_full_decode():
         for t in range(tgt.size(1)):
             logits, cache = model.decode_step(tgt[:, t : t + 1], memory, src_padding, cache)
             torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-5)
-    assert [c.shape for c in cache] == [(3, 6, 16)] * 2  # one (N, t, E) per decoder layer
+    # The projected KV cache (this asserted the old input cache, one (N, t, E) per layer): per decoder layer the
+    # self-attention's keys and values (N, h, t, d) and the memory's (N, h, S, d), E = 16 split into h = 2.
+    assert cache.length == 6 and cache.owner is model
+    assert [[tuple(t.shape) for t in entry] for entry in cache.layers] == [[(3, 2, 6, 8)] * 2 + [(3, 2, 7, 8)] * 2] * 2
 
 
 def naive_beam_search(
