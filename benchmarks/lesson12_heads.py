@@ -12,7 +12,15 @@ built from the course's modules:
 
 Then it prints which heads are among the top positive (negative) heads in *every* batch: what a lesson may claim.
 
+With ``--circuit`` it measures, on the same batches, what lesson 12's later sections claim (log
+``benchmarks/lesson12_circuit.jsonl``): the attention from END to IO and S2 of the heads the lesson names; the
+residual entering which layer first carries more at END than at S2; path patching of every head before layer 23,
+together, into the layer-23 writers' queries and keys; the duplicate-token and induction heads' path into the
+S-inhibition heads' values; and the knock-out shares of the lesson's circuit, of its writers and heads against, and of
+as many random heads (three draws).
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson12_heads.py --log benchmarks/lesson12_heads.jsonl
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson12_heads.py --circuit     # about 1 minute a batch
 
 One JSON line per batch is appended to ``--log``; ``--table`` prints the summary from the log without a model.
 """
@@ -33,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from helpers.analysis.attribution import direct_logit_attribution, logit_lens  # noqa: E402
 from helpers.analysis.ioi import TEMPLATES, ioi_batch, logit_difference, name_pairs  # noqa: E402
+from helpers.analysis.patching import knock_out, path_patching, residual_patching  # noqa: E402
 
 HELD_OUT_TEMPLATES = (
     "While {A} and {B} were cooking dinner, {S} passed the salt to",
@@ -70,6 +79,74 @@ def measure(model, tokenizer, template: str, names: list[str], top: int) -> dict
     }
 
 
+# The heads lesson 12 names, from its run on its own prompts (template 0, the lesson's names).
+WRITERS = [(23, 3), (29, 1), (23, 0), (23, 1), (23, 2)]
+AGAINST = [(29, 0), (24, 4)]
+S_INHIBITION = [(20, 0), (19, 2), (22, 5)]
+EARLY = [(8, 1), (5, 6), (2, 4), (9, 2), (17, 4), (17, 5)]  # duplicate-token and induction heads
+CIRCUIT = sorted({*WRITERS, *AGAINST, *S_INHIBITION, (18, 1), *EARLY})
+
+
+def measure_circuit(model, tokenizer, template: str, names: list[str]) -> dict:
+    batch = ioi_batch(tokenizer, template, name_pairs(names))
+    N = batch.ids.size(0)
+
+    def metric(logits):
+        return logit_difference(logits, batch)
+
+    with torch.no_grad():
+        logits, weights = model(batch.ids, need_weights=True)
+    clean = float(metric(logits))
+    rows = torch.arange(N)
+    end, io, s2 = batch.positions["END"], batch.positions["IO"], batch.positions["S2"]
+    attention = {f"{layer}.{head}": [round(float(weights[layer][rows, head, end, key].mean()), 3) for key in (io, s2)]
+                 for layer, head in WRITERS + AGAINST + S_INHIBITION}  # fmt: skip
+    layers = list(range(16, 27))
+    patched = residual_patching(model, batch.ids, batch.corrupted, metric, [s2, end], layers=layers)
+    move = next((layer for layer in layers if patched[layer, 1] > patched[layer, 0]), None)
+    before = [(layer, head) for layer in range(23) for head in range(model.config.num_heads)]
+    receivers = [pair for pair in WRITERS if pair[0] == 23]
+    by_queries = path_patching(model, batch.ids, batch.corrupted, metric, before, receivers, kind="q").effect
+    by_keys = path_patching(model, batch.ids, batch.corrupted, metric, before, [(23, 0), (23, 1)], kind="k").effect
+    into_values = path_patching(model, batch.ids, batch.corrupted, metric, EARLY, [(19, 0), (20, 0), (22, 1)],
+                                kind="v").effect  # fmt: skip
+    kept = {"circuit": CIRCUIT, "writers_against": WRITERS + AGAINST, "none": []}
+    shares = {name: round(knock_out(model, batch.ids, batch.corrupted, metric, keep) / clean, 3)
+              for name, keep in kept.items()}  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    randoms = []
+    for _ in range(3):
+        drawn = torch.randperm(30 * 9, generator=generator)[: len(CIRCUIT)]
+        keep = [divmod(int(i), 9) for i in drawn]
+        randoms.append(round(knock_out(model, batch.ids, batch.corrupted, metric, keep) / clean, 3))
+    return {
+        "template": template,
+        "names": names,
+        "attention_io_s2": attention,
+        "move_layer": move,
+        "s2_at_16": round(float(patched[16, 0]), 3),
+        "end_at_26": round(float(patched[26, 1]), 3),
+        "path_queries": round(by_queries, 3),
+        "path_keys": round(by_keys, 3),
+        "path_early_into_values": round(into_values, 3),
+        "knock_out": shares,
+        "knock_out_random": randoms,
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def circuit_table(rows: list[dict]) -> None:
+    print("| names | template | move layer | S2 at 16 | END at 26 | path: queries | keys | early -> values | "
+          "knock-out: circuit | writers + against | random (3) |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        k = r["knock_out"]
+        print(f"| {r['names'][0]}… | {r['template'][:30]}… | {r['move_layer']} | {r['s2_at_16']:.2f} | "
+              f"{r['end_at_26']:.2f} | {r['path_queries']:+.2f} | {r['path_keys']:+.2f} | "
+              f"{r['path_early_into_values']:+.2f} | {k['circuit']:.0%} | {k['writers_against']:.0%} | "
+              f"{', '.join(f'{x:.0%}' for x in r['knock_out_random'])} |")  # fmt: skip
+
+
 def table(rows: list[dict]) -> None:
     print("| names | template | right | logit diff mean (min) | ABC mean | lens: first residual > half | top + heads |")
     print("|---|---|---:|---:|---:|---:|---|")
@@ -88,7 +165,11 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=ROOT / "benchmarks" / "lesson12_heads.jsonl")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--table", action="store_true", help="print the summary of the log, run nothing")
+    parser.add_argument("--circuit", action="store_true", help="measure lesson 12's circuit claims instead")
     args = parser.parse_args()
+    if args.circuit:
+        circuit(args)
+        return
     if not args.table:
         from helpers.models.language_model import load_pretrained_lm
 
@@ -107,6 +188,28 @@ def main() -> None:
                     log.write(json.dumps(row) + "\n")
                 print(f"{names[0]}… {template[:40]}…: right {row['right']:.0%}, {row['seconds']} s", flush=True)
     table([json.loads(line) for line in args.log.read_text().splitlines()])
+
+
+def circuit(args) -> None:
+    log = ROOT / "benchmarks" / "lesson12_circuit.jsonl"
+    if not args.table:
+        from helpers.models.language_model import load_pretrained_lm
+
+        model, tokenizer = load_pretrained_lm()
+        done = set()
+        if log.exists():
+            done = {(r["template"], tuple(r["names"])) for r in map(json.loads, log.read_text().splitlines())}
+        for names in NAME_SETS.values():
+            for template in TEMPLATES + HELD_OUT_TEMPLATES:
+                if (template, tuple(names)) in done:
+                    continue
+                start = time.perf_counter()
+                row = measure_circuit(model, tokenizer, template, names)
+                row["seconds"] = round(time.perf_counter() - start, 1)
+                with log.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+                print(f"{names[0]}… {template[:40]}…: {row['seconds']} s", flush=True)
+    circuit_table([json.loads(line) for line in log.read_text().splitlines()])
 
 
 if __name__ == "__main__":

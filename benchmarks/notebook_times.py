@@ -17,7 +17,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 # 06 trains a translator, 07 a small GPT, 08 ablates a real model; the others: 60 s
-BUDGET_S = {"06": 150, "07": 90, "08": 90, "09": 120, "10": 150, "11": 150}  # 09, 10, 11: their issues (22, 23, 33)
+BUDGET_S = {"06": 150, "07": 90, "08": 90, "09": 120, "10": 150, "11": 150, "12": 150}  # 09-12: issues 22, 23, 33, 34
 CPU_PROBE = "import os; t = os.times(); print(t.user + t.system + t.children_user + t.children_system)"
 
 
