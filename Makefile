@@ -21,12 +21,6 @@ endif
 endif
 .PHONY: FORCE
 
-# Idle OpenMP threads sleep instead of spinning (3 ms each time by default): on a busy machine spinning threads take
-# the core another thread needs (helpers/tools/threads.py, benchmarks/RESULTS.md "Threads on a shared machine").
-# OpenMP reads it once, when torch loads, so it goes into the environment of everything started here: JupyterLab's
-# kernels, the tests and their kernels. A value already in the environment is kept.
-export OMP_WAIT_POLICY ?= PASSIVE
-
 # The virtual environment is rebuilt only when pyproject.toml changes (idempotent), or when it belongs elsewhere.
 # torch comes through pip, which reads the machine's pip configuration (a CPU wheel on its disk, the CPU index a
 # workflow names in PIP_EXTRA_INDEX_URL); uv reads none of it and could fetch a multi-GB CUDA build. uv then installs

@@ -23,9 +23,8 @@ import importlib
 
 from helpers.tools import threads as _threads
 
-# Before anything here imports torch: idle OpenMP threads sleep rather than spin, and in a notebook torch's thread
-# count follows the machine's load, cell by cell (helpers/tools/threads.py says why: up to 50x on a busy machine).
-_threads.prefer_passive_wait()
+# In a notebook torch's thread count follows the machine's load, cell by cell (helpers/tools/threads.py says why:
+# up to 50x on a busy machine).
 _threads.follow_load_in_notebook()
 
 # name -> the module that defines it, imported on first use (PEP 562).
@@ -103,6 +102,7 @@ _EXPORTS = {
     "knock_out": "helpers.analysis.patching",
     "path_patching": "helpers.analysis.patching",
     "path_patching_map": "helpers.analysis.patching",
+    "query_heads_moved": "helpers.analysis.patching",
     "residual_patching": "helpers.analysis.patching",
     # helpers.analysis.head_roles
     "HeadRoles": "helpers.analysis.head_roles",

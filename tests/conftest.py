@@ -27,8 +27,6 @@ matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a
 import matplotlib.pyplot as plt
 from student_copy_runs import RUN_TEST, StudentCopyInLessonKernel
 
-from helpers.tools.threads import prefer_passive_wait
-
 # Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
 # of torch's default two threads each would fight over two cores.
 # The kernels and processes a worker starts (nbval's lesson kernels, student copies, nbgrader, torchrun) inherit
@@ -39,11 +37,7 @@ if PARALLEL_WORKERS > 1:
     torch.set_num_threads(1)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
-# Run serially (WORKERS=1), a kernel's threads follow the load cell by cell (helpers/tools/threads.py); in its
-# environment OpenMP's idle threads sleep instead of spinning, which OpenMP reads only as torch loads: so here,
-# where every kernel and process the tests start inherits it. (This process loaded torch above: `make test` and
-# `make unit` set it on their command line.)
-prefer_passive_wait()
+# Run serially (WORKERS=1), a kernel's threads follow the load cell by cell (helpers/tools/threads.py).
 
 
 # Files whose tests start kernels, browsers, servers or other processes, or load the real model (paths from tests/).

@@ -260,12 +260,11 @@ def submission_environment(home: Path, token: str) -> dict[str, str]:
         "ATTENTION_COURSE_CACHE": str(default_cache_dir()),
         GRADING_ENV: "1",
         RUN_TOKEN_ENV: token,
-        # OpenMP reads its wait policy once, when torch loads, and a lesson imports torch first: only the kernel's
-        # environment can make idle threads sleep instead of spinning on the core another notebook needs
-        # (helpers.tools.threads; benchmarks/RESULTS.md, "Threads on a shared machine").
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY") or "PASSIVE",
     }
-    names = ("MULTI30K_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "GOMP_SPINCOUNT", "LC_ALL", "TZ", "PYTHONPATH")
+    # The teacher's thread settings reach the kernel (OpenMP reads its wait policy once, as torch loads); without
+    # them the lesson's kernel chooses its threads from the load (helpers.tools.threads).
+    names = ("MULTI30K_DIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "LC_ALL", "TZ",
+             "PYTHONPATH")  # fmt: skip
     for name in names:
         if os.environ.get(name):
             env[name] = os.environ[name]

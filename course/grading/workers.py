@@ -30,9 +30,8 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 # N notebooks on N cores: one thread each (helpers.tools.choose_threads(N, 0, processes=N) is 1). The grading code
-# decides which settings reach a notebook's kernel (checker.submission_environment): the thread counts, and the
-# wait policy, PASSIVE unless the teacher set one, for anything that starts more threads than that.
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+# decides which settings reach a notebook's kernel (checker.submission_environment).
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class WorkerDied(Exception):

@@ -12,12 +12,10 @@ captions translator at torch's default of 2 threads trained 4.1 times slower bes
 - ``choose_threads``: compute on the cores nobody else is using (at least one), shared among this program's
   own processes (torchrun ranks, grading workers). On an idle machine that is every core, as torch chooses
   today, so nothing gets slower there.
-- ``prefer_passive_wait``: idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``), which
-  limits the damage when the load changes after the threads were chosen. OpenMP reads the variable once, when
-  torch's library loads (``import torch``), so it must be in the environment before that: ``import helpers``
-  sets it when torch is not imported yet (the command line, scripts), and ``make lab`` / ``make test`` put it
-  in the environment of the Jupyter server and of the test processes, whose kernels inherit it. A kernel that
-  imported torch first keeps the default: there the thread count alone does the work.
+- no change to how OpenMP's idle threads wait. Making them sleep at once (``OMP_WAIT_POLICY=PASSIVE``) was tried
+  and measured (RESULTS.md, "Threads on a shared machine"): on an idle machine at 2 threads it made the command
+  line 2.6 times and lessons 09-10's work 2.3-3.1 times slower, since every op then wakes its threads from sleep,
+  while the thread count alone kept every workload within 1.34 times its idle time beside a busy process.
 
 In a notebook (``follow_load_in_notebook``, which ``import helpers`` calls inside IPython) the thread count is
 chosen again before each cell, at most every ``RECHOOSE_AFTER_S`` seconds, so that a lesson follows the load as
@@ -33,10 +31,6 @@ import os
 import sys
 import time
 
-WAIT_POLICY_VARIABLE = "OMP_WAIT_POLICY"
-# Either of these set by the user is an explicit choice of how OpenMP waits (GOMP_SPINCOUNT is GNU OpenMP's,
-# which torch's Linux wheels use); prefer_passive_wait then leaves both alone.
-WAIT_VARIABLES = (WAIT_POLICY_VARIABLE, "GOMP_SPINCOUNT")
 THREADS_VARIABLE = "OMP_NUM_THREADS"
 # A core counts as taken when other processes keep it busy at least this share of the time (see choose_threads).
 TAKEN_SHARE = 0.5
@@ -108,17 +102,6 @@ def pick_threads(processes: int | None = None) -> int:
     return choose_threads(usable_cores(), busy_cores(), processes)
 
 
-def prefer_passive_wait() -> bool:
-    """Put ``OMP_WAIT_POLICY=PASSIVE`` in the environment unless the user chose how OpenMP waits.
-
-    Returns whether it takes effect in this process: only if torch (and with it OpenMP) is not loaded yet, since
-    OpenMP reads the variable once, when it loads. Processes started from here inherit it in any case.
-    """
-    if not any(os.environ.get(name) for name in WAIT_VARIABLES):
-        os.environ[WAIT_POLICY_VARIABLE] = "PASSIVE"
-    return "torch" not in sys.modules and os.environ.get(WAIT_POLICY_VARIABLE, "").upper() == "PASSIVE"
-
-
 class LoadFollower:
     """Keeps torch's thread count at ``pick_threads()`` while nobody else sets it; ``update()`` re-chooses.
 
@@ -151,6 +134,19 @@ class LoadFollower:
         self._chosen = pick_threads()
         if torch.get_num_threads() != self._chosen:
             torch.set_num_threads(self._chosen)
+
+
+def follow_load_during_run() -> LoadFollower:
+    """In a long computation outside a notebook (the command line's training): re-choose torch's threads while it
+    runs, from a global module pre-hook (``LoadFollower.update`` is a clock read except every ``RECHOOSE_AFTER_S``
+    seconds), so that a process that starts beside it after the threads were chosen does not slow every op of it.
+    The count changes only between two modules' calls, in the computing thread itself."""
+    import torch
+
+    follower = LoadFollower()
+    torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: follower.update())
+    follower.update()
+    return follower
 
 
 def follow_load_in_notebook() -> LoadFollower | None:

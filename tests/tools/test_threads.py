@@ -62,19 +62,6 @@ def test_the_usable_cores_are_the_affinity_mask():
     assert threads.usable_cores() == (expected or threads.os.cpu_count())
 
 
-def test_the_passive_wait_is_not_forced_over_a_users_choice(monkeypatch):
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert threads.prefer_passive_wait() is False  # the user's choice stays; torch is loaded anyway
-    assert threads.os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
-    monkeypatch.delenv("OMP_WAIT_POLICY")
-    monkeypatch.setenv("GOMP_SPINCOUNT", "300000")
-    threads.prefer_passive_wait()
-    assert "OMP_WAIT_POLICY" not in threads.os.environ
-    monkeypatch.delenv("GOMP_SPINCOUNT")
-    assert threads.prefer_passive_wait() is False  # torch is imported in this process: too late for it here
-    assert threads.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"  # but its children inherit it
-
-
 @pytest.fixture
 def torch_threads():
     before = torch.get_num_threads()

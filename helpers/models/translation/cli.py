@@ -44,7 +44,7 @@ from helpers.models.translation.pipeline import build_translator, fit
 from helpers.models.translation.training import check_training_state
 from helpers.models.translation.translator import Translator
 from helpers.tools.files import TEMPORARY_SUFFIX
-from helpers.tools.threads import pick_threads
+from helpers.tools.threads import follow_load_during_run
 
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
@@ -166,7 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             parser.error(str(error))
     # Torch's own default (every core) runs up to 50x slower when another process holds a core: see threads.py.
-    torch.set_num_threads(args.threads or pick_threads())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    else:  # the free cores now, and again every few seconds while it runs: the machine's load changes
+        follow_load_during_run()
     try:
         return args.run(args)
     except KeyboardInterrupt:
