@@ -286,12 +286,16 @@ def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = Tr
     ``helpers.generate(model, prompt, n)`` generates greedily with the course's KV cache."""
     config, tensors, _ = read_gguf(path)
     with torch.device("meta"):
-        GPT(config)  # builds on the meta device first: a wrong config fails before any memory is used
-    model = GPT(config)
+        model = GPT(config)  # no memory and no random initialisation: the file's tensors take every place
     state = {course_name(name): tensor for name, tensor in tensors.items()}
     if config.tie_embeddings:
         state["lm_head.weight"] = state["token_embedding.weight"]
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=True)
+    if config.tie_embeddings:  # assign gives each name its own Parameter: one (V, E) matrix again, as GPT ties it
+        model.lm_head.weight = model.token_embedding.weight
+    for name, buffer in model.named_buffers():  # buffers are not in the file (none today): built on the CPU
+        if buffer.is_meta:
+            raise ValueError(f"the model's buffer {name} has no value in the file and cannot be built from it")
     model.eval().requires_grad_(False)
     return (model, load_tokenizer(path)) if with_tokenizer else model
 
