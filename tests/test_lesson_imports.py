@@ -20,6 +20,7 @@ KEPT_IN_THEIR_MODULE = {
     "LESSON_CONFIG", "CAPTIONS_DIR", "attention_maps", "ablated_heads",  # 06
     "encode", "model_path", "ROLES", "spearman", "PARAPHRASE_PAIRS",  # 08
     "gguf_path",  # 09
+    "TEMPLATES",  # 12
     "CMAP",  # 03
 }  # fmt: skip
 
