@@ -66,8 +66,8 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 SLOWEST_FIRST = [
     "tests/course/test_nbgrader_term.py",  # 120 s
     "notebooks/11_latent_attention.ipynb",  # 141 s (guide_numbers, load 1.0)
-    "notebooks/12_ioi_circuit.ipynb",  # 79-96 s at load 3-5 (its first runs)
     "notebooks/09_language_model.ipynb",  # 76 s
+    "notebooks/12_ioi_circuit.ipynb",  # 75 CPU s (guide_numbers, load 1.4)
     "notebooks/06_translation.ipynb",  # 68 s
     "notebooks/10_induction_heads.ipynb",  # 52 s
     "tests/course/test_checking_submissions.py",  # 49 s
