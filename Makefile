@@ -57,8 +57,9 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 WORKERS ?= 2
 PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# --durations=25: the log ends with the 25 slowest tests, so that a CI run shows where its time went.
 test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cores
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL)
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL) --durations=25
 
 # Tests that start kernels, browsers or processes, or load the real model, are marked `integration`
 # (tests/conftest.py): `make unit` leaves them out, a quick loop while editing; `make test` runs them.
@@ -80,12 +81,13 @@ lint: $(STAMP)  ## ruff: lint everything (lessons too), check the formatting; li
 
 # Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded and
 # widget ids are renamed by their place, so re-running an unchanged lesson changes only outputs that truly
-# change; solution cells stay folded.
+# change; solution cells stay folded. Folding first: a new lesson's first fold changes its cells, and the stable
+# ids must be computed on the notebook as it is committed.
 NB ?= notebooks/*.ipynb
 notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one; NB=... for some)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NB)
-	$(BIN)/python -m course.notebook_ids $(NB)
 	$(BIN)/python -m course.assignments collapse
+	$(BIN)/python -m course.notebook_ids $(NB)
 
 benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py
