@@ -182,6 +182,11 @@ THREADS = (
 )
 
 
+# The tests that grade real notebooks start kernels and worker processes: `make test` runs them, `make unit` not
+# (tests/conftest.py's `integration` marker; the rest of this file is plain unit tests).
+starts_processes = pytest.mark.integration
+
+
 @pytest.fixture(scope="module")
 def term(tmp_path_factory):
     """Three lessons graded one after another (the last two at once, two jobs), then one notebook again.
@@ -213,6 +218,7 @@ def term(tmp_path_factory):
     return {"root": root, "grades": grades, "books": books, "names": names, "common": common, "subs": subs}
 
 
+@starts_processes
 def test_grading_three_lessons_one_after_another_keeps_every_row(term):
     (first, book1, _), (second, book2, _), _ = term["books"]
     assert (first, second) == (0, 0)
@@ -224,12 +230,14 @@ def test_grading_three_lessons_one_after_another_keeps_every_row(term):
     ]
 
 
+@starts_processes
 def test_two_jobs_give_each_notebook_one_thread_and_one_job_leaves_the_teachers_setting(term):
     (_, book1, _), (_, book2, _), _ = term["books"]
     assert "threads=3,3" in book1[0][5], book1
     assert "threads=1,1" in book2[0][5], book2
 
 
+@starts_processes
 def test_grading_a_notebook_again_replaces_its_row_and_keeps_the_others(term):
     *_, (status, book, _) = term["books"]
     assert status == 0
@@ -242,6 +250,7 @@ def test_grading_a_notebook_again_replaces_its_row_and_keeps_the_others(term):
     assert ["alice", ALL_LESSONS, "2", "2", "0"] in totals_rows
 
 
+@starts_processes
 def test_a_student_folder_named_like_a_formula_is_data_in_both_files(term):
     for name in ("gradebook.csv", "totals.csv"):
         cells = [line[0] for line in csv.reader((term["grades"] / name).open())]
@@ -249,6 +258,7 @@ def test_a_student_folder_named_like_a_formula_is_data_in_both_files(term):
         assert not any(cell.startswith(("=", "+", "-", "@")) for cell in cells), name
 
 
+@starts_processes
 def test_a_name_with_a_newline_is_refused_before_anything_runs(term, capsys):
     before = (term["grades"] / "gradebook.csv").read_bytes()
     forged = submission(term["subs"] / "eve\nmallory,02_tiny,linear_projection,pass,1,x", term["names"][0], WRONG)
@@ -258,6 +268,7 @@ def test_a_name_with_a_newline_is_refused_before_anything_runs(term, capsys):
     assert (term["grades"] / "gradebook.csv").read_bytes() == before
 
 
+@starts_processes
 def test_the_same_notebook_twice_in_one_batch_is_refused(term, capsys):
     path = term["subs"] / "alice" / f"{term['names'][0]}.ipynb"
     nested = term["subs"] / "submitted" / "alice" / term["names"][0] / path.name  # nbgrader's layout, same student
@@ -295,6 +306,7 @@ def die(path):
     os._exit(9)
 
 
+@starts_processes
 def test_a_worker_that_dies_costs_its_items_a_worker_died_each_and_the_rest_go_on():
     from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 
