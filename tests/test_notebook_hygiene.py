@@ -8,6 +8,7 @@ than ``MAX_LESSON_BYTES`` is slow to open, to diff and to review.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,38 @@ def test_lesson_is_at_most_600_kb(path):
     if size > MAX_LESSON_BYTES:
         heaviest = _heaviest_parts(json.loads(path.read_text(encoding="utf-8")))
         pytest.fail(f"{path.name} is {size / 1000:.0f} KB, over {MAX_LESSON_BYTES / 1000:.0f} KB; heaviest: {heaviest}")
+
+
+# A measured number printed at 1e-10 or below (a mantissa with digits: "2.2e-16", not a constant such as
+# eps=1e-12) is round-off: its digits change with the CPU, the BLAS and the thread count, so a cell that prints
+# one must not have its output compared by nbval. Lesson 11 printed "2.2e-16" on one CPU and "4.4e-16" on another.
+ROUND_OFF = re.compile(r"\b\d\.\d+e-(?:1\d|[2-9]\d|\d{3})\b")
+
+
+def _output_ignored(cell: dict) -> bool:
+    """nbval's rule: a comment line that is exactly the marker (text after it on the line is not a marker)."""
+    lines = ("".join(cell["source"])).splitlines()
+    return any(
+        line.strip().lstrip("#").strip() in ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP")
+        for line in lines
+        if line.strip().startswith("#")
+    )
+
+
+def _printed_text(cell: dict) -> str:
+    return "".join(
+        "".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", ""))
+        for output in cell.get("outputs", [])
+    )
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_no_compared_output_prints_round_off(path):
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    compared = [(i, c) for i, c in enumerate(cells) if not _output_ignored(c)]
+    printing = {i: ROUND_OFF.findall(_printed_text(c)) for i, c in compared}
+    printing = {i: found for i, found in printing.items() if found}
+    assert not printing, (
+        f"{path.name}: code cells {sorted(printing)} print round-off-sized numbers {printing} that differ between "
+        "machines; mark the cell # NBVAL_IGNORE_OUTPUT and assert the bound instead (allclose / < 1e-12)"
+    )
