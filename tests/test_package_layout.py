@@ -48,6 +48,7 @@ def test_no_module_imports_the_lazy_package_root():
     assert not offenders
 
 
+@pytest.mark.integration  # a fresh interpreter: make test, not make unit
 def test_importing_attention_loads_no_plotting_widgets_or_evaluation():
     code = (
         "import sys, helpers.attention\n"

@@ -64,6 +64,7 @@ LINTERS = pytest.mark.skipif(
 
 
 @LINTERS
+@pytest.mark.integration  # runs the linters as processes (about 4 s): make test, not make unit
 def test_the_schema_check_passes_the_workflow_and_catches_a_misspelt_key(tmp_path):
     text = WORKFLOW.read_text()
     assert _schema(tmp_path, text) == 0
@@ -71,6 +72,7 @@ def test_the_schema_check_passes_the_workflow_and_catches_a_misspelt_key(tmp_pat
 
 
 @LINTERS
+@pytest.mark.integration  # runs the linters as processes (about 4 s): make test, not make unit
 def test_the_audit_passes_the_workflow_and_catches_an_unpinned_action_and_an_injection(tmp_path):
     text = WORKFLOW.read_text()
     assert _audit(tmp_path, text) == 0

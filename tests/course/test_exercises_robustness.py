@@ -308,6 +308,7 @@ def test_a_bug_in_a_check_is_not_blamed_on_the_learner():
     assert verdict.message.startswith("your code raised RuntimeError"), verdict.message
 
 
+@pytest.mark.integration  # a kernel: make test, not make unit
 def test_a_verdict_shows_once_in_a_notebook():
     """In a notebook a check cell needs no `_ =`: the verdict line appears once; a verdict shown later shows again."""
     nbformat = pytest.importorskip("nbformat")

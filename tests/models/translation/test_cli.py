@@ -487,6 +487,7 @@ def test_a_crafted_resume_file_is_refused_naming_its_field(training, info, expec
     assert not (tmp_path / "crafted.pt").exists()
 
 
+@pytest.mark.integration  # a child process: make test, not make unit
 def test_a_resume_file_with_a_wrong_shaped_adam_state_is_refused_not_a_crash(checkpoint, tmp_path):
     """torch's load_state_dict checks only the number of parameters; the fused AdamW kernel then reads and writes a
     wrong-shaped running average out of bounds and the process dies (SIGSEGV). Run in a child process, so that a
