@@ -60,6 +60,39 @@ def test_importing_attention_loads_no_plotting_widgets_or_evaluation():
     assert loaded == "", f"import helpers.attention also loaded {loaded}"
 
 
+@pytest.mark.integration  # fresh interpreters: make test, not make unit
+def test_the_courses_processes_read_notebooks_without_compiling_the_iri_grammar():
+    """course/__init__.py keeps jsonschema from importing rfc3987_syntax (1.9 s of lark in every supervisor), and
+    nbformat still validates: a notebook with a wrong field is refused, a right one passes."""
+    code = (
+        "import sys, course, nbformat\n"
+        "from nbformat import v4\n"
+        "nbformat.validate(v4.new_notebook(cells=[v4.new_code_cell('1')]))\n"
+        "broken = v4.new_notebook(cells=[v4.new_code_cell('1')]); broken.cells[0]['execution_count'] = 'one'\n"
+        "try:\n"
+        "    nbformat.validate(broken)\n"
+        "except nbformat.ValidationError:\n"
+        "    print('refused')\n"
+        "print('lark' in sys.modules)\n"
+    )
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert said == ["refused", "False"], said
+    # the test can fail: without the course's import first, the grammar is compiled (when the package is there)
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, nbformat; print(any(m in sys.modules for m in ('lark', 'rfc3987_syntax')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    import importlib.util
+
+    assert plain == [str(importlib.util.find_spec("rfc3987_syntax") is not None)]
+
+
 def test_every_lazy_name_resolves():
     import helpers
 
