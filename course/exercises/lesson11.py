@@ -163,8 +163,14 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
     """Check ``absorb(layer) -> (query_to_latent (h, d_c, E), latent_to_out (h, E, d_c))``."""
 
     def body() -> str:
-        layer = _absorb_case()
+        layer, pristine = _absorb_case(), _absorb_case()  # the same weights; the references read the pristine one
         answer = call_learner(absorb, layer)
+        changed = [name for name, p in layer.state_dict().items() if not torch.equal(p, pristine.state_dict()[name])]
+        if changed:  # the references below would otherwise fold the changed weights and agree with the answer
+            raise wrong(
+                f"absorb changed the layer's {', '.join(changed)} in place: read the weights (a `.view` or "
+                "`.transpose` of them is fine), never write into them; the layer must still run afterwards."
+            )
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             raise wrong("return two tensors: (query_to_latent, latent_to_out)")
         query, output = (
@@ -178,8 +184,8 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
         if tuple(output.shape) == (3, 5, 12):
             raise wrong("latent_to_out is (h, d_c, E): transpose it, (h, E, d_c), a map from c's space to E features.")
         expect_shape(output, (3, 12, 5), "latent_to_out", "(h, E, d_c)")
-        expected_query, expected_output = reference_absorbed_weights(layer)
-        query_mistakes, output_mistakes = _absorb_mistakes(layer)
+        expected_query, expected_output = reference_absorbed_weights(pristine)
+        query_mistakes, output_mistakes = _absorb_mistakes(pristine)
         if not close(query, expected_query, atol=1e-8):
             raise diagnose(query, query_mistakes, "query_to_latent[i] should be W_UK,iᵀ W_Q,i, (d_c, d) @ (d, E).")
         if not close(output, expected_output, atol=1e-8):

@@ -212,3 +212,19 @@ def test_the_notebook_runs_the_benchmarks_settings():
             if isinstance(node, ast.Assign) and names in (["TRAINED"], ["VARIANTS"]):
                 assigned[names[0]] = ast.literal_eval(node.value)
     assert assigned == {"TRAINED": bench.LESSON, "VARIANTS": bench.VARIANTS}
+
+
+def test_absorbing_that_writes_into_the_layers_weights_is_refused():
+    """A fold that zeroes W_Q in place and returns the fold of the zeroed weights agreed with a reference read from
+    the same layer afterwards: a false pass. The references now read an untouched copy, and the change is named."""
+
+    def zero_the_queries(layer):
+        layer.q_proj.weight.zero_()
+        return reference_absorbed_weights(layer)
+
+    assert_hint(check_absorbed_weights(zero_the_queries), "changed the layer's q_proj.weight in place")
+
+    def transposed_views_only(layer):  # views are reads: still right
+        return reference_absorbed_weights(layer)
+
+    assert check_absorbed_weights(transposed_views_only).passed
