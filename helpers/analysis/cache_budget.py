@@ -12,19 +12,9 @@ Shapes (course notation): N sequences, T tokens, E embedding size, h heads, d = 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
-import torch
-
-from helpers.analysis.circuits import (
-    PhaseChange,
-    head_scores,
-    induction_score,
-    previous_token_score,
-    repeated_batch,
-    repeated_loss,
-)
+from helpers.analysis.circuits import PhaseChange, repeated_loss, train_on_repeated_batches
 from helpers.gpt import GPT, GPTConfig
 from helpers.latent_attention import LatentConfig, LatentGPT
 
@@ -81,18 +71,6 @@ class TrainedVariant:
     final_loss: float = field(default=float("nan"))
 
 
-@torch.no_grad()
-def _evaluate(model: GPT, batch) -> tuple[float, torch.Tensor, torch.Tensor]:
-    model.eval()
-    logits, weights = model(batch.ids, need_weights=True)
-    model.train()
-    return (
-        float(repeated_loss(logits, batch)),
-        head_scores(weights, induction_score, batch.ids),
-        head_scores(weights, previous_token_score),
-    )
-
-
 def train_repeated(
     model: GPT,
     steps: int,
@@ -107,28 +85,8 @@ def train_repeated(
     """Train on fresh repeated batches for ``steps`` AdamW steps, the loss on the predictable tokens only (as
     lesson 10's ``repeated_only``); measure on one fixed batch every ``every`` steps and at the end. The batches
     depend on ``seed`` alone, so every variant sees the same data. The model is left in eval mode."""
-    V = model.config.vocab_size
-    generator = torch.Generator().manual_seed(seed)
-    evaluation = repeated_batch(eval_size, seq_len, V, lengths, generator)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    history, seconds = PhaseChange(), 0.0
-    model.train()
-    for step in range(steps + 1):
-        if step % every == 0 or step == steps:
-            loss, induction, previous = _evaluate(model, evaluation)
-            history.steps.append(step)
-            history.loss.append(loss)
-            history.induction.append(induction)
-            history.previous.append(previous)
-        if step == steps:
-            break
-        batch = repeated_batch(batch_size, seq_len, V, lengths, generator)
-        started = time.perf_counter()
-        loss = repeated_loss(model(batch.ids), batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        seconds += time.perf_counter() - started
-    model.eval()
+    history, seconds = train_on_repeated_batches(
+        model, steps, seq_len, model.config.vocab_size, lengths, batch_size, lr, seed, every, eval_size, repeated_loss
+    )
     tokens = steps * batch_size * seq_len
     return TrainedVariant(history, seconds, tokens / seconds if seconds else float("nan"), history.loss[-1])

@@ -21,6 +21,7 @@ n_layers layers. Attention weights are (N, h, T, T): rows are queries i, columns
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +52,7 @@ __all__ = [
     "repeated_log_prob",
     "repeated_loss",
     "train_induction",
+    "train_on_repeated_batches",
 ]
 
 
@@ -482,7 +484,7 @@ class PhaseChange:
 
 
 @torch.no_grad()
-def _evaluate(model: AttentionOnlyTransformer, batch: RepeatedBatch) -> tuple[float, Tensor, Tensor]:
+def _evaluate(model: nn.Module, batch: RepeatedBatch) -> tuple[float, Tensor, Tensor]:
     model.eval()
     logits, weights = model(batch.ids, need_weights=True)
     model.train()
@@ -491,6 +493,55 @@ def _evaluate(model: AttentionOnlyTransformer, batch: RepeatedBatch) -> tuple[fl
         head_scores(weights, induction_score, batch.ids),
         head_scores(weights, previous_token_score),
     )
+
+
+def _next_token_loss(logits: Tensor, batch: RepeatedBatch) -> Tensor:
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.ids[:, 1:].flatten())
+
+
+def train_on_repeated_batches(
+    model: nn.Module,
+    steps: int,
+    seq_len: int,
+    vocab_size: int,
+    lengths: tuple[int, int],
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    seed: int = 0,
+    every: int = 100,
+    eval_size: int = 256,
+    loss: Callable[[Tensor, RepeatedBatch], Tensor] = _next_token_loss,
+) -> tuple[PhaseChange, float]:
+    """The loop behind ``train_induction`` (lesson 10) and ``cache_budget.train_repeated`` (lesson 11): AdamW
+    on a fresh repeated batch (N = ``batch_size``, T = ``seq_len``) each step, ``loss(logits, batch)``.
+
+    ``model(ids, need_weights=True)`` must give (logits (N, T, V), one (N, h, T, T) weights tensor per layer).
+    Every ``every`` steps and at the end it is measured on one fixed batch of ``eval_size`` sequences; the
+    batches depend on ``seed`` alone. Returns the ``PhaseChange`` and the seconds spent in training steps
+    (measurements excluded); the model is left in eval mode."""
+    generator = torch.Generator().manual_seed(seed)
+    evaluation = repeated_batch(eval_size, seq_len, vocab_size, lengths, generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    history, seconds = PhaseChange(), 0.0
+    model.train()
+    for step in range(steps + 1):
+        if step % every == 0 or step == steps:
+            measured_loss, induction, previous = _evaluate(model, evaluation)
+            history.steps.append(step)
+            history.loss.append(measured_loss)
+            history.induction.append(induction)
+            history.previous.append(previous)
+        if step == steps:
+            break
+        batch = repeated_batch(batch_size, seq_len, vocab_size, lengths, generator)
+        started = time.perf_counter()
+        step_loss = loss(model(batch.ids), batch)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss.backward()
+        optimizer.step()
+        seconds += time.perf_counter() - started
+    model.eval()
+    return history, seconds
 
 
 def train_induction(
@@ -510,29 +561,8 @@ def train_induction(
     drawn with the same ``lengths``. With ``repeated_only`` the training loss counts only the predictable
     targets (the random ones teach nothing but add noise). The model is left in eval mode.
     """
-    V, T = model.embed.num_embeddings, model.max_len
-    generator = torch.Generator().manual_seed(seed)
-    evaluation = repeated_batch(eval_size, T, V, lengths, generator)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    history = PhaseChange()
-    model.train()
-    for step in range(steps + 1):
-        if step % every == 0 or step == steps:
-            loss, induction, previous = _evaluate(model, evaluation)
-            history.steps.append(step)
-            history.loss.append(loss)
-            history.induction.append(induction)
-            history.previous.append(previous)
-        if step == steps:
-            break
-        batch = repeated_batch(batch_size, T, V, lengths, generator)
-        logits = model(batch.ids)
-        if repeated_only:
-            loss = repeated_loss(logits, batch)
-        else:
-            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.ids[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    history, _ = train_on_repeated_batches(
+        model, steps, model.max_len, model.embed.num_embeddings, lengths, batch_size, lr, seed, every, eval_size,
+        repeated_loss if repeated_only else _next_token_loss,
+    )  # fmt: skip
     return history
