@@ -567,13 +567,13 @@ def _stack_records(module: nn.Module, attribute: str, kinds: tuple[type[nn.Modul
 
 
 def cross_attention_weights(module: nn.Module) -> Tensor:
-    """Every layer's recorded cross-attention, stacked: (layers, N, h, L, S), in module order."""
+    """Every layer's recorded cross-attention, stacked: (n_layers, N, h, L, S), in module order."""
     return _stack_records(module, "cross_attn_weights", (InspectableDecoderLayer,))
 
 
 def self_attention_weights(module: nn.Module) -> Tensor:
     """Every layer's recorded self-attention inside ``module``, stacked, in module order.
 
-    Pass one stack: an encoder gives (layers, N, h, S, S), a decoder its masked self-attention (layers, N, h, L, L).
+    Pass one stack: an encoder gives (n_layers, N, h, S, S), a decoder its masked self-attention (n_layers, N, h, L, L).
     """
     return _stack_records(module, "self_attn_weights", (EncoderLayer, InspectableDecoderLayer))

@@ -41,12 +41,12 @@ HEAD_VIEW_CELLS = [
     "from helpers import head_view\n\n"
     "generator = torch.Generator().manual_seed(0)\n"
     "tokens = ['Eine', 'Mutter', 'und', 'ihr', 'Sohn', '.']\n"
-    "scores = 2 * torch.randn(2, 4, 6, 6, generator=generator)  # (layers, h, L, S)",
+    "scores = 2 * torch.randn(2, 4, 6, 6, generator=generator)  # (n_layers, h, L, S)",
     "head_view(torch.softmax(scores, dim=-1), tokens)",
     "future = torch.ones(6, 6, dtype=torch.bool).triu(diagonal=1)\n"
     "head_view(torch.softmax(scores.masked_fill(future, float('-inf')), dim=-1), tokens, kind='causal')",
     "target = ['A', 'mother', 'and', 'her', 'son', '.', '<eos>']\n"
-    "cross = torch.softmax(2 * torch.randn(2, 4, 7, 6, generator=generator), dim=-1)  # (layers, h, L, S)\n"
+    "cross = torch.softmax(2 * torch.randn(2, 4, 7, 6, generator=generator), dim=-1)  # (n_layers, h, L, S)\n"
     "head_view(cross, target, tokens, kind='cross', layer_names=['decoder 0', 'decoder 1'])",
 ]
 

@@ -339,7 +339,7 @@ def test_inside_nn_transformer_with_causal_hint_and_memory_padding(batch_first, 
     )
     expected, got = stock(src, tgt, **kwargs), ours(src, tgt, **kwargs)
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
-    weights = cross_attention_weights(ours)  # (layers, N, h, L, S)
+    weights = cross_attention_weights(ours)  # (n_layers, N, h, L, S)
     assert weights.shape == (2, N, H, L, S)
     blocked = _padding(SRC_LENGTHS, S)[None, :, None, None, :].expand_as(weights)  # padded source keys
     assert (weights[blocked] == 0).all()

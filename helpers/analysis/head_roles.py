@@ -9,7 +9,7 @@ Two kinds of evidence about a head, kept apart on purpose:
   of the task's score with respect to a gate on the head (a first-order estimate of the same).
 
 Shapes (course notation): N sentences, T tokens (padded), h heads, layers = number of encoder layers,
-R = number of roles. Attention weights are (layers, N, h, T, T): rows are queries, columns keys.
+R = number of roles. Attention weights are (n_layers, N, h, T, T): rows are queries, columns keys.
 """
 
 from __future__ import annotations
@@ -69,18 +69,18 @@ def token_kinds(tokens: Sequence[Sequence[str]], length: int) -> dict[str, Tenso
 def role_sums(weights: Tensor, attention_mask: Tensor, kinds: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
     """Sum every role's score over the query rows of a batch, and count the rows: ``(sums, counts)``.
 
-    weights (layers, N, h, T, T); attention_mask (N, T) 1 = real token; kinds from ``token_kinds``.
+    weights (n_layers, N, h, T, T); attention_mask (N, T) 1 = real token; kinds from ``token_kinds``.
     Returns sums (R, layers, h) and counts (R,), roles in ``ROLES`` order; a role's mean is sums / counts.
     Only real query rows count; "previous" needs a token before the query, "next" a real token after it.
     """
     if weights.dim() != 5 or weights.size(-1) != weights.size(-2):
-        raise ValueError(f"expected weights (layers, N, h, T, T), got shape {tuple(weights.shape)}")
+        raise ValueError(f"expected weights (n_layers, N, h, T, T), got shape {tuple(weights.shape)}")
     real = attention_mask.bool()  # (N, T)
     pair = real[:, 1:] & real[:, :-1]  # (N, T-1): queries t+1 and keys t both real
     rows = real[None, :, None, :].to(weights.dtype)  # (1, N, 1, T), broadcast over layers and heads
     pairs = pair[None, :, None, :].to(weights.dtype)
 
-    def total(per_row: Tensor, valid: Tensor) -> Tensor:  # (layers, N, h, ·) -> (layers, h)
+    def total(per_row: Tensor, valid: Tensor) -> Tensor:  # (n_layers, N, h, ·) -> (n_layers, h)
         return (per_row * valid).sum(dim=(1, 3))
 
     sums = [
@@ -89,9 +89,9 @@ def role_sums(weights: Tensor, attention_mask: Tensor, kinds: dict[str, Tensor])
         total(weights.diagonal(dim1=-2, dim2=-1), rows),  # w[t, t]: looks at itself
     ]
     for kind in SINKS:
-        on_kind = (weights * kinds[kind][None, :, None, None, :].to(weights.dtype)).sum(-1)  # (layers, N, h, T)
+        on_kind = (weights * kinds[kind][None, :, None, None, :].to(weights.dtype)).sum(-1)  # (n_layers, N, h, T)
         sums.append(total(on_kind, rows))
-    entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (layers, N, h, T), in nats
+    entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (n_layers, N, h, T), in nats
     sums.append(total(entropy, rows))
     n_rows, n_pairs = real.sum(), pair.sum()
     counts = torch.stack([n_pairs, n_pairs, *[n_rows] * (len(ROLES) - 2)]).to(weights.dtype)
@@ -110,14 +110,14 @@ class HeadRoles:
     sentences: int
 
     def __getitem__(self, role: str) -> Tensor:
-        """One role's (layers, h) table."""
+        """One role's (n_layers, h) table."""
         if role not in ROLES:
             raise KeyError(f"unknown role {role!r}; the roles are {ROLES}")
         return self.scores[ROLES.index(role)]
 
     @property
     def sink(self) -> Tensor:
-        """(layers, h): the mean weight on ``[CLS]``, ``[SEP]`` and punctuation together."""
+        """(n_layers, h): the mean weight on ``[CLS]``, ``[SEP]`` and punctuation together."""
         return sum(self[kind] for kind in SINKS)
 
     def specialists(self, threshold: float = 0.5) -> list[tuple[str, int, int, float]]:
@@ -192,7 +192,7 @@ def measure_head_roles(
 # Silencing heads
 # ---------------------------------------------------------------------------------------------
 def head_gates(model: PretrainedEncoder, silenced: Iterable[tuple[int, int]] = ()) -> Tensor:
-    """A (layers, h) tensor of ones with zeros at the ``(layer, head)`` pairs in ``silenced``."""
+    """A (n_layers, h) tensor of ones with zeros at the ``(layer, head)`` pairs in ``silenced``."""
     gates = torch.ones(model.config.num_layers, model.config.num_heads)
     for layer, head in silenced:
         gates[layer, head] = 0.0
@@ -208,7 +208,7 @@ def gated_heads(model: PretrainedEncoder, gates: Tensor) -> Iterator[None]:
     """
     expected = (model.config.num_layers, model.config.num_heads)
     if tuple(gates.shape) != expected:
-        raise ValueError(f"gates must have shape (layers, h) = {expected}, got {tuple(gates.shape)}")
+        raise ValueError(f"gates must have shape (n_layers, h) = {expected}, got {tuple(gates.shape)}")
     try:
         for layer, gate in zip(model.layers, gates, strict=True):
             layer.head_gate = gate
@@ -332,7 +332,7 @@ class SimilarityTask:
 
 
 def ablation_costs(model: PretrainedEncoder, task: SimilarityTask) -> tuple[TaskScore, Tensor]:
-    """Silence each head alone and measure the margin lost: ``(full score, costs (layers, h))``.
+    """Silence each head alone and measure the margin lost: ``(full score, costs (n_layers, h))``.
 
     cost[layer, head] = margin with every head - margin without that head (positive: the head helped).
     """
@@ -347,7 +347,7 @@ def ablation_costs(model: PretrainedEncoder, task: SimilarityTask) -> tuple[Task
 
 
 def gradient_importance(model: PretrainedEncoder, task: SimilarityTask) -> Tensor:
-    """First-order estimate of every head's ablation cost from one backward pass: (layers, h).
+    """First-order estimate of every head's ablation cost from one backward pass: (n_layers, h).
 
     With gates g (all 1) on the heads, silencing head k moves its gate from 1 to 0, so by a first-order
     Taylor expansion the margin drops by about d(margin)/d(g_k). (Michel et al., 2019, rank heads by the

@@ -442,7 +442,7 @@ def sentence_embeddings(model: PretrainedEncoder, input_ids: Tensor, attention_m
 class AttentionView:
     """One sentence's self-attention in every layer and head, for plots and explorers.
 
-    ``attention`` is (layers, h, T, T) over the sentence's T real ``tokens`` (no padding): queries and keys
+    ``attention`` is (n_layers, h, T, T) over the sentence's T real ``tokens`` (no padding): queries and keys
     are the same tokens. ``helpers.viewing.widgets.attention_explorer`` browses a list of these.
     """
 
@@ -453,7 +453,7 @@ class AttentionView:
 
 @torch.no_grad()
 def attention_views(model: PretrainedEncoder, tokenizer, sentences: str | list[str]) -> list[AttentionView]:
-    """Run sentences through ``model`` and keep each one's (layers, h, T, T) attention, padding cut off."""
+    """Run sentences through ``model`` and keep each one's (n_layers, h, T, T) attention, padding cut off."""
     sentences = [sentences] if isinstance(sentences, str) else list(sentences)
     ids, mask, tokens = encode(tokenizer, sentences)
     _, weights = model(ids, mask)

@@ -27,10 +27,10 @@ The head view's JavaScript travels once per notebook (the first view a kernel sh
 stub) and once per exported page.
 
 The weights travel as bytes: each weight w in [0, 1] as the integer round(255 w) (one byte, an error of at most
-1/510, far below what an opacity or a colour shows), all of them in (layers, h, L, S) order, base64-encoded:
+1/510, far below what an opacity or a colour shows), all of them in (n_layers, h, L, S) order, base64-encoded:
 ``weights_uint8`` with its ``weights_shape``. ``decode_weights`` reads them back (as the front end does).
 
-Shapes: weights in any shape ``helpers.viewing.shapes`` accepts ((L, S), (h, L, S), (layers, h, L, S), a list
+Shapes: weights in any shape ``helpers.viewing.shapes`` accepts ((L, S), (h, L, S), (n_layers, h, L, S), a list
 over layers of (h, L, S)); L query tokens (rows), S key tokens (columns); every weight in [0, 1]; at most
 ``MAX_WEIGHTS`` weights in all.
 """
@@ -85,7 +85,7 @@ def head_view_data(
 ) -> dict:
     """Check the inputs and return the state the browser draws from.
 
-    ``weights``: (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S), each entry in [0, 1].
+    ``weights``: (h, L, S), (n_layers, h, L, S) or a list over layers of (h, L, S), each entry in [0, 1].
     ``kind``: "self" (L = S, the keys are the queries' own tokens), "causal" (masked self-attention: also
     zero above the diagonal) or "cross" (queries from the target, keys from the source; ``key_tokens``
     needed). Returns a dict of JSON values: the tokens and names as lists, and the weights as ``weights_shape``
@@ -114,7 +114,7 @@ def head_view_data(
             f"{float(stacked.max()):.3g} (pass softmax outputs, not scores)"
         )
     if kind == "causal":
-        future = stacked.triu(diagonal=1)  # (layers, h, L, S): weight on keys after the query
+        future = stacked.triu(diagonal=1)  # (n_layers, h, L, S): weight on keys after the query
         if future.abs().max() > 1e-6:
             raise ValueError(
                 "causal weights must be zero above the diagonal (query i may not see key j > i); "
@@ -143,7 +143,7 @@ def encode_weights(weights: torch.Tensor) -> str:
 
 
 def decode_weights(state: dict) -> torch.Tensor:
-    """The weights a head view's state carries, as float32 (layers, h, L, S): what the browser draws.
+    """The weights a head view's state carries, as float32 (n_layers, h, L, S): what the browser draws.
 
     Reads ``weights_uint8`` with ``weights_shape``; a state saved before the weights travelled as bytes
     (``weights`` as nested lists [layer][head][query][key]) is read as it is.
@@ -162,7 +162,7 @@ def decode_weights(state: dict) -> torch.Tensor:
         raise ValueError(f"weights_uint8 must be base64 text: {error}") from None
     if len(shape) != 4 or math.prod(shape) != len(raw):
         raise ValueError(
-            f"weights_shape {shape} (layers, h, L, S) does not match the {len(raw):,} bytes of weights_uint8"
+            f"weights_shape {shape} (n_layers, h, L, S) does not match the {len(raw):,} bytes of weights_uint8"
         )
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(shape).float() / LEVELS
 
@@ -217,13 +217,13 @@ class HeadView(anywidget.AnyWidget):
         return proposal["value"]
 
     def shape(self) -> tuple[int, int, int, int]:
-        """(layers, h, L, S) of the weights shown."""
+        """(n_layers, h, L, S) of the weights shown."""
         layers, heads, L, S = self.weights_shape
         return layers, heads, L, S
 
     @property
     def weights(self) -> torch.Tensor:
-        """The weights as the browser receives them, (layers, h, L, S) float32 (``decode_weights``)."""
+        """The weights as the browser receives them, (n_layers, h, L, S) float32 (``decode_weights``)."""
         return decode_weights(self.state())
 
     def __repr__(self) -> str:
@@ -272,7 +272,7 @@ def head_view(
 ) -> HeadView:
     """An interactive view of every layer and head of one attention (see the module docstring).
 
-    ``weights``: (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S), for one sentence.
+    ``weights``: (h, L, S), (n_layers, h, L, S) or a list over layers of (h, L, S), for one sentence.
     ``query_tokens`` (L) label the rows, ``key_tokens`` (S) the columns (default: the query tokens).
     ``kind``: "self", "causal" (masked self-attention) or "cross". ``view``: the view shown first,
     "lines", "heatmap" or "grid" (all layers × heads). The title defaults to a sentence about ``kind``.
@@ -309,7 +309,7 @@ def fallback_figure(state: dict):
     panel sized from the token count so that no token label overlaps another; the title says which layer of
     how many, since the interactive view is where the others are.
     """
-    weights = decode_weights(state)  # (layers, h, L, S)
+    weights = decode_weights(state)  # (n_layers, h, L, S)
     layers, heads, L, S = weights.shape
     layer = int(state.get("layer", 0))
     heading = {"self": "self-attention", "causal": "masked self-attention", "cross": "cross-attention"}

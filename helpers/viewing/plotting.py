@@ -94,7 +94,7 @@ def head_grid(
     labels: str = "outer",
     label_size: float = 7.0,
 ) -> Figure:
-    """Draw every head: (h, L, S) as one row, (layers, h, L, S) as a layer x head grid (any shape of
+    """Draw every head: (h, L, S) as one row, (n_layers, h, L, S) as a layer x head grid (any shape of
     ``helpers.viewing.shapes``). All panels share one colour scale and one colour bar.
 
     ``layers`` / ``heads``: the indices to show (fewer, larger panels). ``columns``: wrap the panels into
@@ -468,7 +468,7 @@ def layer_head_tables(
     panel_size: tuple[float, float] = (5.6, 2.6),
     share: Sequence[str] | None = None,
 ) -> Figure:
-    """One heatmap per (layers, h) table of per-head numbers: layers down the y axis, heads along the x axis.
+    """One heatmap per (n_layers, h) table of per-head numbers: layers down the y axis, heads along the x axis.
 
     ``tables`` maps a panel title to its table. Each panel gets its own colour bar (scores, entropies and
     costs have different units), except: ``shared_scale=(vmin, vmax)`` puts every panel on that scale;
@@ -480,7 +480,7 @@ def layer_head_tables(
     tables = {title: torch.as_tensor(t).detach().float().cpu() for title, t in tables.items()}
     shapes = {tuple(t.shape) for t in tables.values()}
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
-        raise ValueError(f"every table must be one (layers, h) matrix of the same shape, got shapes {sorted(shapes)}")
+        raise ValueError(f"every table must be one (n_layers, h) matrix of the same shape, got shapes {sorted(shapes)}")
     if columns < 1:
         raise ValueError(f"columns must be at least 1, got {columns}")
     shared = list(share or [])
@@ -554,7 +554,7 @@ def readable_head_grid(
     key_label: str = "keys (attended to)",
     vmax: float = 1.0,
 ) -> Figure:
-    """``head_grid`` for a notebook page: (h, L, S) or (layers, h, L, S), at most 11 inches wide, 10-point labels.
+    """``head_grid`` for a notebook page: (h, L, S) or (n_layers, h, L, S), at most 11 inches wide, 10-point labels.
 
     Token labels sit on the outer panels only (the left column and the bottom row), which every panel shares.
     The colour scale runs from 0 to ``vmax`` (1 unless stated).
@@ -621,14 +621,14 @@ def layer_head_heatmap(
     vmax: float | None = None,
     ax: Axes | None = None,
 ) -> Axes:
-    """One number per head, (layers, h), as a heatmap with the number written in each cell.
+    """One number per head, (n_layers, h), as a heatmap with the number written in each cell.
 
     For tables such as each head's alignment accuracy or the BLEU lost without it. ``fmt`` formats the
     numbers in the cells; ``vmin``/``vmax`` fix the colour scale (default: the values' own range).
     """
     values = torch.as_tensor(values).detach().float().cpu()
     if values.dim() != 2:
-        raise ValueError(f"expected (layers, h) values, one per head, got shape {tuple(values.shape)}")
+        raise ValueError(f"expected (n_layers, h) values, one per head, got shape {tuple(values.shape)}")
     layers, heads = values.shape
     if ax is None:
         _, ax = plt.subplots(figsize=(1.3 * heads + 2.2, 0.8 * layers + 1.4), constrained_layout=True)

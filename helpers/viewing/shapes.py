@@ -2,17 +2,17 @@
 
 Every viewing function takes ``(weights, query_tokens, key_tokens)``: L query tokens label the rows (the
 tokens doing the looking), S key tokens the columns (the tokens looked at). ``layers_of_heads`` turns any
-accepted shape of weights into one (layers, h, L, S) tensor; ``attention_inputs`` also checks the tokens.
+accepted shape of weights into one (n_layers, h, L, S) tensor; ``attention_inputs`` also checks the tokens.
 
 Accepted weights, for one sentence:
 
 - (L, S): one head;
 - (h, L, S): one layer of h heads;
-- (layers, h, L, S): every layer;
+- (n_layers, h, L, S): every layer;
 - a list or tuple over layers of (h, L, S) tensors (what a model's forward pass records layer by layer);
 - nested Python lists of numbers in any of the shapes above (read as one array, never as a list of layers).
 
-Recorded weights with a batch dimension, (N, h, L, S), are ambiguous with (layers, h, L, S): pick one
+Recorded weights with a batch dimension, (N, h, L, S), are ambiguous with (n_layers, h, L, S): pick one
 sentence first, ``w[0]``.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-SHAPES = "(L, S), (h, L, S), (layers, h, L, S) or a list over layers of (h, L, S)"
+SHAPES = "(L, S), (h, L, S), (n_layers, h, L, S) or a list over layers of (h, L, S)"
 
 
 def _is_array(value) -> bool:
@@ -42,7 +42,7 @@ def _float_cpu(value, what: str) -> Tensor:
 
 
 def layers_of_heads(weights) -> Tensor:
-    """Any accepted shape of weights (see the module docstring) -> (layers, h, L, S), float32 on the CPU.
+    """Any accepted shape of weights (see the module docstring) -> (n_layers, h, L, S), float32 on the CPU.
 
     Raises ValueError naming the shape received and the shapes expected.
     """
@@ -83,7 +83,7 @@ def layers_of_heads(weights) -> Tensor:
             "(for recorded (N, h, L, S) weights pick one sentence, e.g. w[0])"
         )
     if 0 in stacked.shape:
-        raise ValueError(f"nothing to show: weights have shape (layers, h, L, S) = {tuple(stacked.shape)}")
+        raise ValueError(f"nothing to show: weights have shape (n_layers, h, L, S) = {tuple(stacked.shape)}")
     return stacked
 
 
@@ -111,7 +111,7 @@ def checked_tokens(tokens, count: int, name: str) -> list[str]:
 
 
 def attention_inputs(weights, query_tokens, key_tokens=None) -> tuple[Tensor, list[str], list[str]]:
-    """Check ``(weights, query_tokens, key_tokens)`` together: ((layers, h, L, S), L strings, S strings).
+    """Check ``(weights, query_tokens, key_tokens)`` together: ((n_layers, h, L, S), L strings, S strings).
 
     ``key_tokens`` None means self-attention: the keys are the query tokens (then L must equal S).
     """
@@ -120,7 +120,7 @@ def attention_inputs(weights, query_tokens, key_tokens=None) -> tuple[Tensor, li
     if key_tokens is None:
         if L != S:
             raise ValueError(
-                f"weights of shape (layers, h, L, S) = {tuple(stacked.shape)} have L = {L} queries and S = {S} "
+                f"weights of shape (n_layers, h, L, S) = {tuple(stacked.shape)} have L = {L} queries and S = {S} "
                 "keys: pass key_tokens (only self-attention, L = S, may leave them out)"
             )
         queries = checked_tokens(query_tokens, L, "query_tokens")

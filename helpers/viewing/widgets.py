@@ -212,7 +212,7 @@ def attention_explorer(examples, labels=None, *, draw_default: bool = True):
         checked.append((stacked, query_tokens, key_tokens))
         if stacked.shape[:2] != checked[0][0].shape[:2]:
             raise ValueError(
-                f"every example needs the same (layers, h): example 0 has {tuple(checked[0][0].shape[:2])}, "
+                f"every example needs the same (n_layers, h): example 0 has {tuple(checked[0][0].shape[:2])}, "
                 f"example {index} has {tuple(stacked.shape[:2])}"
             )
     if labels is None:

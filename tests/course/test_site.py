@@ -24,7 +24,7 @@ def _head_view_output(model_id: str) -> dict:
 
 
 def _widget_state(model_id: str) -> dict:
-    weights = [[[[0.7, 0.3], [0.4, 0.6]], [[1.0, 0.0], [0.5, 0.5]]]]  # (layers, h, L, S) = (1, 2, 2, 2)
+    weights = [[[[0.7, 0.3], [0.4, 0.6]], [[1.0, 0.0], [0.5, 0.5]]]]  # (n_layers, h, L, S) = (1, 2, 2, 2)
     state = head_view_data(weights, ["Eine", "Mutter"]) | {"_anywidget_id": HEAD_VIEW_ID, "layer": 0, "head": -1}
     return {model_id: {"model_name": "AnyModel", "model_module": "anywidget", "state": state}}
 

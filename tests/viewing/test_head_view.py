@@ -42,7 +42,7 @@ def softmax_weights(*shape, seed=0):
 
 
 def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens():
-    weights = softmax_weights(2, 3, 5, 5)  # (layers, h, L, S)
+    weights = softmax_weights(2, 3, 5, 5)  # (n_layers, h, L, S)
     view = helpers.head_view(weights, TOKENS)
     assert isinstance(view, HeadView)
     assert (view.kind, view.query_tokens, view.key_tokens) == ("self", TOKENS, TOKENS)
@@ -52,7 +52,7 @@ def test_state_sent_to_the_browser_is_the_weights_layer_by_layer_with_the_tokens
     synced = view.get_state()
     names = ("weights_shape", "weights_uint8", "query_tokens", "key_tokens", "layer_names", "kind")
     json.dumps({name: synced[name] for name in names})
-    # Decoded as the browser does (one byte per weight, (layers, h, L, S) order), they are the weights.
+    # Decoded as the browser does (one byte per weight, (n_layers, h, L, S) order), they are the weights.
     raw = base64.b64decode(synced["weights_uint8"], validate=True)
     assert synced["weights_shape"] == [2, 3, 5, 5] and len(raw) == 2 * 3 * 5 * 5
     sent = torch.tensor(list(raw), dtype=torch.float64).reshape(2, 3, 5, 5) / 255
@@ -412,7 +412,7 @@ def test_a_state_saved_with_weights_as_lists_is_still_read_and_exported():
     [
         ({"weights_uint8": "AAAA", "weights_shape": [1, 1, 2, 2]}, r"\[1, 1, 2, 2\] .* does not match the 3 bytes"),
         ({"weights_uint8": "AAA", "weights_shape": [1, 1, 1, 3]}, "must be base64 text"),
-        ({"weights_uint8": "AAAA", "weights_shape": [3]}, r"weights_shape \[3\] \(layers, h, L, S\)"),
+        ({"weights_uint8": "AAAA", "weights_shape": [3]}, r"weights_shape \[3\] \(n_layers, h, L, S\)"),
         ({"weights": [[0.5, 0.5]]}, r"\[layer\]\[head\]\[query\]\[key\], got 2 levels"),
         ({"kind": "self"}, "carries weights_uint8 and weights_shape; this one has neither"),
     ],

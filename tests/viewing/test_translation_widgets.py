@@ -17,7 +17,7 @@ def translations() -> list[Translation]:
         ("Ein Hund läuft.", ["<bos>", "Ein", "Hund", "läuft", ".", "<eos>"], ["A", "dog", "runs", ".", "<eos>"]),
         ("Eine Frau singt.", ["<bos>", "Eine", "Frau", "singt", ".", "<eos>"], ["A", "woman", "sings", ".", "<eos>"]),
     ]:
-        attention = torch.rand(2, 4, len(output), len(tokens)).softmax(-1)  # (layers, h, T, S)
+        attention = torch.rand(2, 4, len(output), len(tokens)).softmax(-1)  # (n_layers, h, T, S)
         out.append(Translation(source, " ".join(output[:-1]), tokens, output, attention))
     return out
 
@@ -129,7 +129,7 @@ def test_attention_explorer_takes_triples_and_self_attention_views_alike():
     from helpers.viewing.widgets import attention_explorer, show_attention
 
     tokens = ["[CLS]", "a", "dog", "[SEP]"]
-    weights = torch.rand(3, 2, 4, 4).softmax(-1)  # (layers, h, T, T)
+    weights = torch.rand(3, 2, 4, 4).softmax(-1)  # (n_layers, h, T, T)
     view = AttentionView("a dog", tokens, weights)
     assert torch.equal(show_attention([view], layer=2, head=1), weights[2, 1])
     assert torch.equal(show_attention([(weights, tokens, None)], layer=0, head=1), weights[0, 1])
@@ -139,7 +139,7 @@ def test_attention_explorer_takes_triples_and_self_attention_views_alike():
     sentence.value, layer.value, head.value = 1, 1, 0
     assert torch.equal(ui.result, weights.flip(-1)[1, 0])
     plt.close("all")
-    with pytest.raises(ValueError, match=r"same \(layers, h\)"):
+    with pytest.raises(ValueError, match=r"same \(n_layers, h\)"):
         attention_explorer([view, (weights[0], tokens, None)])
     with pytest.raises(ValueError, match="query_tokens has 3 tokens"):
         attention_explorer([(weights, tokens[:3], None)])

@@ -32,7 +32,7 @@ class Decoded:
     """What a search produced for a batch of N sentences.
 
     ``ids[n]``: the produced token ids without BOS and EOS.
-    ``attention[n]``: (layers, h, L, S_n) cross-attention, one row per produced token plus the final
+    ``attention[n]``: (n_layers, h, L, S_n) cross-attention, one row per produced token plus the final
     EOS (L = len(ids[n]) + 1), one column per real (non-padding) source token; None unless asked for.
     """
 
@@ -187,7 +187,7 @@ def beam_search(
 
 @torch.no_grad()
 def teacher_forced_attention(model: Seq2SeqTransformer, src: Tensor, ids: Sequence[Sequence[int]]) -> list[Tensor]:
-    """Cross-attention while the decoder reads ``[BOS] + ids[n]``: one (layers, h, L, S_n) per sentence.
+    """Cross-attention while the decoder reads ``[BOS] + ids[n]``: one (n_layers, h, L, S_n) per sentence.
 
     Row t is the step that produced token t of ``ids[n] + [EOS]``; this works for any target, the
     model's own output or a reference translation.
@@ -203,7 +203,7 @@ def _attention_for(model: Seq2SeqTransformer, src: Tensor, ids: list[list[int]])
         tgt_in[n, : len(x) + 1] = torch.tensor([BOS_ID, *x], dtype=torch.long)
     with model.recording():
         model(src, tgt_in)
-        weights = model.cross_attention().cpu()  # (layers, N, h, L, S)
+        weights = model.cross_attention().cpu()  # (n_layers, N, h, L, S)
     source_lengths = src.ne(PAD_ID).sum(dim=1).tolist()
     return [weights[:, n, :, : len(x) + 1, : source_lengths[n]] for n, x in enumerate(ids)]
 

@@ -99,9 +99,9 @@ class AlignmentReport:
     learned more than position.
     """
 
-    accuracy: Tensor  # (layers, h)
-    edge_share: Tensor  # (layers, h)
-    entropy: Tensor  # (layers, h)
+    accuracy: Tensor  # (n_layers, h)
+    edge_share: Tensor  # (n_layers, h)
+    entropy: Tensor  # (n_layers, h)
     diagonal_baseline: float
     words: int  # English words with a gold partner, over all sentences scored
 
@@ -140,15 +140,15 @@ def alignment_report(
         src = pad(translator.encode_sources([corpus.de[i] for i in chunk])).to(translator.device)  # (n, S)
         targets = [tgt_tok.encode(corpus.en[i], add_special=False) for i in chunk]
         for attention, i in zip(teacher_forced_attention(translator.model, src, targets), chunk, strict=True):
-            # attention: (layers, h, T, S) with T = reference tokens + EOS, S = source tokens + BOS/EOS
+            # attention: (n_layers, h, T, S) with T = reference tokens + EOS, S = source tokens + BOS/EOS
             source_words = [-1, *src_tok.word_index(corpus.de[i]), -1]
             target_words = [*tgt_tok.word_index(corpus.en[i]), -1]
-            a = attention[..., :-1, :]  # drop the EOS row: (layers, h, T-1, S)
+            a = attention[..., :-1, :]  # drop the EOS row: (n_layers, h, T-1, S)
             edge += (a[..., 0] + a[..., -1]).mean(dim=-1)
             entropy += -(a.clamp_min(1e-12).log() * a).sum(dim=-1).mean(dim=-1)
             rows += 1
-            words_attention = word_attention(attention, source_words, target_words)  # (layers, h, J, I)
-            predicted = words_attention.argmax(dim=-1)  # (layers, h, J)
+            words_attention = word_attention(attention, source_words, target_words)  # (n_layers, h, J, I)
+            predicted = words_attention.argmax(dim=-1)  # (n_layers, h, J)
             gold = _gold_sets(corpus.alignments[i])
             if only_crossing:
                 crossing = crossing_words(corpus.alignments[i])
@@ -218,7 +218,7 @@ def crossing_example(corpus: ParallelCorpus, max_words: int = 10) -> tuple[int, 
 
 
 def reference_word_attention(translator: Translator, source: str, reference: str) -> Tensor:
-    """Word-level cross-attention (layers, h, J, I) while the decoder reads the reference translation.
+    """Word-level cross-attention (n_layers, h, J, I) while the decoder reads the reference translation.
 
     Rows are the reference's J English words (as the gold alignments count them), columns the source's
     I German words; see ``word_attention`` for how tokens are merged into words.
@@ -226,7 +226,7 @@ def reference_word_attention(translator: Translator, source: str, reference: str
     src_tok, tgt_tok = translator.source_tokenizer, translator.target_tokenizer
     src = pad(translator.encode_sources([source])).to(translator.device)  # (1, S)
     ids = tgt_tok.encode(reference, add_special=False)
-    attention = teacher_forced_attention(translator.model, src, [ids])[0]  # (layers, h, T, S)
+    attention = teacher_forced_attention(translator.model, src, [ids])[0]  # (n_layers, h, T, S)
     return word_attention(attention, [-1, *src_tok.word_index(source), -1], [*tgt_tok.word_index(reference), -1])
 
 
@@ -244,7 +244,7 @@ def _gold_sets(alignment: Alignment) -> dict[int, set[int]]:
 def head_ablation(
     translator: Translator, corpus: ParallelCorpus, indices: Sequence[int] | None = None, beam_size: int = 1
 ) -> tuple[float, Tensor]:
-    """BLEU with every head, and (layers, h) BLEU with each cross-attention head silenced in turn.
+    """BLEU with every head, and (n_layers, h) BLEU with each cross-attention head silenced in turn.
 
     The cost of a head is the drop from the first number to its entry: a head whose removal costs
     nothing was not needed (others do its work), however tidy its attention map looks.

@@ -49,9 +49,9 @@ def attention_maps(translator: Translator, source: str, target: str | None = Non
     tgt_in = torch.tensor([[BOS_ID, *ids]], device=translator.device)  # (1, L)
     with model.recording(), recording(model.transformer.encoder):
         model(src, tgt_in)
-        encoder = self_attention_weights(model.transformer.encoder)[:, 0].cpu()  # (layers, h, S, S)
-        decoder = self_attention_weights(model.transformer.decoder)[:, 0].cpu()  # (layers, h, L, L)
-        cross = model.cross_attention()[:, 0].cpu()  # (layers, h, L, S)
+        encoder = self_attention_weights(model.transformer.encoder)[:, 0].cpu()  # (n_layers, h, S, S)
+        decoder = self_attention_weights(model.transformer.decoder)[:, 0].cpu()  # (n_layers, h, L, L)
+        cross = model.cross_attention()[:, 0].cpu()  # (n_layers, h, L, S)
     return AttentionMaps(
         source_tokens=src_tok.tokens(source, add_special=True),
         read_tokens=tgt_tok.id_tokens([BOS_ID, *ids]),

@@ -126,7 +126,7 @@ class Seq2SeqTransformer(nn.Module):
         return list(self.transformer.decoder.layers)
 
     def cross_attention(self) -> Tensor:
-        """Cross-attention recorded by the last forward pass: (layers, N, h, L, S), one per head."""
+        """Cross-attention recorded by the last forward pass: (n_layers, N, h, L, S), one per head."""
         return cross_attention_weights(self.transformer.decoder)
 
     def recording(self, enabled: bool = True) -> AbstractContextManager[None]:

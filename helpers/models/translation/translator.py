@@ -22,7 +22,7 @@ from helpers.models.translation.model import Seq2SeqTransformer
 class Translation:
     """One sentence's translation, with the labels a cross-attention plot needs.
 
-    ``attention`` is (layers, h, L, S): row t is the step that produced ``output_tokens[t]``, column s
+    ``attention`` is (n_layers, h, L, S): row t is the step that produced ``output_tokens[t]``, column s
     is ``source_tokens[s]``; None unless asked for.
     """
 
@@ -92,7 +92,7 @@ class Translator:
         return [self.target_tokenizer.decode(ids) for ids in decoded.ids]
 
     def translate_with_attention(self, sentence: str, beam_size: int = 1) -> Translation:
-        """One sentence's translation with its (layers, h, L, S) cross-attention and axis labels."""
+        """One sentence's translation with its (n_layers, h, L, S) cross-attention and axis labels."""
         decoded = self.decode_ids([sentence], beam_size=beam_size, return_attention=True)
         ids = decoded.ids[0]
         return Translation(

@@ -30,7 +30,7 @@ def test_greedy_attention_is_what_the_decoder_saw_for_each_produced_token():
     decoded = greedy_decode(model, src, max_len=6, return_attention=True)
     for n, (ids, attention) in enumerate(zip(decoded.ids, decoded.attention, strict=True)):
         S_n = int(src[n].ne(PAD_ID).sum())
-        assert attention.shape == (2, 2, len(ids) + 1, S_n)  # (layers, h, T, S_n)
+        assert attention.shape == (2, 2, len(ids) + 1, S_n)  # (n_layers, h, T, S_n)
         with torch.no_grad(), model.recording():
             model(src[n : n + 1, :S_n], torch.tensor([[BOS_ID, *ids]]))
         assert torch.allclose(attention, model.cross_attention()[:, 0], atol=1e-5)

@@ -56,7 +56,7 @@ def test_alignment_report_scores_a_head_that_follows_gold_as_perfect(monkeypatch
     for row, column in enumerate([1, 2, 3, 5, 6, 7]):
         perfect[row, column] = 1.0
     reversed_ = perfect.flip(1)
-    fake = torch.stack([torch.stack([perfect, reversed_])] * 2)  # (layers, h, T, S): head 0 aligns, head 1 does not
+    fake = torch.stack([torch.stack([perfect, reversed_])] * 2)  # (n_layers, h, T, S): head 0 aligns, head 1 does not
 
     def fake_attention(model, src, ids):
         return [fake for _ in ids]

@@ -42,7 +42,7 @@ def test_the_encoder_records_the_weights_of_the_inputs_it_really_gets(norm_first
     translator = tiny_translator(norm_first)
     model = translator.model
     sentence = "Ein Hund läuft im Freien."
-    weights = attention_maps(translator, sentence, "A dog runs outdoors.").encoder  # (layers, h, S, S)
+    weights = attention_maps(translator, sentence, "A dog runs outdoors.").encoder  # (n_layers, h, S, S)
     src = pad(translator.encode_sources([sentence]))
     x = model.positions(model.src_embedding(src))
     for index, layer in enumerate(model.transformer.encoder.layers):

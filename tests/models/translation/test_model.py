@@ -107,7 +107,7 @@ def test_decoder_layers_are_inspectable_and_record_cross_attention_per_head_only
     with torch.no_grad(), model.recording():
         model(src, tgt_in)
     weights = model.cross_attention()
-    assert weights.shape == (2, 3, 2, 3, 7)  # (layers, N, h, L, S)
+    assert weights.shape == (2, 3, 2, 3, 7)  # (n_layers, N, h, L, S)
     assert torch.allclose(weights.sum(-1), torch.ones(2, 3, 2, 3), atol=1e-5)
     assert weights[:, 2, :, :, 5:].abs().max() == 0  # sentence 2 has 5 real source tokens: padding gets nothing
 

@@ -47,14 +47,14 @@ def test_translate_with_attention_labels_every_row_and_column():
     translator = perturbed_translator()
     translation = translator.translate_with_attention(SENTENCES[0])
     assert translation.text == translator.translate(SENTENCES[:1])[0]
-    layers, h = translator.model.config.num_decoder_layers, translator.model.config.num_heads
+    n_layers, h = translator.model.config.num_decoder_layers, translator.model.config.num_heads
     L, S = len(translation.output_tokens), len(translation.source_tokens)
-    assert translation.attention.shape == (layers, h, L, S)  # (layers, h, L, S)
+    assert translation.attention.shape == (n_layers, h, L, S)  # (n_layers, h, L, S)
     assert translation.source_tokens == translator.source_tokenizer.tokens(SENTENCES[0], add_special=True)
     assert (
         translation.output_tokens[-1] == translator.target_tokenizer.id_tokens([translator.target_tokenizer.eos_id])[0]
     )
-    assert torch.allclose(translation.attention.sum(-1), torch.ones(layers, h, L), atol=1e-5)
+    assert torch.allclose(translation.attention.sum(-1), torch.ones(n_layers, h, L), atol=1e-5)
 
 
 def test_bad_sentences_and_batch_sizes_get_clear_errors():
