@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from course.exercises.feedback import (
+    LearnerError,
     Verdict,
     as_tensor,
     call_learner,
@@ -119,10 +120,16 @@ def reference_absorbed_weights(layer: MultiHeadLatentAttention) -> tuple[Tensor,
     return layer.absorbed_weights()
 
 
-def _absorb_case() -> MultiHeadLatentAttention:
+def _absorb_case(sizes: dict | None = None) -> MultiHeadLatentAttention:
     torch.manual_seed(11)
-    config = LatentConfig(embed_dim=12, num_heads=3, head_dim=4, latent_dim=5, rotary_dim=2)
+    config = LatentConfig(
+        **(sizes or {"embed_dim": 12, "num_heads": 3, "head_dim": 4, "latent_dim": 5, "rotary_dim": 2})
+    )
     return MultiHeadLatentAttention(config).double().requires_grad_(False)
+
+
+# A second layer of other sizes: an answer with the first layer's h, d, d_c or E written in fails here.
+OTHER_SIZES = {"embed_dim": 10, "num_heads": 2, "head_dim": 3, "latent_dim": 7, "rotary_dim": 2}
 
 
 def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
@@ -190,6 +197,24 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
             raise diagnose(query, query_mistakes, "query_to_latent[i] should be W_UK,iᵀ W_Q,i, (d_c, d) @ (d, E).")
         if not close(output, expected_output, atol=1e-8):
             raise diagnose(output, output_mistakes, "latent_to_out[i] should be W_O,i W_UV,i, (E, d) @ (d, d_c).")
+        expected = reference_absorbed_weights(_absorb_case(OTHER_SIZES))
+        sizes = (
+            "right for one layer, wrong for a layer of other sizes (h = 2, d = 3, d_c = 7, E = 10): read h, d, "
+            "d_c and E from the layer (its config or its weights' shapes) instead of writing numbers in"
+        )
+        try:
+            answer = call_learner(absorb, _absorb_case(OTHER_SIZES))
+        except LearnerError as error:  # e.g. a .view with the first layer's sizes
+            raise wrong(f"{sizes} (on it, your code raised {error})") from error
+        if (
+            not isinstance(answer, tuple | list)
+            or len(answer) != 2
+            or not all(
+                isinstance(a, Tensor) and a.shape == e.shape and close(a, e, atol=1e-8)
+                for a, e in zip(answer, expected, strict=True)
+            )
+        ):
+            raise wrong(sizes + ".")
         return "both folds per head: the absorbed layer gives the naive layer's outputs without building a key."
 
     return run_check("the absorbed matrices", body)

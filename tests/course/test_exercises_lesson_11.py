@@ -228,3 +228,12 @@ def test_absorbing_that_writes_into_the_layers_weights_is_refused():
         return reference_absorbed_weights(layer)
 
     assert check_absorbed_weights(transposed_views_only).passed
+
+
+def test_absorbing_with_the_checks_sizes_written_in_is_refused():
+    def hard_coded(layer):  # h = 3, d = 4, d_c = 5, E = 12: right for the check's first layer only
+        w_q, w_uk = layer.q_proj.weight.view(3, 4, 12), layer.k_up.weight.view(3, 4, 5)
+        w_o, w_uv = layer.out_proj.weight.view(12, 3, 4).transpose(0, 1), layer.v_up.weight.view(3, 4, 5)
+        return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv
+
+    assert_hint(check_absorbed_weights(hard_coded), "wrong for a layer of other sizes")
