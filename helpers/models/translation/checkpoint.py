@@ -7,7 +7,8 @@ the model's parameter count (``MAX_PARAMETERS``), and the model it describes is 
 PyTorch's ``meta`` device) and compared, tensor by tensor, with the weights actually stored, before the real model
 is built. Each stored tensor must also hold its own numbers: a tensor of stride 0 (or otherwise overlapping) has a
 shape of millions of numbers on a storage of a few bytes, so shapes alone would let a small file describe a model
-of any size.
+of any size. And each must hold finite numbers: one NaN weight loads silently and turns every translation into
+the same garbage (the GGUF reader of lesson 09 refuses such a tensor too).
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ def _check_sizes(config: TranslationConfig, source_vocab: int, target_vocab: int
 
 def check_state_dict(stored: Any, expected: dict[str, torch.Tensor], what: str) -> None:
     """Raise ValueError unless ``stored`` has a tensor of ``expected``'s shape under each of its names, each holding
-    its own numbers (:func:`check_dense`). ``what`` names the stored tensors in the message."""
+    its own numbers (:func:`check_dense`), all finite (:func:`check_finite`). ``what`` names the stored tensors in
+    the message."""
     if not isinstance(stored, dict):
         raise ValueError(f"{what}s must be a dict of tensors, got {type(stored).__name__}")
     for name, tensor in expected.items():
@@ -181,6 +183,21 @@ def check_state_dict(stored: Any, expected: dict[str, torch.Tensor], what: str) 
             shape = shape if found is None or isinstance(found, torch.Tensor) else f"a {type(found).__name__}"
             raise ValueError(f"the config describes {name} of shape {tuple(tensor.shape)}, but {what} is {shape}")
         check_dense(found, f"{what} {name}")
+        check_finite(found, f"{what} {name}")
+
+
+def check_finite(tensor: torch.Tensor, what: str) -> None:
+    """Raise ValueError if ``tensor`` holds a NaN or an infinity: such a weight loads without complaint, and a
+    single one makes every output NaN (or the same token everywhere) with nothing to say why."""
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return  # integers (a step count, token ids) are always finite
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        nan, total = int(torch.isnan(tensor).sum()), int((~finite).sum())
+        raise ValueError(
+            f"{what} holds {nan:,} NaN and {total - nan:,} infinite numbers among its {tensor.numel():,}; expected "
+            "finite weights (the run that wrote it had diverged, or the file is damaged)"
+        )
 
 
 def check_dense(tensor: torch.Tensor, what: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from tiny_translation import fake_translator, random_source
@@ -106,6 +108,26 @@ def test_stride_0_weights_that_do_not_hold_their_numbers_are_refused(tmp_path):
         load_checkpoint(crafted)
     sliced = _with_weights(good, tmp_path, lambda w: {k: torch.randn((*v.shape, 2))[..., 0] for k, v in w.items()})
     load_checkpoint(sliced)  # strided views that hold their numbers (a slice of a bigger tensor) are fine
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_weight_holding_nan_or_infinity_is_refused_naming_the_tensor(tmp_path, bad):
+    """One non-finite weight would load silently and make every translation NaN: the tensor is named instead."""
+    translator = fake_translator(["Ein Hund läuft.", "A dog runs."])
+    good = save_checkpoint(tmp_path / "good.pt", translator)
+    name = next(k for k, v in torch.load(good, weights_only=True)["weights"].items() if v.is_floating_point())
+
+    def damage(weights):
+        weights[name] = weights[name].clone()
+        weights[name].view(-1)[3] = bad
+        return weights
+
+    crafted = _with_weights(good, tmp_path, damage)
+    kind = "1 NaN and 0 infinite" if bad != bad else "0 NaN and 1 infinite"
+    expected = rf"stored weight {re.escape(name)} holds {kind} numbers.*expected finite"
+    with pytest.raises(CheckpointError, match=expected):
+        load_checkpoint(crafted)
+    load_checkpoint(good)  # the same file undamaged loads
 
 
 def test_a_small_file_describing_35_g_parameters_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
