@@ -16,6 +16,7 @@ Shapes: N prompts, T tokens, V vocabulary.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,15 @@ class IOIBatch:
 def name_pairs(names: Sequence[str]) -> list[tuple[str, str, str]]:
     """Names taken two by two, (names[0], names[1]), (names[2], names[3]), …, each with a third name C for the
     corrupted batch: the first name of the next pair (the last pair takes the first). Needs ≥ 4 names, even."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise TypeError(
+            f"names must be a sequence of names (a list such as ['Mary', 'John', 'Alice', 'Bob']), got "
+            f"{type(names).__name__} {names!r}"
+            + (" (a string would be read letter by letter)" if isinstance(names, str) else "")
+        )
+    strange = [name for name in names if not isinstance(name, str) or not name]
+    if strange:
+        raise TypeError(f"each name is a non-empty string, got {strange[0]!r} in {list(names)!r}")
     names = list(names)
     if len(names) < 4 or len(names) % 2:
         raise ValueError(f"need an even number of at least 4 names (pairs and a third name each), got {len(names)}")
@@ -66,14 +76,38 @@ def name_pairs(names: Sequence[str]) -> list[tuple[str, str, str]]:
 def _check_template(template: str) -> None:
     if not isinstance(template, str):
         raise TypeError(f"a template is a string, got {type(template).__name__}")
-    for slot in ("{A}", "{B}", "{S}"):
-        if template.count(slot) != 1:
-            raise ValueError(f"a template holds {{A}}, {{B}} and {{S}} once each; {template!r} has {slot} "
-                             f"{template.count(slot)} times")  # fmt: skip
-    if not template.index("{A}") < template.index("{B}") < template.index("{S}"):
+    slots = _placeholders(template)
+    for slot in ("A", "B", "S"):
+        if slots.count(slot) != 1:
+            raise ValueError(f"a template holds {{A}}, {{B}} and {{S}} once each; {template!r} has {{{slot}}} "
+                             f"{slots.count(slot)} times")  # fmt: skip
+    if slots != ["A", "B", "S"]:
         raise ValueError(f"a template names {{A}}, then {{B}}, then the subject again {{S}}: {template!r}")
     if template.rstrip() != template:
         raise ValueError(f"a template ends where the name is predicted, without trailing space: {template!r}")
+
+
+def _placeholders(template: str) -> list[str]:
+    """The names of ``template``'s placeholders in order; refuses any but plain {A}, {B} and {S} (a positional
+    {0}, an unknown {C}, a format such as {A:>8}, which would pad the name with spaces) and unbalanced braces."""
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as error:  # a lone "{" or "}"
+        raise ValueError(
+            f"a template's braces must pair up ({{{{ for a literal brace}}}}): {template!r}: {error}"
+        ) from None
+    slots = []
+    for _, field, spec, conversion in fields:
+        if field is None:
+            continue
+        if field not in ("A", "B", "S") or spec or conversion:
+            written = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(
+                f"a template's placeholders are {{A}}, {{B}} and {{S}} alone (the two names, then the subject "
+                f"again), got {written} in {template!r}"
+            )
+        slots.append(field)
+    return slots
 
 
 def _one_token(tokenizer, name: str) -> int:
@@ -95,10 +129,16 @@ def ioi_batch(tokenizer, template: str, pairs: Sequence[tuple[str, str, str]]) -
     The corrupted prompt replaces S2 by C. Refuses names that are not one token, a template without {A}, {B} and
     {S} in that order, and names that repeat within a triple."""
     _check_template(template)
+    if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+        raise TypeError(f"pairs must be a list of (A, B, C) triples of names (see name_pairs), got {pairs!r}")
     if not pairs:
         raise ValueError("need at least one (A, B, C) triple of names")
     prompts, corrupted, io, s, c = [], [], [], [], []
     for triple in pairs:
+        if isinstance(triple, str) or not isinstance(triple, Sequence) or not all(isinstance(n, str) for n in triple):
+            raise TypeError(
+                f"each of pairs is a triple of names (A, B, C), e.g. ('Mary', 'John', 'Alice'), got {triple!r}"
+            )
         if len(triple) != 3 or len(set(triple)) != 3:
             raise ValueError(f"each triple holds three different names (A, B, C), got {triple!r}")
         a, b, third = triple

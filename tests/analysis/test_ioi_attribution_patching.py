@@ -71,11 +71,34 @@ def test_the_batch_holds_both_roles_and_orders_and_the_roles_positions(batch):
         (TEMPLATES[0], ["Mary", "John", "Alice", "Bob-Tom"], "one token"),
         (TEMPLATES[0], ["Mary", "John", "Alice"], "even number"),
         (TEMPLATES[0], ["Mary", "John", "Mary", "Bob"], "must all differ"),
+        ("When {A} and {B} met {C}, {S} gave a drink to", NAMES, r"\{A\}, \{B\} and \{S\} alone .*got \{C\}"),
+        ("When {A} and {B} met {0}, {S} gave a drink to", NAMES, r"alone .*got \{0\}"),
+        ("When {A:>8} and {B} went out, {S} gave a drink to", NAMES, r"alone .*got \{A:>8\}"),
+        ("When {A} and {B} went out {, {S} gave a drink to", NAMES, "braces must pair up"),
     ],
 )
 def test_bad_templates_and_names_are_refused(template, names, error):
     with pytest.raises(ValueError, match=error):
         ioi_batch(WordTokenizer(), template, name_pairs(names))
+
+
+@pytest.mark.parametrize(
+    ("names", "error"),
+    [
+        ("abcd", r"a sequence of names .*got str 'abcd' \(a string would be read letter by letter\)"),
+        (["Mary", "John", 3, "Bob"], "each name is a non-empty string, got 3"),
+        (["Mary", "John", "", "Bob"], "each name is a non-empty string, got ''"),
+    ],
+)
+def test_names_that_are_not_a_sequence_of_strings_are_refused(names, error):
+    with pytest.raises(TypeError, match=error):
+        name_pairs(names)
+
+
+@pytest.mark.parametrize("pairs", ["abc", ["abc"], [("Mary", "John", 3)]])
+def test_triples_that_are_not_three_names_are_refused(pairs):
+    with pytest.raises(TypeError, match=r"triple"):
+        ioi_batch(WordTokenizer(), TEMPLATES[0], pairs)
 
 
 def test_the_logit_difference_reads_io_minus_s_at_the_last_position(batch):
@@ -296,6 +319,11 @@ def test_patching_a_key_value_head_moves_every_query_head_of_its_group(batch):
         ((0, 0), [(2, 2)], "k", "key/value head .* in 0 .. 1"),
         ((0, 0), [(2, 1)], "o", "kind must be"),
         ((0, 0), [], "q", "at least one receiver"),
+        ((0, 1, 2), [(2, 1)], "q", r"each sender head is one head written \(layer, head\).*got \(0, 1, 2\)"),
+        ([(0, 1), (1,)], [(2, 1)], "q", r"each sender head is one head .*got \(1,\)"),
+        ("01", [(2, 1)], "q", r"the sender heads are a collection of \(layer, head\) pairs .*got str '01'"),
+        ((0, 0), "21", "q", r"the receiver heads are a collection .*got str '21'"),
+        ((0, 0), [(2, 1, 0)], "q", r"each receiver head is one head .*got \(2, 1, 0\)"),
     ],
 )
 def test_bad_senders_and_receivers_are_refused(batch, sender, receivers, kind, error):
@@ -352,3 +380,7 @@ def test_a_knock_out_keeping_every_head_changes_nothing_and_one_head_is_its_mean
         knock_out(model, batch.ids, batch.corrupted, metric, keep=[(0, 6)])
     with pytest.raises(ValueError, match="one length T"):
         knock_out(model, batch.ids, batch.corrupted[:, :-1], metric, keep=[])
+    with pytest.raises(ValueError, match=r"the kept heads are a collection of \(layer, head\) pairs .*got str '01'"):
+        knock_out(model, batch.ids, batch.corrupted, metric, keep="01")  # not heads 0 and 1 of layer 0
+    with pytest.raises(ValueError, match=r"each kept head is one head written \(layer, head\).*got \(0, 1, 2\)"):
+        knock_out(model, batch.ids, batch.corrupted, metric, keep=[(0, 1, 2)])
