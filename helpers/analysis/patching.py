@@ -54,6 +54,25 @@ def _index(name: str, value, size: int) -> int:
     return value
 
 
+def _head_pair(role: str, pair, layers: int, heads: int, head: str = "head") -> tuple[int, int]:
+    """One head written (layer, head), two ints in range -> the tuple; anything else is refused saying so.
+    ``role`` names it in the messages ("sender", "receiver", "kept"), ``head`` what its second number counts."""
+    if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+        raise ValueError(f"each {role} head is one head written (layer, head), two ints such as (0, 1); got {pair!r}")
+    return _index(f"{role} layer", pair[0], layers), _index(f"{role} {head}", pair[1], heads)
+
+
+def _head_pairs(role: str, pairs, layers: int, heads: int, head: str = "head") -> list[tuple[int, int]]:
+    """A collection of (layer, head) pairs -> the list. A string is refused: read character by character,
+    ``keep="01"`` would be the pairs "0" and "1", not heads of layer 0."""
+    if isinstance(pairs, str | bytes) or not isinstance(pairs, Iterable):
+        raise ValueError(
+            f"the {role} heads are a collection of (layer, head) pairs such as [(0, 1), (2, 3)]; got "
+            f"{type(pairs).__name__} {pairs!r}"
+        )
+    return [_head_pair(role, pair, layers, heads, head) for pair in pairs]
+
+
 def _positions(positions, N: int, T: int) -> list[Tensor]:
     """Each entry an int (the same position in every prompt) or an (N,) tensor (one per prompt) -> (N,) each."""
     out = []
@@ -165,10 +184,7 @@ def _check_receivers(model: GPT, kind: str, receivers, sender_layer: int) -> dic
     heads = c.num_heads if kind == "q" else c.num_kv_heads
     what = "query head" if kind == "q" else "key/value head (keys and values are shared by g query heads)"
     by_layer: dict[int, list[int]] = {}
-    for pair in receivers:
-        layer, head = pair
-        _index("receiver layer", layer, c.num_layers)
-        _index(f"receiver {what}", head, heads)
+    for layer, head in _head_pairs("receiver", receivers, c.num_layers, heads, what):
         if layer <= sender_layer:
             raise ValueError(
                 f"a receiver must sit in a later layer than the sender ({sender_layer}), got layer {layer}"
@@ -282,15 +298,17 @@ def _patched_metrics(model: GPT, runs: _Runs, metric: Metric, received, by_layer
 
 
 def _check_sender(model: GPT, sender) -> tuple[int, int]:
-    c = model.config
-    layer, head = sender
-    return _index("sender layer", layer, c.num_layers), _index("sender query head", head, c.num_heads)
+    return _head_pair("sender", sender, model.config.num_layers, model.config.num_heads, "query head")
 
 
 def _check_senders(model: GPT, sender) -> list[tuple[int, int]]:
-    """One (layer, head) pair, or a list of them patched together -> the list."""
-    is_pair = isinstance(sender, tuple) and len(sender) == 2 and all(isinstance(x, int) for x in sender)
-    senders = [_check_sender(model, pair) for pair in ([sender] if is_pair else list(sender))]
+    """One (layer, head) pair, or a list of them patched together -> the list. A tuple of ints is one head, so
+    (0, 1, 2) is refused as a head of three numbers, not read as three senders."""
+    is_head = isinstance(sender, tuple) and all(isinstance(x, int) for x in sender)
+    if is_head:
+        senders = [_check_sender(model, sender)]
+    else:
+        senders = _head_pairs("sender", sender, model.config.num_layers, model.config.num_heads, "query head")
     if not senders:
         raise ValueError("need at least one sender (layer, head)")
     return senders
@@ -343,11 +361,11 @@ def path_patching_map(
     the first receiver layer to the end (step 3): the layers before compute exactly the clean run."""
     _check_runs(model, clean, corrupted)
     c = model.config
-    receivers = list(receivers)
+    receivers = _head_pairs("receiver", receivers, c.num_layers, c.num_heads)  # heads by kind: _check_receivers
     first = min((layer for layer, _ in receivers), default=0)
     if senders is None:
         senders = [(layer, head) for layer in range(first) for head in range(c.num_heads)]
-    senders = [_check_sender(model, sender) for sender in senders]
+    senders = _head_pairs("sender", senders, c.num_layers, c.num_heads, "query head")
     by_layer = _check_receivers(model, kind, receivers, max((layer for layer, _ in senders), default=-1))
     runs = _record_runs(model, clean, corrupted, metric)
     result = torch.full((c.num_layers, c.num_heads), float("nan"))
@@ -374,7 +392,7 @@ def knock_out(model: GPT, ids: Tensor, reference: Tensor, metric: Metric, keep: 
             f"{tuple(reference.shape)}"
         )
     c = model.config
-    kept = {(_index("kept layer", layer, c.num_layers), _index("kept head", head, c.num_heads)) for layer, head in keep}
+    kept = set(_head_pairs("kept", keep, c.num_layers, c.num_heads))
     projections = [_projections(model, layer).out_proj for layer in range(c.num_layers)]
     with record_head_outputs(projections, c.num_heads) as recorded:
         model(reference)
