@@ -92,7 +92,9 @@ class _RenamedFlag(argparse.Action):
     """Stores a model flag's value; given under its old name, it also says the new one on standard error.
 
     Printed rather than left to ``warnings``: Python hides a DeprecationWarning raised outside ``__main__``,
-    and the person to tell is the one who typed the command.
+    and the person to tell is the one who typed the command. Given under both names with different values
+    (``--d-model 64 --embed-dim 128``: an old saved command with a new flag added), it is refused: the last
+    would win, silently, and which one was meant cannot be known (``renamed_fields`` refuses a config the same).
     """
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
@@ -101,7 +103,19 @@ class _RenamedFlag(argparse.Action):
                 f"warning: {option_string} is deprecated and will be removed; use {RENAMED_FLAGS[option_string]}",
                 file=sys.stderr,
             )
+        given = namespace.__dict__.setdefault(_SPELLINGS, {}).setdefault(self.dest, {})
+        given[option_string] = values
+        if len(set(given.values())) > 1:  # two spellings (one value each, the last): they disagree
+            spelled = " and ".join(f"{flag} {value}" for flag, value in given.items())
+            new = next(flag for flag in given if flag not in RENAMED_FLAGS)
+            raise argparse.ArgumentError(
+                self, f"given under its old and its new name with different values, {spelled}; give only {new}"
+            )
         setattr(namespace, self.dest, values)
+
+
+# The namespace's record of which spelling of each renamed flag gave which value (kept out of the config's fields).
+_SPELLINGS = "_renamed_flag_spellings"
 
 
 class CommandLineError(Exception):

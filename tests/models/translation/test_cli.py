@@ -195,6 +195,31 @@ def test_the_old_model_flags_still_set_the_same_fields_with_a_warning(capsys):
 
 
 @pytest.mark.parametrize(
+    ("options", "given"),
+    [
+        (["--d-model", "64", "--embed-dim", "128"], "--d-model 64 and --embed-dim 128"),
+        (["--num-heads", "4", "--heads", "2"], "--num-heads 4 and --heads 2"),
+        (["--ff-dim", "64", "--feedforward", "64", "--ff-dim", "32"], "--ff-dim 32 and --feedforward 64"),
+    ],
+)
+def test_an_old_and_a_new_flag_with_different_values_are_refused(tmp_path, capsys, options, given):
+    """An old saved command with the new flag added: the last one used to win silently; which was meant is unknown."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--out", str(tmp_path / "x.pt"), *options])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    new = next(flag for flag in options if flag.startswith("--") and flag not in cli.RENAMED_FLAGS)
+    assert f"given under its old and its new name with different values, {given}; give only {new}" in error
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_an_old_and_a_new_flag_with_one_value_are_the_same_setting(capsys):
+    parsed = cli.build_parser().parse_args(["train", "--out", "x.pt", "--d-model", "48", "--embed-dim", "48"])
+    assert cli._train_config(parsed).embed_dim == 48
+    assert "warning: --d-model is deprecated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     "argv",
     [
         ["--threads", "-1", "translate", "--checkpoint", "x.pt", "Satz."],
