@@ -21,15 +21,19 @@ In a notebook (``follow_load_in_notebook``, which ``import helpers`` calls insid
 chosen again before each cell, at most every ``RECHOOSE_AFTER_S`` seconds, so that a lesson follows the load as
 it changes. A count set explicitly wins everywhere: ``OMP_NUM_THREADS`` in the environment, and a cell that
 calls ``torch.set_num_threads`` (lessons 06-08 fix one thread, so that their models do not depend on the
-machine), after which that kernel's count is left alone.
+machine), after which that kernel's count is left alone. An ``OMP_NUM_THREADS`` that is not a positive integer
+("abc", "-3", "0") is not a choice: a lesson warns once and follows the load; the translator's command line refuses it.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
+import warnings
+from collections.abc import Mapping
 
 THREADS_VARIABLE = "OMP_NUM_THREADS"
 # A core counts as taken when other processes keep it busy at least this share of the time (see choose_threads).
@@ -90,16 +94,51 @@ def choose_threads(cores: int, busy: float, processes: int = 1) -> int:
     return max(1, min(cores, free // processes))
 
 
+def threads_from_environment(environ: Mapping[str, str] | None = None) -> int | None:
+    """``OMP_NUM_THREADS`` as a thread count: None when it is unset or empty (as OpenMP reads it), the number when
+    it is a positive integer (or OpenMP's list of counts per nesting level, "4,2": the first is torch's). Raises
+    ValueError, saying what was expected, for anything else ("abc", "-3", "0")."""
+    raw = (os.environ if environ is None else environ).get(THREADS_VARIABLE, "")
+    first = raw.strip().split(",")[0].strip()
+    if not raw.strip():
+        return None
+    if not re.fullmatch(r"[0-9]+", first) or int(first) == 0:
+        raise ValueError(f"{THREADS_VARIABLE}={raw!r} is not a positive integer (a count of threads, such as 1 or 4)")
+    return int(first)
+
+
 def pick_threads(processes: int | None = None) -> int:
     """The thread count for this process now: ``OMP_NUM_THREADS`` if it is set, else ``choose_threads`` on this
-    machine. ``processes`` defaults to torchrun's ``LOCAL_WORLD_SIZE`` (ranks sharing this machine), else 1."""
-    explicit = os.environ.get(THREADS_VARIABLE, "").strip()
-    if explicit.isdigit() and int(explicit) > 0:
-        return int(explicit)
+    machine. ``processes`` defaults to torchrun's ``LOCAL_WORLD_SIZE`` (ranks sharing this machine), else 1.
+
+    An ``OMP_NUM_THREADS`` that is not a positive integer is ignored with a warning, once per value, that says what
+    was expected and how many threads were used instead: a variable set wrong in a shell should not stop a lesson
+    (the command line, a process one starts on purpose, refuses it instead: ``cli.main``)."""
+    try:
+        explicit = threads_from_environment()
+    except ValueError as error:
+        explicit, problem = None, str(error)
+    else:
+        problem = None
+    if explicit is not None:
+        return explicit
     if processes is None:
         local = os.environ.get("LOCAL_WORLD_SIZE", "1")
         processes = int(local) if local.isdigit() and int(local) > 0 else 1
-    return choose_threads(usable_cores(), busy_cores(), processes)
+    chosen = choose_threads(usable_cores(), busy_cores(), processes)
+    if problem is not None and problem not in _WARNED:
+        _WARNED.add(problem)
+        warnings.warn(
+            f"{problem}; ignored: computing on {chosen} thread{'s' if chosen > 1 else ''} chosen from the machine's "
+            f"load instead (unset it, or set it to a count, to choose yourself)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return chosen
+
+
+# The bad OMP_NUM_THREADS values already warned about: the notebook's follower asks again every few seconds.
+_WARNED: set[str] = set()
 
 
 class LoadFollower:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -46,6 +47,30 @@ def test_omp_num_threads_in_the_environment_wins(monkeypatch):
     assert threads.pick_threads() == 8
     monkeypatch.setenv("OMP_NUM_THREADS", "")  # empty is unset, as OpenMP reads it
     assert threads.pick_threads() == 8
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "0", "2.5", "\u00b2"])
+def test_an_omp_num_threads_that_is_not_a_count_is_ignored_with_one_warning(monkeypatch, value):
+    """A variable set wrong in a shell must not stop a lesson, nor silently decide its threads: it says what it
+    expected and what it used instead, once (the notebook's follower asks every few seconds)."""
+    monkeypatch.setattr(threads, "busy_cores", lambda: 0.0)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    monkeypatch.setattr(threads, "_WARNED", set())
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    expected = rf"OMP_NUM_THREADS={value!r} is not a positive integer .*ignored: computing on 8 threads chosen from"
+    with pytest.warns(RuntimeWarning, match=expected):
+        assert threads.pick_threads() == 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert threads.pick_threads() == 8  # said once
+    with pytest.raises(ValueError, match=r"not a positive integer \(a count of threads"):
+        threads.threads_from_environment()
+
+
+@pytest.mark.parametrize(("value", "expected"), [(" 3 ", 3), ("4,2", 4), ("", None), ("  ", None)])
+def test_omp_num_threads_is_read_as_openmp_reads_it(monkeypatch, value, expected):
+    """Spaces around it are fine, a list is OpenMP's counts per nesting level (the first is torch's), empty is unset."""
+    assert threads.threads_from_environment({"OMP_NUM_THREADS": value}) == expected
 
 
 def test_torchrun_ranks_on_one_machine_share_its_cores(monkeypatch):

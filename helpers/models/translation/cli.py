@@ -44,7 +44,7 @@ from helpers.models.translation.pipeline import build_translator, fit
 from helpers.models.translation.training import check_training_state
 from helpers.models.translation.translator import Translator
 from helpers.tools.files import TEMPORARY_SUFFIX
-from helpers.tools.threads import follow_load_during_run
+from helpers.tools.threads import follow_load_during_run, threads_from_environment
 
 #: Model and training settings per corpus (each can be overridden by a flag).
 #: captions: the lesson's model, word-level (the course corpus has under 1,000 word types per language).
@@ -174,6 +174,13 @@ def fraction(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.threads:
+        # Refused here, where a lesson would only warn (threads.pick_threads): a command started on purpose can stop
+        # before anything loads, rather than train for an hour, on every torchrun rank, on threads nobody chose.
+        try:
+            threads_from_environment()
+        except ValueError as error:
+            parser.error(f"{error}: set it to a count, unset it, or give --threads N")
     if args.command == "train":
         try:  # combinations of options (embed_dim divisible by num_heads) are checked before anything loads, too
             args.config = _train_config(args)

@@ -194,6 +194,21 @@ def test_the_old_model_flags_still_set_the_same_fields_with_a_warning(capsys):
         assert f"warning: {flag} is deprecated and will be removed; use {renamed}" in warnings
 
 
+@pytest.mark.parametrize("value", ["abc", "-3", "0"])
+def test_an_omp_num_threads_that_is_not_a_count_stops_the_command_before_anything_loads(monkeypatch, capsys, value):
+    """A lesson warns and goes on (helpers.tools.threads); a command started on purpose stops, saying what to do,
+    rather than train on threads nobody chose. --threads decides instead of the variable."""
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", "--checkpoint", "missing.pt", "Satz."])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert f"error: OMP_NUM_THREADS={value!r} is not a positive integer" in error and "--threads N" in error
+    monkeypatch.setattr(cli.torch, "set_num_threads", lambda n: None)  # leave this process's threads as they are
+    assert main(["--threads", "1", "translate", "--checkpoint", "missing.pt", "Satz."]) == 2
+    assert "no checkpoint at missing.pt" in capsys.readouterr().err  # past the threads, to the missing file
+
+
 @pytest.mark.parametrize(
     ("options", "given"),
     [
