@@ -136,3 +136,26 @@ def test_no_name_is_rebound_in_another_section(stem):
                 rebound.append(f"{name} (cells {first_cell[name]} and {index})")
             first_cell.setdefault(name, index)
     assert not rebound, rebound
+
+
+def test_the_guides_exercise_table_counts_each_reference_answers_lines():
+    """Section 7's "lines" column is the reference solution's length as `course.assignments list` counts it (the
+    lines between # BEGIN SOLUTION and # END SOLUTION), "2 + 2" for a row of two functions: a solution that grows
+    or shrinks must change its row."""
+    from course.solution_notebooks import find_exercises, read_notebook
+
+    counted = {}
+    for path in LESSONS:
+        for exercise in find_exercises(read_notebook(path), str(path)):
+            counted[(path.name[:2], exercise.function)] = exercise.lines
+    section = GUIDE.split("\n## 7. ", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d\d) \| (.*?) \| ([\d +]+) \|", section, flags=re.MULTILINE)
+    assert len(rows) >= 30, "section 7's table of exercises was not found"
+    wrong = []
+    for lesson, functions, lines in rows:
+        names = re.findall(r"`(\w+)\(", functions)
+        written = [int(n) for n in lines.split("+")]
+        actual = [counted.get((lesson, name)) for name in names]
+        if actual != written:
+            wrong.append(f"{lesson} {' + '.join(names)}: the guide says {lines.strip()}, the solution has {actual}")
+    assert not wrong, wrong
