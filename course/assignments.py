@@ -396,6 +396,18 @@ def _list(notebooks_dir: Path) -> None:
             print(f"  cell index {exercise.cell_index:3d}  {function:32s} {exercise.lines} solution line(s)")
 
 
+def _nbgrader_totals(database: Path, out: Path | None) -> int:
+    from course.grading.nbgrader import write_nbgrader_totals
+
+    try:
+        written = write_nbgrader_totals(database, out)
+    except (FileNotFoundError, ImportError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"totals: {written}")
+    return 0
+
+
 def _positive_int(text: str, unit: str = "second") -> int:
     try:
         value = int(text)
@@ -411,7 +423,8 @@ def _jobs(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``release``, ``list``, ``nbgrader`` or ``check``; exit status 1 on errors."""
+    """Command line: ``release``, ``list``, ``nbgrader``, ``nbgrader-totals`` or ``check``; exit status 1 on
+    errors (2 for a missing gradebook or a missing sandbox)."""
     parser = argparse.ArgumentParser(prog="python -m course.assignments", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     release_parser = commands.add_parser("release", help="write student copies (no solutions) of every lesson")
@@ -439,6 +452,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--hide-checks",
         action="store_true",
         help="exam mode: students see no checks and no hints; nbgrader runs them when grading",
+    )
+    totals_parser = commands.add_parser(
+        "nbgrader-totals",
+        help="write per-student totals from nbgrader's gradebook.db (after nbgrader autograde), as check's totals.csv",
+    )
+    totals_parser.add_argument(
+        "--gradebook",
+        type=Path,
+        default=Path("classroom/gradebook.db"),
+        help="nbgrader's gradebook (default: %(default)s)",
+    )
+    totals_parser.add_argument(
+        "--out", type=Path, default=None, help="the CSV file to write (default: totals.csv beside the gradebook)"
     )
     collapse_parser = commands.add_parser(
         "collapse",
@@ -518,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _nbgrader(args.out, args.notebooks, args.hide_checks)
         elif args.command == "collapse":
             return _collapse(args.notebooks, args.check)
+        elif args.command == "nbgrader-totals":
+            return _nbgrader_totals(args.gradebook, args.out)
         elif args.command == "check":
             refused = refuse_to_check(args.out, sandboxed=not args.no_sandbox)
             if refused:

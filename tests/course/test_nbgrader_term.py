@@ -208,6 +208,18 @@ def test_the_course_check_gives_the_same_verdicts_and_points_as_nbgrader(term):
     )
 
 
+def test_the_nbgrader_routes_totals_are_the_checks_totals(term):
+    """Per student and lesson, and over all lessons: the points and points possible that nbgrader's gradebook sums
+    to (course.grading.nbgrader.nbgrader_totals) are those of check's totals.csv for the same submissions."""
+    from course.grading.nbgrader import nbgrader_totals
+
+    totals = nbgrader_totals(term["course"] / "gradebook.db")
+    ours = {(row[0], row[1]): row[2:4] for row in totals if row[0] in ANSWERS}
+    with (term["root"] / "grades" / "totals.csv").open(encoding="utf-8") as file:
+        checks = {(row["student"], row["lesson"]): [row["points"], row["out of"]] for row in csv.DictReader(file)}
+    assert ours == checks and len(ours) == 2 * len(ANSWERS), (ours, checks)
+
+
 def test_each_student_sees_the_checks_verdicts_in_nbgraders_feedback(term):
     for student in ANSWERS:
         for name in LESSONS:
