@@ -176,17 +176,15 @@ def _both_transposed(layer):
 
 
 def _query_rows_as_columns(layer):
-    h, d, E, d_c, _, w_uk, *_ = _pieces(layer)
-    return w_uk.transpose(1, 2) @ layer.q_proj.weight.view(h, E, d).transpose(1, 2), reference_absorbed_weights(layer)[
-        1
-    ]
+    h, d, E, _, _, w_uk, *_ = _pieces(layer)
+    w_q = layer.q_proj.weight.view(h, E, d).transpose(1, 2)  # the (h·d, E) weight read as if it were (E, h·d)
+    return w_uk.transpose(1, 2) @ w_q, reference_absorbed_weights(layer)[1]
 
 
 def _query_interleaved_only(layer):
-    h, d, E, d_c, _, w_uk, *_ = _pieces(layer)
-    return w_uk.transpose(1, 2) @ layer.q_proj.weight.view(d, h, E).transpose(0, 1), reference_absorbed_weights(layer)[
-        1
-    ]
+    h, d, E, _, _, w_uk, *_ = _pieces(layer)
+    w_q = layer.q_proj.weight.view(d, h, E).transpose(0, 1)  # every h-th row; W_UK's blocks right
+    return w_uk.transpose(1, 2) @ w_q, reference_absorbed_weights(layer)[1]
 
 
 def _rolled(which, shift):
