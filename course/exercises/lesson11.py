@@ -178,7 +178,7 @@ def _absorb_case(sizes: dict | None = None) -> MultiHeadLatentAttention:
 def _sizes_written_in(error: LearnerError) -> bool:
     """Whether the learner's error is a reshape that did not fit: the mark of sizes written in."""
     message = str(error.error)
-    return isinstance(error.error, RuntimeError) and ("invalid for input of size" in message or "shape" in message)
+    return isinstance(error.error, RuntimeError) and "invalid for input of size" in message
 
 
 # A second layer of other sizes: an answer with the first layer's h, d, d_c or E written in fails here.

@@ -60,7 +60,7 @@ def _one_tensor(result: object, name: str, shape: str) -> Tensor:
 def _sizes_hint(error: LearnerError, sizes: str) -> _Wrong | None:
     """A reshape that does not fit the check's small tensors: the mark of SmolLM2's sizes written in."""
     message = str(error.error)
-    if isinstance(error.error, RuntimeError) and ("invalid for input of size" in message or "shape" in message):
+    if isinstance(error.error, RuntimeError) and "invalid for input of size" in message:
         return wrong(
             f"your code raised {error}: the sizes written into it are not the inputs' ({sizes} here; SmolLM2's "
             "are others). Read them from the tensors' shapes instead of writing numbers in."
@@ -271,7 +271,10 @@ def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
         unembedding = torch.randn(V, E, dtype=torch.float64, generator=generator)
         io, s = _names(N)
         args = (residuals.clone(), norm, unembedding.clone(), io.clone(), s.clone())
-        result = _call_with_norm(logit_lens, args, at=1)
+        try:
+            result = _call_with_norm(logit_lens, args, at=1)
+        except LearnerError as error:
+            raise (_sizes_hint(error, f"n_layers + 1 = {n_layers + 1}, N = {N}, E = {E}") or error) from error
         answer = _one_tensor(result, "the logit lens", "(n_layers + 1,)")
         right = reference_logit_lens(residuals, norm, unembedding, io, s)
         entries = n_layers + 1

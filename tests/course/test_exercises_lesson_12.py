@@ -126,6 +126,8 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
         (lambda r, norm, u, io, s: ((r * norm(u[io] - u[s])).sum(-1)).mean(-1), ["applied to the direction"]),
         (lambda r, norm, u, io, s: ((norm(r) * norm(u[io] - u[s])).sum(-1)).mean(-1), ["applied to the direction"]),
         (lambda *a: reference_logit_lens(*a).tolist(), ["return one tensor (n_layers + 1,)"]),
+        (lambda r, norm, u, io, s: reference_logit_lens(r.view(31, -1, 576), norm, u, io, s),
+         ["your code raised RuntimeError", "instead of writing numbers in"]),
     ],
 )  # fmt: skip
 def test_each_logit_lens_mistake_is_named(mistake, fragments):
