@@ -22,6 +22,13 @@ as many random heads (three draws).
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson12_heads.py --log benchmarks/lesson12_heads.jsonl
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson12_heads.py --circuit     # about 1 minute a batch
 
+With ``--query`` it measures lesson 12's last section on the same batches (log ``benchmarks/lesson12_query.jsonl``):
+each name mover's (23.0, 23.1, 23.2) score for S2 minus its score for the IO, from END, split over the parts of END's
+residual that make its query (``query_attribution``): the five heads that lower it most, the S-inhibition heads'
+parts, and how the parts add up.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson12_heads.py --query       # a few seconds a batch
+
 One JSON line per batch is appended to ``--log``; ``--table`` prints the summary from the log without a model.
 """
 
@@ -39,7 +46,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.analysis.attribution import direct_logit_attribution, logit_lens  # noqa: E402
+from helpers.analysis.attribution import direct_logit_attribution, logit_lens, query_attribution  # noqa: E402
 from helpers.analysis.ioi import TEMPLATES, ioi_batch, logit_difference, name_pairs  # noqa: E402
 from helpers.analysis.patching import knock_out, path_patching, residual_patching  # noqa: E402
 
@@ -135,6 +142,73 @@ def measure_circuit(model, tokenizer, template: str, names: list[str]) -> dict:
     }
 
 
+NAME_MOVERS = [(23, 0), (23, 1), (23, 2)]
+S_INHIBITION = [(20, 0), (19, 2), (22, 5), (18, 1)]  # the lesson's path-patching senders, and 18.1 (attention only)
+
+
+def measure_query(model, tokenizer, template: str, names: list[str]) -> dict:
+    batch = ioi_batch(tokenizer, template, name_pairs(names))
+    row: dict = {"template": template, "names": names, "movers": {}}
+    for mover in NAME_MOVERS:
+        keys = (batch.positions["S2"], batch.positions["IO"])
+        parts = query_attribution(model, batch.ids, mover, batch.positions["END"], keys)
+        flat = parts.heads.flatten()
+        order = flat.argsort()[:5]
+        row["movers"][f"{mover[0]}.{mover[1]}"] = {
+            "score_difference": round(float(parts.total), 3),
+            "parts_sum": round(float(parts.parts_sum()), 3),
+            "heads_sum": round(float(parts.heads.sum()), 3),
+            "mlps_sum": round(float(parts.mlps.sum()), 3),
+            "most_negative": [[*divmod(int(i), parts.heads.size(1)), round(float(flat[i]), 3)] for i in order],
+            "s_inhibition": {f"{a}.{b}": round(float(parts.heads[a, b]), 3) for a, b in S_INHIBITION},
+        }
+    return row
+
+
+def query_table(rows: list[dict]) -> None:
+    columns = "| names | template | mover | S2 − IO score | heads / MLPs | five heads that lower it most |"
+    print(columns + " 20.0 | 19.2 | 22.5 | 18.1 |")
+    print("|---|---|---|---:|---:|---|---:|---:|---:|---:|")
+    for r in rows:
+        for mover, m in r["movers"].items():
+            lowest = ", ".join(f"{a}.{b} {v:+.2f}" for a, b, v in m["most_negative"])
+            inhibition = " | ".join(f"{m['s_inhibition'][k]:+.2f}" for k in ("20.0", "19.2", "22.5", "18.1"))
+            print(f"| {r['names'][0]}… | {r['template'][:30]}… | {mover} | {m['score_difference']:+.2f} | "
+                  f"{m['heads_sum']:+.2f} / {m['mlps_sum']:+.2f} | {lowest} | {inhibition} |")  # fmt: skip
+    movers = [m for r in rows for m in r["movers"].values()]
+    first = {tuple(m["most_negative"][0][:2]) for m in movers}
+    in_five = {k: sum(any(f"{a}.{b}" == k for a, b, _ in m["most_negative"]) for m in movers) for k in ("19.2", "22.5")}
+    print(f"\nthe head that lowers it most, over {len(movers)} (batch, mover): {sorted(first)}")
+    print(f"19.2 among the five lowest: {in_five['19.2']}/{len(movers)}; 22.5: {in_five['22.5']}/{len(movers)}")
+    print(f"18.1's part positive: {sum(m['s_inhibition']['18.1'] > 0 for m in movers)}/{len(movers)}")
+    print(
+        f"every score difference negative: {all(m['score_difference'] < 0 for m in movers)}; "
+        f"largest |parts - total|: {max(abs(m['parts_sum'] - m['score_difference']) for m in movers):.3f}"
+    )
+
+
+def query(args) -> None:
+    log = ROOT / "benchmarks" / "lesson12_query.jsonl"
+    if not args.table:
+        from helpers.models.language_model import load_pretrained_lm
+
+        model, tokenizer = load_pretrained_lm()
+        done = set()
+        if log.exists():
+            done = {(r["template"], tuple(r["names"])) for r in map(json.loads, log.read_text().splitlines())}
+        for names in NAME_SETS.values():
+            for template in TEMPLATES + HELD_OUT_TEMPLATES:
+                if (template, tuple(names)) in done:
+                    continue
+                start = time.perf_counter()
+                row = measure_query(model, tokenizer, template, names)
+                row["seconds"] = round(time.perf_counter() - start, 1)
+                with log.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+                print(f"{names[0]}… {template[:40]}…: {row['seconds']} s", flush=True)
+    query_table([json.loads(line) for line in log.read_text().splitlines()])
+
+
 def circuit_table(rows: list[dict]) -> None:
     print("| names | template | move layer | S2 at 16 | END at 26 | path: queries | keys | early -> values | "
           "knock-out: circuit | writers + against | random (3) |")  # fmt: skip
@@ -166,7 +240,11 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--table", action="store_true", help="print the summary of the log, run nothing")
     parser.add_argument("--circuit", action="store_true", help="measure lesson 12's circuit claims instead")
+    parser.add_argument("--query", action="store_true", help="measure lesson 12's query decomposition instead")
     args = parser.parse_args()
+    if args.query:
+        query(args)
+        return
     if args.circuit:
         circuit(args)
         return

@@ -98,6 +98,7 @@ _EXPORTS = {
     "ioi_batch": "helpers.analysis.ioi",
     "logit_difference": "helpers.analysis.ioi",
     "logit_lens": "helpers.analysis.attribution",
+    "query_attribution": "helpers.analysis.attribution",
     "name_pairs": "helpers.analysis.ioi",
     "knock_out": "helpers.analysis.patching",
     "path_patching": "helpers.analysis.patching",

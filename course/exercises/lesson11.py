@@ -53,6 +53,8 @@ _BYTES_CASES = [
 
 
 def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: int, d_R: int) -> dict[str, int]:
+    """The usual mistakes for one kind and one configuration; those that halve every kind's count alike are named
+    across the kinds, by ``_mistake_for_every_kind``."""
     right = reference_cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R)
     per_layer = right // n_layers
     mistakes = {
@@ -72,12 +74,16 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     if kind == "MLA":
         mistakes |= {
             "one byte per number: 16-bit numbers take 2 bytes each.": right // 2,
+            "4 bytes a number: that is 32-bit (float32) numbers; the exercise counts 16-bit numbers, 2 bytes "
+            "each.": right * 2,
             "the latent counted twice, as if keys and values had one each: MLA caches ONE latent c (d_c numbers), "
             "both are rebuilt from it.": n_layers * (2 * d_c + d_R) * 2,
             "the decoupled rotary key is missing: the cache keeps c AND the rotated key k^R, d_c + d_R per "
             "layer.": n_layers * d_c * 2,
             "the rotary key counted once per head: it is ONE key shared by all heads (only the queries have one "
             "per head).": n_layers * (d_c + h * d_R) * 2,
+            "MLA counted per head, h latents and h rotary keys: the latent is ONE vector per token and layer, "
+            "shared by every head (each head rebuilds its own key and value from it).": n_layers * h * (d_c + d_R) * 2,
             "that is the per-head keys and values the latent rebuilds: those are never cached.": 2
             * n_layers
             * h
@@ -87,26 +93,67 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     return mistakes
 
 
+# Mistakes that scale every kind's bytes alike, told apart by looking at all four kinds together: counting numbers
+# instead of bytes halves MLA's count too, while counting only the keys leaves MLA's (one latent, no keys) right.
+_EVERY_KIND = {
+    0.5: "one byte per number (or numbers, not bytes): every kind came out half, MLA's latent included; a 16-bit "
+    "number takes 2 bytes.",
+    2.0: "4 bytes a number: that is 32-bit (float32) numbers; the exercise counts 16-bit numbers, 2 bytes each.",
+    8.0: "that is in bits: a 16-bit number takes 2 bytes, not 16.",
+}
+
+
+def _mistake_for_every_kind(answers: dict[tuple[str, int], int]) -> str | None:
+    """The hint for a factor that every kind's and every configuration's answer is off by, if there is one."""
+    for factor, hint in _EVERY_KIND.items():
+        if all(
+            answer == factor * reference_cache_bytes(kind, **_BYTES_CASES[i]) for (kind, i), answer in answers.items()
+        ):
+            return hint
+    return None
+
+
+def _as_bytes(answer: object, kind: str) -> int:
+    """The learner's number of bytes, refused unless it is a plain int: one rule for every other type (a float, a
+    tensor, a bool, numpy's numbers, which ``call_learner`` refuses already)."""
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        if isinstance(answer, Tensor):
+            got = f"a tensor ({answer.dtype}, shape {tuple(answer.shape)})"
+        elif isinstance(answer, float):
+            got = f"a float ({answer!r})"
+        else:
+            got = f"{type(answer).__name__} ({answer!r})"[:80]
+        raise wrong(
+            f"return a number of bytes as an int, got {got} for {kind}: a count of bytes is a whole number, and "
+            "the cache tables the lesson prints add such ints. Keep the arithmetic in ints (// for a division), or "
+            "turn the result into a Python int before returning it."
+        )
+    return answer
+
+
 @learner_check(returns="an int (a number of bytes)")
 def check_cache_bytes(cache_bytes: Callable[..., int]) -> Verdict:
     """Check ``cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R) -> int`` for the four kinds."""
 
     def body() -> str:
-        for kind in ("MHA", "GQA", "MQA", "MLA"):
-            for case in _BYTES_CASES:
-                answer = call_learner(cache_bytes, kind, **case)
-                if isinstance(answer, Tensor):
-                    answer = answer.item() if answer.numel() == 1 else answer
-                if not isinstance(answer, int | float) or isinstance(answer, bool):
-                    raise wrong(f"return a number of bytes (an int), got {type(answer).__name__} for {kind}")
-                expected = reference_cache_bytes(kind, **case)
-                if answer == expected:
-                    continue
-                sizes = ", ".join(f"{k} = {v}" for k, v in case.items())
-                for hint, result in _bytes_mistakes(kind, **case).items():
-                    if answer == result:
-                        raise wrong(f"{kind} with {sizes}: {hint}")
-                raise wrong(f"{kind} with {sizes}: expected {expected} bytes per token, got {answer}.")
+        answers = {
+            (kind, i): _as_bytes(call_learner(cache_bytes, kind, **case), kind)
+            for kind in ("MHA", "GQA", "MQA", "MLA")
+            for i, case in enumerate(_BYTES_CASES)
+        }
+        every_kind = _mistake_for_every_kind(answers)
+        if every_kind is not None:
+            raise wrong(every_kind)
+        for (kind, i), answer in answers.items():
+            case = _BYTES_CASES[i]
+            expected = reference_cache_bytes(kind, **case)
+            if answer == expected:
+                continue
+            sizes = ", ".join(f"{k} = {v}" for k, v in case.items())
+            for hint, result in _bytes_mistakes(kind, **case).items():
+                if answer == result:
+                    raise wrong(f"{kind} with {sizes}: {hint}")
+            raise wrong(f"{kind} with {sizes}: expected {expected} bytes per token, got {answer}.")
         return "MHA, GQA, MQA and MLA: the bytes a token adds to the whole model's cache, all layers counted."
 
     return run_check("cache bytes per token", body)
@@ -126,6 +173,12 @@ def _absorb_case(sizes: dict | None = None) -> MultiHeadLatentAttention:
         **(sizes or {"embed_dim": 12, "num_heads": 3, "head_dim": 4, "latent_dim": 5, "rotary_dim": 2})
     )
     return MultiHeadLatentAttention(config).double().requires_grad_(False)
+
+
+def _sizes_written_in(error: LearnerError) -> bool:
+    """Whether the learner's error is a reshape that did not fit: the mark of sizes written in."""
+    message = str(error.error)
+    return isinstance(error.error, RuntimeError) and "invalid for input of size" in message
 
 
 # A second layer of other sizes: an answer with the first layer's h, d, d_c or E written in fails here.
@@ -152,6 +205,12 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
         "the heads are read interleaved (every h-th row): head i is rows i·d .. (i + 1)·d - 1 of W_Q and W_UK, "
         "weight.view(h, d, ...).": layer.k_up.weight.view(d, h, d_c).transpose(0, 1).transpose(1, 2)
         @ layer.q_proj.weight.view(d, h, E).transpose(0, 1),
+        "W_Q's heads are read interleaved (every h-th row) while W_UK's are read in blocks: both are (h·d, ...) "
+        "with head i in rows i·d .. (i + 1)·d - 1, so split them the same way.": w_uk.transpose(1, 2)
+        @ layer.q_proj.weight.view(d, h, E).transpose(0, 1),
+        "W_Q was split as if it were stored (E, h·d): q_proj.weight is (h·d, E), nn.Linear's (out, in), so "
+        "head i's block is d ROWS of E numbers; a view as (h, E, d) cuts the rows across heads.": w_uk.transpose(1, 2)
+        @ layer.q_proj.weight.view(h, E, d).transpose(1, 2),
     }
     output = {
         "the output was folded with W_UK: a head's output is weights · values, v_i = W_UV,i c, so the output "
@@ -162,7 +221,31 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
         .sum(0, keepdim=True)
         .expand(h, E, d_c),
     }
+    query[_rolled_hint("W_UK", "W_Q")] = _rolled(w_uk.transpose(1, 2), w_q)
+    output[_rolled_hint("W_O", "W_UV")] = _rolled(w_o, w_uv)
     return query, output
+
+
+def _rolled_hint(left_name: str, right_name: str) -> str:
+    return (
+        f"the heads are rolled by one: a head's {left_name} block met another head's {right_name} block (or the "
+        "folds came out one head off). Pair each head's blocks with the same head's, in the heads' own order."
+    )
+
+
+def _rolled(left: Tensor, right: Tensor) -> list[Tensor]:
+    """The per-head product ``left[i] @ right[i]`` with the heads of one factor, or of the result, rolled by one
+    (an index off by one somewhere in a loop over the heads): six answers that one hint names."""
+    cases = [left.roll(k, dims=0) @ right for k in (1, -1)] + [left @ right.roll(k, dims=0) for k in (1, -1)]
+    return [*cases, *((left @ right).roll(k, dims=0) for k in (1, -1))]
+
+
+def _diagnose_fold(answer: Tensor, mistakes: dict[str, Tensor | list[Tensor]], fallback: str):
+    """``diagnose``, where a mistake may stand for several answers (a list): any of them names it."""
+    for hint, results in mistakes.items():
+        if any(close(answer, result, atol=1e-8) for result in (results if isinstance(results, list) else [results])):
+            return wrong(hint)
+    return wrong(fallback)
 
 
 @learner_check
@@ -171,7 +254,16 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
 
     def body() -> str:
         layer, pristine = _absorb_case(), _absorb_case()  # the same weights; the references read the pristine one
-        answer = call_learner(absorb, layer)
+        try:
+            answer = call_learner(absorb, layer)
+        except LearnerError as error:
+            if _sizes_written_in(error):
+                raise wrong(
+                    f"your code raised {error}: the sizes written into it are not this layer's (h = 3, d = 4, "
+                    "d_c = 5, E = 12 here; SmolLM2's or the lesson's tiny layer's elsewhere). Read h, d, d_c and E "
+                    "from the layer, its config or its weights' shapes, instead of writing numbers in."
+                ) from error
+            raise
         changed = [name for name, p in layer.state_dict().items() if not torch.equal(p, pristine.state_dict()[name])]
         if changed:  # the references below would otherwise fold the changed weights and agree with the answer
             raise wrong(
@@ -183,6 +275,17 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
         query, output = (
             as_tensor(a, name) for a, name in zip(answer, ("query_to_latent", "latent_to_out"), strict=True)
         )
+        if tuple(query.shape) == (3, 12, 5) and tuple(output.shape) == (3, 5, 12):
+            want_query, want_output = reference_absorbed_weights(pristine)
+            if close(query, want_output, atol=1e-8) and close(output, want_query, atol=1e-8):
+                raise wrong(
+                    "the two folds are right but in swapped order: return (query_to_latent, latent_to_out), the "
+                    "query's fold (h, d_c, E) first and the output's (h, E, d_c) second."
+                )
+            raise wrong(
+                "both folds are transposed: query_to_latent is (h, d_c, E), a map from x (E) into c's space, and "
+                "latent_to_out (h, E, d_c), a map from c's space back to E features."
+            )
         if tuple(query.shape) == (3, 12, 5):
             raise wrong(
                 "query_to_latent is (h, E, d_c): transpose it, (h, d_c, E), so that it maps x (E) to c's space."
@@ -194,9 +297,11 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
         expected_query, expected_output = reference_absorbed_weights(pristine)
         query_mistakes, output_mistakes = _absorb_mistakes(pristine)
         if not close(query, expected_query, atol=1e-8):
-            raise diagnose(query, query_mistakes, "query_to_latent[i] should be W_UK,iᵀ W_Q,i, (d_c, d) @ (d, E).")
+            raise _diagnose_fold(
+                query, query_mistakes, "query_to_latent[i] should be W_UK,iᵀ W_Q,i, (d_c, d) @ (d, E)."
+            )
         if not close(output, expected_output, atol=1e-8):
-            raise diagnose(output, output_mistakes, "latent_to_out[i] should be W_O,i W_UV,i, (E, d) @ (d, d_c).")
+            raise _diagnose_fold(output, output_mistakes, "latent_to_out[i] should be W_O,i W_UV,i, (E, d) @ (d, d_c).")
         expected = reference_absorbed_weights(_absorb_case(OTHER_SIZES))
         sizes = (
             "right for one layer, wrong for a layer of other sizes (h = 2, d = 3, d_c = 7, E = 10): read h, d, "

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from course.exercises.feedback import (
+    LearnerError,
     Verdict,
+    _Wrong,
     as_tensor,
     call_learner,
     close,
@@ -40,6 +42,42 @@ SWAPPED = (
     "the names are swapped: that is logit(S) − logit(IO). The logit difference is positive when the model prefers "
     "the indirect object (the name that appears once) to the subject."
 )
+
+
+def _one_tensor(result: object, name: str, shape: str) -> Tensor:
+    """The learner's result as a tensor; a list or tuple of numbers (or of 0-d tensors) is refused, as numpy is:
+    the lesson indexes, averages and plots these results as tensors."""
+    if isinstance(result, list | tuple):
+        kinds = sorted({type(item).__name__ for item in result})
+        raise wrong(
+            f"{name}: return one tensor {shape}, got a {type(result).__name__} of {len(result)} "
+            f"{'/'.join(kinds) or 'items'}: build the numbers in one tensor operation over the prompts (or stack "
+            "them into a tensor), so that the lesson can average, index and plot them."
+        )
+    return as_tensor(result, name)
+
+
+def _sizes_hint(error: LearnerError, sizes: str) -> _Wrong | None:
+    """A reshape that does not fit the check's small tensors: the mark of SmolLM2's sizes written in."""
+    message = str(error.error)
+    if isinstance(error.error, RuntimeError) and "invalid for input of size" in message:
+        return wrong(
+            f"your code raised {error}: the sizes written into it are not the inputs' ({sizes} here; SmolLM2's "
+            "are others). Read them from the tensors' shapes instead of writing numbers in."
+        )
+    return None
+
+
+def _diagnose(answer: Tensor, mistakes: dict[str, Callable[[], Tensor | list[Tensor]]], fallback: str) -> _Wrong:
+    """``feedback.diagnose``, where one mistake may stand for several answers (a list; any of them names it)."""
+    for hint, result in mistakes.items():
+        try:
+            results = result() if callable(result) else result
+        except (RuntimeError, ValueError, IndexError):
+            continue
+        if any(close(answer, one) for one in (results if isinstance(results, list) else [results])):
+            return wrong(hint)
+    return wrong(fallback)
 
 
 def _paired(table: Tensor, io: Tensor, s: Tensor) -> Tensor:
@@ -115,8 +153,8 @@ def check_logit_difference(logit_difference: Callable[[Tensor, Tensor, Tensor], 
         N, T, V = 5, 4, 9
         logits = 2 * torch.randn(N, T, V, dtype=torch.float64, generator=generator)
         io, s = _names(N)
-        answer = as_tensor(
-            call_learner(logit_difference, logits.clone(), io.clone(), s.clone()), "the logit differences"
+        answer = _one_tensor(
+            call_learner(logit_difference, logits.clone(), io.clone(), s.clone()), "the logit differences", "(N,)"
         )
         right = reference_logit_difference(logits, io, s)
         if answer.dim() == 0:
@@ -200,6 +238,16 @@ def _lens_mistakes(
         "difference.": lambda: torch.stack(
             [_paired(torch.softmax(norm(r) @ unembedding.T, dim=-1), io, s).mean() for r in residuals]
         ),
+        "the final norm was applied twice: the output layer reads the residual after ONE pass through the "
+        "final norm; the residuals given are the norm's inputs, none of them normed yet.": (
+            lambda: read(norm(norm(residuals)))
+        ),
+        "the norm was applied to the direction W_U[IO] − W_U[S] (alone, or as well as to the residual): the "
+        "direction is a difference of two rows of the output layer, which multiplies the NORMED residual; the "
+        "norm belongs to the residual alone.": lambda: [
+            (residuals * norm(direction)).sum(-1).mean(-1),
+            (norm(residuals) * norm(direction)).sum(-1).mean(-1),
+        ],
         "every entry is the same number, the last residual's: entry l is read from residual l (the residual "
         "entering block l; the last, the final norm's input).": lambda: right[-1].expand_as(right),
     }
@@ -223,8 +271,11 @@ def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
         unembedding = torch.randn(V, E, dtype=torch.float64, generator=generator)
         io, s = _names(N)
         args = (residuals.clone(), norm, unembedding.clone(), io.clone(), s.clone())
-        result = _call_with_norm(logit_lens, args, at=1)
-        answer = as_tensor(result, "the logit lens")
+        try:
+            result = _call_with_norm(logit_lens, args, at=1)
+        except LearnerError as error:
+            raise (_sizes_hint(error, f"n_layers + 1 = {n_layers + 1}, N = {N}, E = {E}") or error) from error
+        answer = _one_tensor(result, "the logit lens", "(n_layers + 1,)")
         right = reference_logit_lens(residuals, norm, unembedding, io, s)
         entries = n_layers + 1
         if answer.dim() == 0:
@@ -245,7 +296,7 @@ def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
                 "each residual read through the final norm (its own scale) and the output layer: "
                 f"{[round(x, 2) for x in right.tolist()]} on the check's residuals."
             )
-        raise diagnose(
+        raise _diagnose(
             answer,
             _lens_mistakes(residuals, norm, unembedding, io, s),
             "for each residual: the final norm, then the output layer's logits, then logit(IO) − logit(S) per "
@@ -283,6 +334,9 @@ def _head_mistakes(
     def read(written: Tensor) -> Tensor:
         return (written * direction).sum(-1).mean(-1)
 
+    def rolled_writes(k: int) -> Tensor:
+        return torch.einsum("nhd,ehd->hne", head_outputs.roll(k, dims=1), out_weight.unflatten(1, (h, d)))
+
     right = reference_head_attribution(head_outputs, out_weight, final_residual, norm, direction)
     return {
         "the norm's scale was recomputed from each head's own write: the final norm divides the WHOLE residual by "
@@ -304,6 +358,21 @@ def _head_mistakes(
                 torch.einsum("nhd,edh->hne", head_outputs, out_weight.unflatten(1, (d, h))) * scale * norm.weight
             )
         ),
+        "the heads are rolled by one: head k's output met head k ± 1's block of columns (or the results came out "
+        "one head off). Head k's output goes through its own columns k·d .. (k + 1)·d − 1.": lambda: [
+            *(read(rolled_writes(k) * scale * norm.weight).roll(j) for k in (1, -1) for j in (0, 1, -1)),
+            *(right.roll(k) for k in (1, -1)),
+        ],
+        "the final norm was applied again after the frozen scale (or the norm module called on a head's write): "
+        "each part is scaled ONCE, by the full residual's 1/RMS and by the norm's weight.": lambda: [
+            read(norm(writes * scale * norm.weight)),
+            read(norm(writes) * scale * norm.weight),
+        ],
+        "the norm was applied to the direction: the direction W_U[IO] − W_U[S] is two rows of the output layer, "
+        "which reads the NORMED residual; the frozen scale and the norm's weight go on the heads' writes.": lambda: [
+            (writes * norm(direction)).sum(-1).mean(-1),
+            (writes * scale * norm.weight * norm(direction)).sum(-1).mean(-1),
+        ],
         "the sign is flipped, as if the names were swapped: read the push along the direction as given "
         "(the IO row of the unembedding minus the S row), so that a positive number helps the right name.": (
             lambda: -right
@@ -332,8 +401,11 @@ def check_head_attribution(head_attribution: Callable[..., Tensor]) -> Verdict:
         norm = _random_norm(E, generator)
         direction = torch.randn(N, E, dtype=torch.float64, generator=generator)
         args = (head_outputs.clone(), out_weight.clone(), final_residual.clone(), norm, direction.clone())
-        result = _call_with_norm(head_attribution, args, at=3)
-        answer = as_tensor(result, "the heads' pushes")
+        try:
+            result = _call_with_norm(head_attribution, args, at=3)
+        except LearnerError as error:
+            raise (_sizes_hint(error, f"N = {N}, h = {h}, d = {d}, E = {E}") or error) from error
+        answer = _one_tensor(result, "the heads' pushes", "(h,)")
         right = reference_head_attribution(head_outputs, out_weight, final_residual, norm, direction)
         if answer.dim() == 0:
             if close(answer, right.sum()):
@@ -351,7 +423,7 @@ def check_head_attribution(head_attribution: Callable[..., Tensor]) -> Verdict:
                 f"{[round(x, 3) for x in right.tolist()]} on the check's layer; with the embedding's and every "
                 "MLP's, such parts add up to the logit difference."
             )
-        raise diagnose(
+        raise _diagnose(
             answer,
             _head_mistakes(head_outputs, out_weight, final_residual, norm, direction),
             "for each head: its output through its own d columns of out_weight, divided by the full residual's "

@@ -30,8 +30,16 @@ from helpers.analysis.circuits import record_head_outputs
 from helpers.analysis.ioi import IOIBatch
 from helpers.gpt import GPT
 from helpers.norms import RMSNorm
+from helpers.rotary import rotary_cos_sin, rotate_pairs
 
-__all__ = ["Attribution", "direct_logit_attribution", "logit_lens", "residual_stream"]
+__all__ = [
+    "Attribution",
+    "ScoreAttribution",
+    "direct_logit_attribution",
+    "logit_lens",
+    "query_attribution",
+    "residual_stream",
+]
 
 
 def _check_model(model) -> None:
@@ -149,3 +157,117 @@ def direct_logit_attribution(model: GPT, batch: IOIBatch, per_prompt: bool = Fal
     if per_prompt:
         return parts
     return Attribution(*(t.mean(dim=-1) for t in (embedding, heads, mlps, final_bias, total)))
+
+
+@dataclass
+class ScoreAttribution:
+    """One receiver head's score difference, split over the parts of the residual that make its query (means over
+    prompts, or with a last dim N): ``embedding``, ``heads`` (layer, h) for the receiver's earlier layers, ``mlps``
+    (layer,), ``bias`` (the receiver's pre-attention LayerNorm bias; 0 for RMSNorm) and ``total``, the score
+    difference the model computed, which the parts add up to. Scores are pre-softmax, q·k / √d."""
+
+    embedding: Tensor
+    heads: Tensor
+    mlps: Tensor
+    bias: Tensor
+    total: Tensor
+
+    def parts_sum(self) -> Tensor:
+        return self.embedding + self.heads.sum(dim=(0, 1)) + self.mlps.sum(dim=0) + self.bias
+
+
+def _at(x: Tensor, positions: Tensor) -> Tensor:
+    """x (N, T, ...) read at one position per prompt, positions (N,) -> (N, ...)."""
+    return x[torch.arange(x.size(0)), positions]
+
+
+def _per_prompt_positions(value, N: int, T: int, name: str) -> Tensor:
+    positions = torch.full((N,), value) if isinstance(value, int) else torch.as_tensor(value)
+    if positions.shape != (N,) or positions.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{name} must be an int or an (N,) = ({N},) tensor of positions, got {value!r}")
+    if bool((positions < 0).any()) or bool((positions >= T).any()):
+        raise ValueError(f"{name} must be positions in 0 .. {T - 1}, got {positions.tolist()}")
+    return positions.long()
+
+
+@torch.no_grad()
+def query_attribution(
+    model: GPT,
+    ids: Tensor,
+    receiver: tuple[int, int],
+    query_position,
+    keys: tuple,
+    per_prompt: bool = False,
+) -> ScoreAttribution:
+    """Split query head ``receiver`` = (layer L, head k)'s score for key position ``keys[0]`` minus its score for
+    ``keys[1]``, both from ``query_position``, over the parts of the residual entering layer L there: the
+    embedding, every head of layers 0 .. L − 1 and every MLP before L (lesson 12: a name mover's score for S2
+    minus its score for the IO, from END).
+
+    ids (N, T); positions are ints (one for every prompt) or (N,) tensors. The keys are the clean run's, as the
+    model computed them (rotated at their positions; query head k reads key/value head k // g); only the query is
+    split. The query is linear in the residual once block L's first norm has its scale frozen at the full
+    residual's value (as direct logit attribution freezes the final norm's): each part goes through that frozen
+    norm, W_Q's rows of head k and the rotation at the query's position, so the parts add up to the score
+    difference exactly. Returns a ``ScoreAttribution``, means over the prompts unless ``per_prompt``."""
+    _check_model(model)
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be token ids (N, T), got shape {tuple(ids.shape)}")
+    N, T = ids.shape
+    config = model.config
+    layer, head = receiver
+    if not (isinstance(layer, int) and 0 < layer < config.num_layers and isinstance(head, int)):
+        raise ValueError(f"receiver must be (layer, head) with a layer in 1 .. {config.num_layers - 1}, got {receiver}")
+    if not 0 <= head < config.num_heads:
+        raise ValueError(f"receiver head must be in 0 .. {config.num_heads - 1}, got {head}")
+    if not (isinstance(keys, tuple | list) and len(keys) == 2):
+        raise ValueError(f"keys must be two key positions (the score of the first minus the second's), got {keys!r}")
+    query_at = _per_prompt_positions(query_position, N, T, "query_position")
+    first, second = (_per_prompt_positions(p, N, T, "a key position") for p in keys)
+    if bool((first > query_at).any()) or bool((second > query_at).any()):
+        raise ValueError("a causal query reads only keys at or before it: every key position must be <= the query's")
+    block = model.blocks[layer]
+    projections = [b.attention.projections.out_proj for b in model.blocks[:layer]]
+    h, d = config.num_heads, config.head_dim
+    with _recording(model) as recorded, record_head_outputs(projections, h) as heads_out:
+        model(ids)
+    full = _at(recorded["residual"][layer], query_at)  # (N, E): the residual block L's norm sees at the query
+    linear, bias = _frozen_norm(block.norm1, full)
+    p = block.attention.projections
+    w_q = p.q_proj.weight[head * d : (head + 1) * d]  # (d, E): head k's rows of W_Q (no bias in the GPT)
+    if config.positions == "rotary":
+        positions = torch.arange(T)
+        cos, sin = rotary_cos_sin(positions, d, config.rotary_base, full.dtype)  # (T, d / 2)
+
+        def rotate(x: Tensor, at: Tensor) -> Tensor:  # (..., N, d) at (N,) positions: rotation is linear
+            return rotate_pairs(x[..., None, :], cos[at][:, None], sin[at][:, None])[..., 0, :]
+    else:
+
+        def rotate(x: Tensor, at: Tensor) -> Tensor:
+            return x
+
+    # The keys, as the model computes them: block L's norm of the residual at each key position, W_K's rows of
+    # key/value head k // g, rotated at that position.
+    kv = head // (h // config.num_kv_heads)
+    w_k = p.k_proj.weight[kv * d : (kv + 1) * d]  # (d, E)
+
+    def key(at: Tensor) -> Tensor:
+        return rotate(block.norm1(_at(recorded["residual"][layer], at)) @ w_k.T, at)  # (N, d)
+
+    difference = (key(first) - key(second)) / d**0.5  # (N, d): the score difference reads the query along this
+
+    def push(part: Tensor) -> Tensor:  # (..., N, E) -> (..., N)
+        return (rotate(linear(part) @ w_q.T, query_at) * difference).sum(-1)
+
+    embedding = push(_at(recorded["residual"][0], query_at))
+    mlps = push(torch.stack([_at(m, query_at) for m in recorded["mlp"][:layer]]))  # (L, N)
+    weights = torch.stack([o.weight.view(o.out_features, h, d) for o in projections])  # (L, E, h, d)
+    outputs = torch.stack([_at(o, query_at) for o in heads_out])  # (L, N, h, d)
+    heads = push(torch.einsum("lnhd,lehd->lhne", outputs, weights))  # (L, h, N)
+    query = rotate(block.norm1(full) @ w_q.T, query_at)  # (N, d): the query the model computed
+    total = (query * difference).sum(-1)
+    score_bias = (rotate(bias @ w_q.T, query_at) * difference).sum(-1)
+    parts = ScoreAttribution(embedding, heads, mlps, score_bias, total)
+    if per_prompt:
+        return parts
+    return ScoreAttribution(*(t.mean(dim=-1) for t in (embedding, heads, mlps, score_bias, total)))

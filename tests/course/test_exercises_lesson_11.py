@@ -53,12 +53,26 @@ def _scaled_all(factor_of_layers: bool, factor: float):
     return cache_bytes
 
 
+def _keys_only_but_mla(kind, n_layers, h, h_kv, d, d_c, d_R):
+    """Keys counted without values for the three kinds that cache keys; MLA's latent right: told apart from
+    counting numbers instead of bytes (which halves MLA's too) only by looking at every kind."""
+    right = reference_cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R)
+    return right if kind == "MLA" else right // 2
+
+
 @pytest.mark.parametrize(
     "mistake, fragments",
     [
         (_scaled_all(False, 1), ["MHA", "multiply by n_layers"]),
         (_scaled_all(True, 8), ["in bits"]),
-        (_scaled_all(True, 0.5), ["only the keys"]),
+        (_scaled_all(True, 0.5), ["numbers, not bytes", "MLA's latent included"]),
+        (_scaled_all(True, 2), ["4 bytes a number"]),
+        (_keys_only_but_mla, ["only the keys"]),
+        (
+            _wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * h * (d_c + d_R) * 2),
+            ["counted per head"],
+        ),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + d_R) * 4), ["4 bytes a number"]),
         (_wrong_for("GQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["GQA", "h_kv key/value"]),
         (_wrong_for("MQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["MQA", "ONE key"]),
         (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (2 * d_c + d_R) * 2), ["ONE latent"]),
@@ -77,6 +91,19 @@ def test_a_non_number_is_refused():
         return "many"
 
     assert_hint(check_cache_bytes(cache_bytes), "an int")
+
+
+@pytest.mark.parametrize(
+    "convert, fragment",
+    [(float, "got a float"), (torch.tensor, "got a tensor"), (lambda n: torch.tensor(float(n)), "got a tensor")],
+)
+def test_a_right_number_of_another_type_is_refused_as_numpy_is(convert, fragment):
+    """One rule for every type: numpy's numbers were refused while a float or a tensor of the right value passed."""
+
+    def cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R):
+        return convert(reference_cache_bytes(kind, n_layers, h, h_kv, d, d_c, d_R))
+
+    assert_hint(check_cache_bytes(cache_bytes), "as an int", fragment)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +165,53 @@ def _transposed_output(layer):
     return q, o.transpose(1, 2)
 
 
+def _folds_in_swapped_order(layer):
+    q, o = reference_absorbed_weights(layer)
+    return o, q
+
+
+def _both_transposed(layer):
+    q, o = reference_absorbed_weights(layer)
+    return q.transpose(1, 2), o.transpose(1, 2)
+
+
+def _query_rows_as_columns(layer):
+    h, d, E, _, _, w_uk, *_ = _pieces(layer)
+    w_q = layer.q_proj.weight.view(h, E, d).transpose(1, 2)  # the (h·d, E) weight read as if it were (E, h·d)
+    return w_uk.transpose(1, 2) @ w_q, reference_absorbed_weights(layer)[1]
+
+
+def _query_interleaved_only(layer):
+    h, d, E, _, _, w_uk, *_ = _pieces(layer)
+    w_q = layer.q_proj.weight.view(d, h, E).transpose(0, 1)  # every h-th row; W_UK's blocks right
+    return w_uk.transpose(1, 2) @ w_q, reference_absorbed_weights(layer)[1]
+
+
+def _rolled(which, shift):
+    def absorb(layer):
+        *_, w_q, w_uk, w_uv, w_o = _pieces(layer)
+        if which == "W_Q":
+            return w_uk.transpose(1, 2) @ w_q.roll(shift, 0), w_o @ w_uv
+        if which == "W_UK":
+            return w_uk.roll(shift, 0).transpose(1, 2) @ w_q, w_o @ w_uv
+        if which == "W_UV":
+            return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv.roll(shift, 0)
+        return w_uk.transpose(1, 2) @ w_q, (w_o @ w_uv).roll(shift, 0)
+
+    return absorb
+
+
 @pytest.mark.parametrize(
     "mistake, fragments",
     [
+        (_folds_in_swapped_order, ["swapped order"]),
+        (_both_transposed, ["both folds are transposed"]),
+        (_query_rows_as_columns, ["W_Q was split as if it were stored (E, h·d)"]),
+        (_query_interleaved_only, ["W_Q's heads are read interleaved"]),
+        (_rolled("W_Q", 1), ["rolled by one", "W_UK block"]),
+        (_rolled("W_UK", -1), ["rolled by one", "W_UK block"]),
+        (_rolled("W_UV", 1), ["rolled by one", "W_O block"]),
+        (_rolled("output", -1), ["rolled by one", "W_O block"]),
         (_swapped, ["folded with W_UV"]),
         (_scaled, ["scale"]),
         (_summed_query, ["summed over the heads"]),
@@ -237,3 +308,14 @@ def test_absorbing_with_the_checks_sizes_written_in_is_refused():
         return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv
 
     assert_hint(check_absorbed_weights(hard_coded), "wrong for a layer of other sizes")
+
+
+def test_absorbing_with_other_sizes_written_in_that_raise_is_named():
+    """SmolLM2's sizes written in raise inside the answer on the check's layer: named as sizes written in, not as a
+    bare error."""
+
+    def smollm2_sizes(layer):
+        w_q, w_uk = layer.q_proj.weight.view(9, 64, 576), layer.k_up.weight.view(9, 64, 384)
+        return w_uk.transpose(1, 2) @ w_q, w_uk
+
+    assert_hint(check_absorbed_weights(smollm2_sizes), "your code raised RuntimeError", "instead of writing numbers in")

@@ -67,6 +67,8 @@ def test_the_reference_logit_difference_passes_log_softmax_too_and_a_stub_is_not
         (lambda logits, io, s: logits[:, :, io].diagonal(dim1=0, dim2=2).T - logits[:, :, s].diagonal(dim1=0, dim2=2).T,
          ["prompt and position, (N, T)"]),
         (lambda logits, io, s: _pick(logits[:, -1], io, s) + 0.5, ["Expected ["]),
+        (lambda logits, io, s: _pick(logits[:, -1], io, s).tolist(), ["return one tensor (N,)", "list of 5 float"]),
+        (lambda logits, io, s: list(_pick(logits[:, -1], io, s)), ["return one tensor (N,)", "list of 5 Tensor"]),
     ],
 )  # fmt: skip
 def test_each_logit_difference_mistake_is_named(mistake, fragments):
@@ -120,6 +122,12 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
         (_edits_the_norm, ["final norm was changed in place"]),
         (lambda r, norm, u, io, s: (norm(r) @ u)[..., 0], ["your code raised RuntimeError"]),
         (lambda *a: reference_logit_lens(*a).mean(), ["got a single number"]),
+        (_lens(lambda r, norm, last: norm(norm(r))), ["applied twice"]),
+        (lambda r, norm, u, io, s: ((r * norm(u[io] - u[s])).sum(-1)).mean(-1), ["applied to the direction"]),
+        (lambda r, norm, u, io, s: ((norm(r) * norm(u[io] - u[s])).sum(-1)).mean(-1), ["applied to the direction"]),
+        (lambda *a: reference_logit_lens(*a).tolist(), ["return one tensor (n_layers + 1,)"]),
+        (lambda r, norm, u, io, s: reference_logit_lens(r.view(31, -1, 576), norm, u, io, s),
+         ["your code raised RuntimeError", "instead of writing numbers in"]),
     ],
 )  # fmt: skip
 def test_each_logit_lens_mistake_is_named(mistake, fragments):
@@ -163,6 +171,23 @@ def full(written, writes, final_residual, eps):
     return _rms(final_residual, eps)
 
 
+def _heads_normed_twice(head_outputs, out_weight, final_residual, norm, direction):
+    h, d = head_outputs.shape[1:]
+    writes = torch.einsum("nhd,ehd->nhe", head_outputs, out_weight.view(-1, h, d))
+    return (norm(writes * _rms(final_residual, norm.eps)[:, None] * norm.weight) * direction[:, None]).sum(-1).mean(0)
+
+
+def _heads_normed_direction(head_outputs, out_weight, final_residual, norm, direction):
+    h, d = head_outputs.shape[1:]
+    writes = torch.einsum("nhd,ehd->nhe", head_outputs, out_weight.view(-1, h, d))
+    return (writes * norm(direction)[:, None]).sum(-1).mean(0)
+
+
+def _smollm2_sizes(head_outputs, out_weight, final_residual, norm, direction):
+    blocks = out_weight.view(576, 9, 64)  # SmolLM2's E, h and d written in
+    return reference_head_attribution(head_outputs, blocks.flatten(1), final_residual, norm, direction)
+
+
 def test_the_reference_head_attribution_passes_and_a_stub_is_not_attempted():
     assert check_head_attribution(reference_head_attribution).passed
     assert check_head_attribution(_heads(columns, full)).passed
@@ -184,6 +209,12 @@ def test_the_reference_head_attribution_passes_and_a_stub_is_not_attempted():
         (lambda *a: _heads(columns, full, over_prompts="none")(*a).T, ["per head and prompt, (5, 3)"]),
         (lambda *a: reference_head_attribution(*a).sum(), ["heads' pushes added up"]),
         (lambda *a: reference_head_attribution(*a) * 2, ["Expected ["]),
+        (_heads(lambda w, o, k, h, d: columns(w, o, (k + 1) % h, h, d), full), ["rolled by one"]),
+        (lambda *a: reference_head_attribution(*a).roll(1), ["rolled by one"]),
+        (_heads_normed_twice, ["applied again after the frozen scale"]),
+        (_heads_normed_direction, ["applied to the direction"]),
+        (_smollm2_sizes, ["your code raised RuntimeError", "instead of writing numbers in"]),
+        (lambda *a: reference_head_attribution(*a).tolist(), ["return one tensor (h,)"]),
     ],
 )
 def test_each_head_attribution_mistake_is_named(mistake, fragments):

@@ -463,16 +463,21 @@ def test_the_cache_bytes_check_reports_an_error_the_answer_raised(error):
     assert verdict.status == "wrong" and CHECK_BUG not in verdict.message and error in verdict.message, verdict
 
 
-def test_the_cache_bytes_check_passes_a_float_or_a_one_number_tensor_and_leaves_the_random_stream_alone():
-    def as_float(*args, **kwargs):
+def test_the_cache_bytes_check_wants_an_int_as_it_wants_no_numpy_and_leaves_the_random_stream_alone():
+    """One rule for every type (issue 45): numpy's integers were refused while a float or a one-number tensor of
+    the right value passed; now each is told to return an int."""
+
+    def drawing(*args, **kwargs):
         torch.randn(3)  # the learner's code may draw random numbers: the check's fork keeps them from the notebook
-        return float(reference_cache_bytes(*args, **kwargs))
+        return reference_cache_bytes(*args, **kwargs)
 
     torch.manual_seed(9)
     before = torch.random.get_rng_state()
-    assert check_cache_bytes(as_float).passed
-    assert check_cache_bytes(lambda *a, **k: torch.tensor(reference_cache_bytes(*a, **k))).passed
+    assert check_cache_bytes(drawing).passed
     assert torch.equal(torch.random.get_rng_state(), before)
+    for other in (float, torch.tensor):
+        verdict = check_cache_bytes(lambda *a, other=other, **k: other(reference_cache_bytes(*a, **k)))
+        assert verdict.status == "wrong" and "as an int" in verdict.message, verdict
 
 
 # --- one policy for every check (issue 35): numpy refused, inputs left alone, the generator used ---------------
