@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit lint notebooks setup benchmark corpus release site student-copies clean
+.PHONY: lab test unit lint notebooks setup benchmark corpus release site student-copies other-seeds clean
 
 # A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
 # editable install points there) while make sees nothing to do. So ask the venv's python where it finds
@@ -70,6 +70,11 @@ unit: $(STAMP)  ## unit tests only (no kernels, browsers, subprocesses or real m
 # tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow).
 student-copies: $(STAMP)  ## execute every lesson's student copy in full: only the exercises may fail
 	COURSE_STUDENT_COPIES=full MPLBACKEND=Agg $(BIN)/python -m pytest tests/course/test_student_copies.py -q
+
+# Every lesson whose entry in course/lessons.py names a seed variable, run again with its other seed (every claim
+# must hold there too): a whole lesson each, so CI runs it weekly, beside student-copies, and `make test` skips it.
+other-seeds: $(STAMP)  ## run every seeded lesson top to bottom with another seed (course/lessons.py)
+	COURSE_OTHER_SEEDS=1 MPLBACKEND=Agg $(BIN)/python -m pytest tests/test_other_seeds.py -q $(PARALLEL)
 
 # The GitHub workflow cannot run here, so it is linted: its schema (check-jsonschema's copy of GitHub's, offline)
 # and what zizmor audits (pinned actions, permissions, injection); --offline: zizmor asks GitHub nothing.
