@@ -105,7 +105,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("05_transformer_blocks.ipynb", "transformer blocks"),
     Lesson("06_translation.ipynb", "translation", budget_s=150, grading_timeout_s=240, test_s=81,
            needs=("chromium",)),
-    Lesson("07_attention_at_scale.ipynb", "attention at scale", budget_s=90, grading_timeout_s=90, test_s=25),
+    Lesson("07_attention_at_scale.ipynb", "attention at scale", budget_s=90, test_s=25),
     Lesson("08_pretrained_model.ipynb", "a real pretrained model", budget_s=90, grading_timeout_s=90, test_s=49,
            needs=("minilm",), exports_checks=True),
     Lesson("09_language_model.ipynb", "a real language model", budget_s=120, grading_timeout_s=90, test_s=97,
