@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/guide_numbers.py --write-guide-only    # measure nothing: rewrite the guide's blocks
 
 Measures how long each lesson runs top to bottom in a fresh kernel (``notebook_times.run``: wall and kernel CPU
-seconds, as CI's nbval run costs) and what ``make site`` prints (lessons, head views, seconds, megabytes), each
+seconds, as CI's nbval run costs, and its slowest cell's seconds, from which its grading timeout in
+course/lessons.py is set) and what ``make site`` prints (lessons, head views, seconds, megabytes), each
 stored with its date and the load average of the minute before (``os.getloadavg``) in
 ``benchmarks/guide_numbers.json``. Then the guide's blocks between ``<!-- guide-numbers:NAME -->`` and
 ``<!-- /guide-numbers -->`` in docs/teaching.md are rewritten from that file; ``tests/test_guide_numbers.py``
@@ -35,6 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from notebook_times import BUDGET_S, run  # noqa: E402
 
 from course.assignments import find_exercises  # noqa: E402
+from course.lessons import DEFAULT_BUDGET_S, grading_timeout  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "guide_numbers.json"
 GUIDE = ROOT / "docs" / "teaching.md"
@@ -49,8 +51,8 @@ def _now() -> dict:
 
 def measure_lesson(path: Path) -> dict:
     before = _now()
-    wall, cpu = run(path)
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), **before}
+    wall, cpu, slowest = run(path)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "slowest_cell_s": round(slowest, 1), **before}
 
 
 def measure_site() -> dict:
@@ -79,20 +81,26 @@ def lesson_counts(path: Path) -> dict:
 
 def lessons_block(results: dict) -> str:
     rows = [
-        "| lesson | machine: wall (s) | machine: kernel CPU (s) | CI budget (s) | prose (words) | code cells "
-        "| exercises (solution lines) | measured (load average) |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| lesson | machine: wall (s) | machine: kernel CPU (s) | slowest cell (s) | CI budget (s) "
+        "| grading timeout (s) | prose (words) | code cells | exercises (solution lines) | measured (load average) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for path in sorted((ROOT / "notebooks").glob(LESSON_GLOB)):
         timing = results.get("lessons", {}).get(path.stem)
         counts = lesson_counts(path)
-        wall, cpu, when = (
-            (f"{timing['wall_s']:.1f}", f"{timing['cpu_s']:.1f}", f"{timing['at']} ({timing['load_1min']})")
+        wall, cpu, slowest, when = (
+            (
+                f"{timing['wall_s']:.1f}",
+                f"{timing['cpu_s']:.1f}",
+                f"{timing['slowest_cell_s']:.1f}" if "slowest_cell_s" in timing else "not measured",
+                f"{timing['at']} ({timing['load_1min']})",
+            )
             if timing
-            else ("not measured", "", "")
+            else ("not measured", "", "", "")
         )
         rows.append(
-            f"| [{path.stem}](../notebooks/{path.name}) | {wall} | {cpu} | {BUDGET_S.get(path.name[:2], 60)} "
+            f"| [{path.stem}](../notebooks/{path.name}) | {wall} | {cpu} | {slowest} "
+            f"| {BUDGET_S.get(path.name[:2], DEFAULT_BUDGET_S)} | {grading_timeout(path.name)} "
             f"| {counts['words']:,} | {counts['code_cells']} | {counts['exercises']} ({counts['lines']}) | {when} |"
         )
     return "\n".join(rows) + "\n"

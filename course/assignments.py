@@ -74,6 +74,7 @@ from course.grading.checker import (
     run_submission,
 )
 from course.grading.workers import usable_cores
+from course.lessons import DEFAULT_GRADING_TIMEOUT_S, LESSONS, UNKNOWN_LESSON_TIMEOUT_S
 from course.solution_notebooks import (
     BEGIN_MARKER,
     END_MARKER,
@@ -408,6 +409,16 @@ def _nbgrader_totals(database: Path, out: Path | None) -> int:
     return 0
 
 
+def _grading_timeouts() -> str:
+    """The lessons' grading timeouts in a phrase: the default and the lessons that have more."""
+    longer = [
+        f"{lesson.number}: {lesson.grading_timeout_s} s"
+        for lesson in LESSONS
+        if lesson.grading_timeout_s != DEFAULT_GRADING_TIMEOUT_S
+    ]
+    return f"{DEFAULT_GRADING_TIMEOUT_S} s" + (f" ({', '.join(longer)})" if longer else "")
+
+
 def _positive_int(text: str, unit: str = "second") -> int:
     try:
         value = int(text)
@@ -494,7 +505,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "submissions", nargs="+", type=Path, help="student notebooks to run (their code is executed)"
     )
     check_parser.add_argument(
-        "--timeout", type=_positive_int, default=600, help="seconds one cell may run (default: %(default)s)"
+        "--timeout",
+        type=_positive_int,
+        default=None,
+        help="seconds one cell may run (default: its lesson's grading timeout in course/lessons.py, from its "
+        f"slowest cell: {_grading_timeouts()}; {UNKNOWN_LESSON_TIMEOUT_S} s for a notebook it does not name)",
     )
     check_parser.add_argument(
         "--notebook-timeout",

@@ -27,6 +27,8 @@ matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a
 import matplotlib.pyplot as plt
 from student_copy_runs import RUN_TEST, StudentCopyInLessonKernel
 
+from course.lessons import LESSONS
+
 # Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
 # of torch's default two threads each would fight over two cores.
 # The kernels and processes a worker starts (nbval's lesson kernels, student copies, nbgrader, torchrun) inherit
@@ -62,27 +64,22 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 # `make test`), paths from the repository root. They run first, and the hundreds of quick files fill the gaps
 # after them, so that neither worker is left idle while the other finishes a long file. pytest-xdist's own order
 # (most tests first) starts the nbgrader term, 5 tests and two minutes, among the last files. `make test` passes
-# --no-loadscope-reorder to keep this order.
-SLOWEST_FIRST = [
-    "notebooks/11_latent_attention.ipynb",  # 127 s (junitxml of make test, 2 December, quiet)
-    "tests/course/test_checking_submissions.py",  # 108 s
-    "notebooks/09_language_model.ipynb",  # 97 s
-    "notebooks/06_translation.ipynb",  # 81 s
-    "tests/course/test_nbgrader_term.py",  # 80 s
-    "tests/course/test_exercises_lesson_10.py",  # 78 s: the lesson run again with another seed
-    "notebooks/10_induction_heads.ipynb",  # 69 s
-    "notebooks/12_ioi_circuit.ipynb",  # 66 s
-    "tests/test_browser.py",  # 65 s
-    "tests/models/test_language_model.py",  # 57 s
-    "notebooks/08_pretrained_model.ipynb",  # 49 s
-    "tests/models/translation/test_distributed.py",  # 37 s
-    "tests/test_site_browser.py",  # 28 s
-    "notebooks/07_attention_at_scale.ipynb",  # 25 s
-    "tests/course/test_gradebook.py",  # 24 s
-    "tests/course/test_check_sandbox.py",  # 20 s
-    "tests/tools/test_threads_processes.py",  # 14 s
-    "tests/course/test_student_copies.py",  # 12 s (the copies' exercises run in nbval's kernels)
-]
+# --no-loadscope-reorder to keep this order. The lessons' nbval runs join by their registry entries' ``test_s``
+# (course/lessons.py); the test files are here.
+SLOW_TEST_FILES_S = {
+    "tests/course/test_checking_submissions.py": 108,  # junitxml of make test, 2 December, quiet
+    "tests/course/test_nbgrader_term.py": 80,
+    "tests/test_browser.py": 65,
+    "tests/models/test_language_model.py": 57,
+    "tests/models/translation/test_distributed.py": 37,
+    "tests/test_site_browser.py": 28,
+    "tests/course/test_gradebook.py": 24,
+    "tests/course/test_check_sandbox.py": 20,
+    "tests/tools/test_threads_processes.py": 14,
+    "tests/course/test_student_copies.py": 12,  # the copies' exercises run in nbval's kernels
+}
+SLOW_S = {**{lesson.path: lesson.test_s for lesson in LESSONS if lesson.test_s}, **SLOW_TEST_FILES_S}
+SLOWEST_FIRST = sorted(SLOW_S, key=lambda path: -SLOW_S[path])
 
 
 def pytest_configure(config):

@@ -27,3 +27,18 @@ def test_ruff_skips_a_teachers_folders_and_still_lints_the_rest(tmp_path):
     (tmp_path / "course.py").write_text(UNUSED_IMPORT)  # the same mistake in the course itself is still caught
     done = subprocess.run([RUFF, "check", "."], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "course.py" in done.stdout and "alice" not in done.stdout, done.stdout
+
+
+def test_make_lint_type_checks_both_packages_and_lets_the_error_count_fall_never_grow():
+    import re
+    import tomllib
+
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["files"] == ["helpers", "course"] and mypy["check_untyped_defs"] is True
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile.split("\nlint:")[1].split("\n\n")[0]
+    assert "$(MAKE) --no-print-directory typecheck" in lint
+    allowed = re.search(r"^MYPY_ERRORS \?= (\d+)$", makefile, re.MULTILINE)
+    assert allowed and int(allowed.group(1)) <= 182, "the count of mypy errors allowed may fall, never grow"
+    recipe = makefile.split("\ntypecheck:")[1].split("\n\n")[0]
+    assert "$(BIN)/mypy" in recipe and "-gt $(MYPY_ERRORS) ]; then" in recipe and "exit 1" in recipe

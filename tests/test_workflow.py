@@ -36,6 +36,15 @@ def test_the_workflow_runs_ci_then_builds_and_uploads_the_site():
     assert "hashFiles('pyproject.toml')" in cache["key"]
 
 
+def test_the_weekly_job_runs_the_student_copies_and_the_other_seeds_and_a_push_does_not():
+    weekly = {step["run"].strip(): step.get("if", "") for step in _steps() if "run" in step}
+    for target in ("make student-copies", "make other-seeds"):
+        assert "schedule" in weekly[target] and "push" not in weekly[target], (target, weekly[target])
+    makefile = (ROOT / "Makefile").read_text()
+    assert "COURSE_OTHER_SEEDS=1" in makefile.split("\nother-seeds:")[1].split("\n\n")[0]
+    assert "COURSE_OTHER_SEEDS" not in makefile.split("\ntest:")[1].split("\n\n")[0]
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True, exist_ok=True)

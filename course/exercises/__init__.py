@@ -6,28 +6,34 @@ the answer still raises ``NotImplementedError`` (as it does in a student copy).
 Each check also returns a ``Verdict`` so tests and graders can read the result; in a notebook the
 returned verdict does not show a second time, so a check cell is just ``check_x(x)``. Checks run in
 ``torch.random.fork_rng()`` and never move the notebook's random numbers (see ``feedback.py``).
+
+The checks of the lessons whose registry entry says ``exports_checks`` (course/lessons.py: lessons 08 and 10-12)
+are importable from the package as well as from their module: ``from course.exercises import check_stack_qkv``.
 """
 
+import importlib
+
 from course.exercises.feedback import Verdict
+from course.lessons import LESSONS
 
 __all__ = ["Verdict"]
 
-# Lesson 08's checks, importable from the package as well as from their module.
-from course.exercises.lesson08 import check_previous_token_score, check_similarity_scores, check_stack_qkv
 
-__all__ += ["check_previous_token_score", "check_similarity_scores", "check_stack_qkv"]
+def _export_checks(module_name: str) -> list[str]:
+    """Put every ``check_*`` that ``module_name`` defines into this package's namespace; their names."""
+    module = importlib.import_module(f"course.exercises.{module_name}")
+    names = sorted(
+        name
+        for name, value in vars(module).items()
+        if name.startswith("check_") and getattr(value, "__module__", "") == module.__name__
+    )
+    taken = sorted(set(names) & set(globals()))
+    if taken:
+        raise ImportError(f"course.exercises.{module_name} defines {taken}, which another lesson exports already")
+    globals().update({name: getattr(module, name) for name in names})
+    return names
 
-# Lesson 10's checks.
-from course.exercises.lesson10 import check_induction_score, check_patch_hook, check_repeated_batch  # noqa: E402
 
-__all__ += ["check_induction_score", "check_patch_hook", "check_repeated_batch"]
-
-# Lesson 11's checks.
-from course.exercises.lesson11 import check_absorbed_weights, check_cache_bytes, check_cache_entry  # noqa: E402
-
-__all__ += ["check_absorbed_weights", "check_cache_bytes", "check_cache_entry"]
-
-# Lesson 12's checks.
-from course.exercises.lesson12 import check_head_attribution, check_logit_difference, check_logit_lens  # noqa: E402
-
-__all__ += ["check_head_attribution", "check_logit_difference", "check_logit_lens"]
+for _lesson in LESSONS:
+    if _lesson.exports_checks:
+        __all__ += _export_checks(f"lesson{_lesson.number}")

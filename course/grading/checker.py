@@ -55,6 +55,7 @@ from course.grading.gradebook import (
 )
 from course.grading.supervisor import sign
 from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
+from course.lessons import grading_timeout
 from course.solution_notebooks import (
     NOTEBOOKS_DIR,
     SOLUTION_ONLY_TAG,
@@ -395,7 +396,7 @@ def _supervise(job: dict, work: Path, env: dict[str, str], wall_s: float) -> dic
 
 def run_submission(
     path: str | Path,
-    timeout_s: int = 600,
+    timeout_s: int | None = None,
     notebook_timeout_s: int | None = None,
     notebooks_dir: str | Path | None = None,
     output_cap: int = OUTPUT_CAP_BYTES,
@@ -404,7 +405,8 @@ def run_submission(
 ) -> SubmissionReport:
     """Run one handed-in notebook as ``CHECK_ISOLATION`` says; a row for every exercise of its lesson.
 
-    ``timeout_s`` bounds each cell (a cell over it is interrupted and the notebook goes on),
+    ``timeout_s`` bounds each cell (a cell over it is interrupted and the notebook goes on; None: its lesson's
+    grading timeout, ``course.lessons.grading_timeout``),
     ``notebook_timeout_s`` (None: no bound) the whole notebook. ``sandboxed`` (the default) runs the kernel in
     the sandbox of :mod:`course.grading.sandbox`, each of its processes under ``memory_bytes`` of address
     space; where no sandbox can be made the notebook is not run (error rows say why) unless ``sandboxed`` is
@@ -414,6 +416,7 @@ def run_submission(
     path = Path(path)
     notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     student, lesson = student_of(path), path.stem
+    timeout_s = grading_timeout(path.name) if timeout_s is None else timeout_s
 
     def report(exercises, verdicts, problem):
         rows = []
@@ -503,7 +506,7 @@ def run_submission(
 
 
 def check_submission(
-    path: str | Path, timeout_s: int = 600, notebook_timeout_s: int | None = None, **options
+    path: str | Path, timeout_s: int | None = None, notebook_timeout_s: int | None = None, **options
 ) -> list[CheckResult]:
     """The rows of one handed-in notebook (see :func:`run_submission`, which also says what stopped it, and
     takes the ``options``: ``notebooks_dir``, ``output_cap``, ``sandboxed``, ``memory_bytes``)."""
@@ -548,7 +551,7 @@ def _print_totals(rows: Sequence[Sequence[str]]) -> None:
 
 def check_command(
     paths: Sequence[Path],
-    timeout_s: int,
+    timeout_s: int | None,
     notebook_timeout_s: int | None,
     out_dir: Path,
     notebooks_dir: Path,

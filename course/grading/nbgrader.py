@@ -4,7 +4,8 @@ per-student totals from nbgrader's gradebook.
 A notebook handed out with ``make release`` carries no nbgrader cell metadata, so nbgrader cannot tell its
 answer cells from its tests and would score it 0 ("needs manual grade") without a word. The template's
 configuration puts :class:`RefuseReleaseCopies` first in autograde's chain: such a notebook is refused, with a
-message that says which route grades it (``python -m course.assignments check``).
+message that says which route grades it (``python -m course.assignments check``). Its autograde runs each lesson's
+cells under that lesson's grading timeout (:class:`LessonTimeoutExecute`), as ``check`` does.
 
 ``check`` writes ``totals.csv`` beside its gradebook (:mod:`course.grading.gradebook`); :func:`nbgrader_totals`
 gives the nbgrader route the same table, read from nbgrader's ``gradebook.db`` after ``nbgrader autograde``: a row
@@ -21,12 +22,15 @@ from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
 from course.grading.gradebook import ALL_LESSONS, TOTALS_COLUMNS, table_text
+from course.lessons import grading_timeout
 from helpers.tools.files import write_atomically
 
 __all__ = [
     "CONFIG_TEMPLATE",
     "RefuseReleaseCopies",
     "ReleaseCopyError",
+    "autograde_preprocessors",
+    "lesson_timeout_execute",
     "nbgrader_totals",
     "write_config",
     "write_nbgrader_totals",
@@ -52,6 +56,38 @@ class RefuseReleaseCopies(Preprocessor):
                 "hand out nbgrader's own release (`nbgrader generate_assignment`) next time."
             )
         return nb, resources
+
+
+def _execute():
+    from nbgrader.preprocessors import Execute  # nbgrader is the grading extra's: imported only where it runs
+
+    return Execute
+
+
+def _configured(preprocessor, trait: str) -> bool:
+    """Whether the configuration names ``trait`` for ``preprocessor``'s class or a class it inherits from."""
+    return any(trait in preprocessor.config.get(cls.__name__, {}) for cls in type(preprocessor).mro())
+
+
+def lesson_timeout_execute():
+    """nbgrader's ``Execute`` whose cell timeout is the lesson's (``course.lessons.grading_timeout`` of the notebook
+    being graded, nbgrader's notebook id), unless the configuration sets ``ExecutePreprocessor.timeout``."""
+
+    class LessonTimeoutExecute(_execute()):
+        def preprocess(self, nb, resources=None, km=None):
+            if not _configured(self, "timeout"):
+                self.timeout = grading_timeout((resources or {}).get("nbgrader", {}).get("notebook", ""))
+            return super().preprocess(nb, resources, km)
+
+    return LessonTimeoutExecute
+
+
+def autograde_preprocessors() -> list:
+    """nbgrader's own autograde chain with its ``Execute`` replaced by :func:`lesson_timeout_execute`'s."""
+    from nbgrader.converters import Autograde
+
+    execute, ours = _execute(), lesson_timeout_execute()
+    return [ours if step is execute else step for step in Autograde.class_traits()["autograde_preprocessors"].default()]
 
 
 def write_config(course_root: Path) -> Path | None:

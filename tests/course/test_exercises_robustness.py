@@ -360,6 +360,38 @@ def test_every_lesson_module_is_found():
     assert {"lesson07", "lesson08"} <= set(_CHECK_MODULES), _CHECK_MODULES
 
 
+# The checks that RIGHT leaves out, each with where its odd answers are tested instead.
+TESTED_APART = {
+    "check_teacher_forcing": "lesson 06: tests/course/test_translation_exercises.py",
+    "check_alignment_accuracy": "lesson 06: tests/course/test_translation_exercises.py",
+    "check_similarity_scores": "returns numbers: test_the_similarity_check_survives_odd_answers below",
+    "check_layer_mapping": "lesson 09: a name for a name, tests/course/test_exercises_lesson_09.py",
+    "check_repeated_batch": "returns a batch of three tensors: test_lesson_10s_other_checks_follow_the_policy_too",
+    "check_patch_hook": "returns a hook: test_lesson_10s_other_checks_follow_the_policy_too",
+    "check_cache_bytes": "returns an int: the cache-bytes tests below",
+}
+
+
+def test_every_check_of_every_lesson_in_the_registry_is_held_here():
+    """A new lesson's checks join RIGHT (or TESTED_APART, saying where), found through course/lessons.py."""
+    from course.lessons import LESSONS
+
+    listed = {check.__name__ for check, _ in RIGHT.values()} | set(TESTED_APART)
+    missing = []
+    for lesson in LESSONS:
+        if f"lesson{lesson.number}" in _CHECK_MODULES:
+            module = importlib.import_module(f"course.exercises.lesson{lesson.number}")
+            missing += [
+                f"{module.__name__}.{name}"
+                for name, value in vars(module).items()
+                if name.startswith("check_")
+                and callable(value)
+                and value.__module__ == module.__name__
+                and name not in listed
+            ]
+    assert missing == [], f"add each to RIGHT (a right answer) or to TESTED_APART (where it is tested): {missing}"
+
+
 @pytest.mark.parametrize("check", list(_public_checks()))
 def test_every_public_check_calls_the_learner_only_through_call_learner(check):
     assert getattr(check, "__learner_check__", False), f"decorate {check.__name__} with @learner_check"

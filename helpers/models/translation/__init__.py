@@ -27,6 +27,7 @@ from helpers.models.translation.model import Seq2SeqTransformer, ablated_heads
 from helpers.models.translation.pipeline import build_translator, encode_pairs, fit
 from helpers.models.translation.training import (
     TrainingHistory,
+    TrainingOptions,
     TrainingState,
     teacher_forcing,
     train,
@@ -41,6 +42,7 @@ __all__ = [
     "Scores",
     "Seq2SeqTransformer",
     "TrainingHistory",
+    "TrainingOptions",
     "TrainingState",
     "Translation",
     "TranslationConfig",

@@ -231,6 +231,7 @@ def _interrupted(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: the options every command shares, then ``train``, ``evaluate`` and ``translate``."""
     parser = argparse.ArgumentParser(
         prog="python -m helpers.models.translation",
         description="Train, evaluate and use a German->English transformer (the course's lesson 06 model).",
@@ -250,13 +251,30 @@ def build_parser() -> argparse.ArgumentParser:
         "on a GPU, training runs in bfloat16 autocast",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,translate}")
+    _add_train(commands)
+    _add_evaluate(commands)
+    _add_translate(commands)
+    return parser
 
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    """``train``: its corpus, its length and checkpoint, how it runs, the preset's overrides."""
     train = commands.add_parser(
         "train",
         help="train a model and save the best checkpoint",
         description="Train on a corpus's training split, validate BLEU on its validation split, "
         "and keep the best weights in --out (rewritten whenever validation improves).",
     )
+    _add_training_data(train)
+    _add_length_and_output(train)
+    _add_run_options(train)
+    _add_preset_overrides(train)
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(run=run_train)
+
+
+def _add_training_data(train: argparse.ArgumentParser) -> None:
+    """Which corpus, from where (``--corpus``, ``--data-dir``, ``--download``)."""
     train.add_argument(
         "--corpus",
         choices=sorted(CORPUS_NAMES),
@@ -270,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
         "else the download cache)",
     )
     _add_download(train)
+
+
+def _add_length_and_output(train: argparse.ArgumentParser) -> None:
+    """How long (one of ``--minutes``, ``--epochs``, ``--steps``) and where the checkpoint goes."""
     length = train.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=positive_float, help="train for this many minutes of wall-clock time")
     length.add_argument("--epochs", type=positive_int, help="train for this many passes over the training split")
@@ -290,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace an existing --out file (or the .resume file beside it) even if it is not a checkpoint of this "
         "course",
     )
+
+
+def _add_run_options(train: argparse.ArgumentParser) -> None:
+    """Resuming, saving, waiting for other ranks, accumulating, and a limit for quick trials."""
     train.add_argument(
         "--resume",
         type=Path,
@@ -320,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--limit", type=positive_int, default=None, help="use only the first N training pairs (quick trials)"
     )
+
+
+def _add_preset_overrides(train: argparse.ArgumentParser) -> None:
+    """One flag per setting of the corpus preset (``TranslationConfig``), each with its old name if it had one."""
     for flag, field, kind, note in [
         ("--tokenizer", "tokenizer", str, ""),
         ("--vocab-size", "vocab_size", int_at_least(MIN_VOCAB_SIZE), ""),
@@ -356,9 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="one table for the English embedding and the output layer (captions: "
         f"{PRESETS['captions'].tie_output_embedding}, multi30k: {PRESETS['multi30k'].tie_output_embedding})",
     )
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
-    train.set_defaults(run=run_train)
 
+
+def _add_evaluate(commands: argparse._SubParsersAction) -> None:
+    """``evaluate``: a checkpoint scored with sacreBLEU."""
     evaluate_ = commands.add_parser(
         "evaluate",
         help="score a checkpoint with sacreBLEU (BLEU, chrF)",
@@ -383,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate_.set_defaults(run=run_evaluate)
 
+
+def _add_translate(commands: argparse._SubParsersAction) -> None:
+    """``translate``: sentences from the arguments or a file."""
     translate = commands.add_parser(
         "translate",
         help="translate German sentences to English",
@@ -397,7 +431,6 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy; 4 = beam search)")
     translate.add_argument("--batch-size", type=positive_int, default=250, help="sentences decoded together")
     translate.set_defaults(run=run_translate)
-    return parser
 
 
 def _add_download(command: argparse.ArgumentParser) -> None:

@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 import torch.distributed as dist
@@ -320,68 +320,102 @@ def _length(
     return total_steps, minutes * 60.0 if minutes is not None else None
 
 
-def train(
-    model: Seq2SeqTransformer,
-    examples: Sequence[Example],
-    config: TranslationConfig,
-    *,
-    steps: int | None = None,
-    epochs: int | None = None,
-    minutes: float | None = None,
-    validate: Callable[[Seq2SeqTransformer], float] | None = None,
-    on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None = None,
-    progress: bool = True,
-    log_every: int = 10,
-    accumulate: int = 1,
-    resume: dict | None = None,
-    on_state: Callable[[dict], None] | None = None,
-    state_every_minutes: float = 5.0,
-    report_every_minutes: float = 1.0,
-) -> TrainingHistory:
-    """Train ``model`` in place with :func:`train_step` and leave it holding the best validated weights.
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How one :func:`train` run goes, beside the model's ``TranslationConfig``.
 
-    Stop after ``steps`` optimiser steps, or ``epochs`` passes over ``examples``, or ``minutes`` of
-    wall-clock time (give at most one; default ``config.steps``). ``validate(model) -> score``
-    (higher is better, e.g. validation BLEU) runs every ``config.eval_every`` steps and at the end;
-    the weights with the best score are restored at the end and passed to ``on_best`` (e.g. to save a
-    checkpoint) whenever they improve. Seeded by ``config.seed``: the same call on the same machine
-    gives the same weights.
-
-    Each optimiser step averages the gradients of ``accumulate`` batches. Under ``torchrun`` (a process
-    group joined with :func:`helpers.models.translation.distributed.start`) every rank takes ``accumulate`` of
-    each step's batches and DDP averages over ranks, so P ranks equal one process with ``accumulate=P``.
-    Rank 0 alone validates, reports and calls ``on_best`` and ``on_state``.
-
-    Resuming: ``on_state(state)`` receives the whole training state (:meth:`TrainingState.to_dict`: plain
-    values and tensors; the weights are the caller's to save) every ``state_every_minutes``, after each validation
-    and at the end; ``train(..., resume=state)`` continues that run to the same end as if it had never stopped.
+    Its length: ``steps`` optimiser steps, or ``epochs`` passes over the examples, or ``minutes`` of wall-clock time
+    (at most one; none: ``config.steps``). ``validate(model) -> score`` (higher is better, e.g. validation BLEU)
+    runs every ``config.eval_every`` steps and at the end; ``on_best(model, history)`` sees each better model.
+    ``accumulate`` batches per optimiser step (per rank under ``torchrun``). ``progress``: a bar and a line every
+    ``report_every_minutes``; ``log_every``: steps between the history's loss records. ``on_state(state)`` receives
+    the whole training state every ``state_every_minutes``, after each validation and at the end; ``resume`` takes
+    such a state back.
     """
-    ranks = current_ranks()
+
+    steps: int | None = None
+    epochs: int | None = None
+    minutes: float | None = None
+    validate: Callable[[Seq2SeqTransformer], float] | None = None
+    on_best: Callable[[Seq2SeqTransformer, TrainingHistory], None] | None = None
+    progress: bool = True
+    log_every: int = 10
+    accumulate: int = 1
+    resume: dict | None = None
+    on_state: Callable[[dict], None] | None = None
+    state_every_minutes: float = 5.0
+    report_every_minutes: float = 1.0
+
+    def __post_init__(self):
+        if self.accumulate < 1:
+            raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
+
+
+def _options(options: TrainingOptions | None, keywords: dict) -> TrainingOptions:
+    """``options`` with ``keywords`` (the fields of TrainingOptions, as train's callers pass them) put in."""
+    names = [option.name for option in fields(TrainingOptions)]
+    unknown = sorted(set(keywords) - set(names))
+    if unknown:
+        known = ", ".join(names)
+        raise TypeError(f"train() got unknown options {unknown}; TrainingOptions has: {known}")
+    return replace(options or TrainingOptions(), **keywords)
+
+
+def _run_length(
+    examples: Sequence[Example], config: TranslationConfig, options: TrainingOptions, ranks: Ranks
+) -> tuple[int, int | None, float | None]:
+    """(batches per optimiser step over all ranks, total steps, budget in seconds), the examples checked."""
     if not examples:
         raise ValueError("no training examples")
-    if accumulate < 1:
-        raise ValueError(f"accumulate must be at least 1, got {accumulate}")
-    device = next(model.parameters()).device
-    per_step = accumulate * ranks.world_size  # batches in one optimiser step, over all ranks
+    per_step = options.accumulate * ranks.world_size  # batches in one optimiser step, over all ranks
     batches_per_epoch = len(epoch_batches(examples, config, 0))
     if batches_per_epoch < per_step:
         raise ValueError(
             f"{batches_per_epoch} batches per epoch cannot feed {per_step} batches a step "
-            f"({ranks.world_size} processes x accumulate {accumulate}): use fewer processes or smaller batches"
+            f"({ranks.world_size} processes x accumulate {options.accumulate}): use fewer processes or smaller batches"
         )
-    total_steps, budget = _length(steps, epochs, minutes, config, batches_per_epoch, per_step)
+    total_steps, budget = _length(options.steps, options.epochs, options.minutes, config, batches_per_epoch, per_step)
+    return per_step, total_steps, budget
+
+
+def train(
+    model: Seq2SeqTransformer,
+    examples: Sequence[Example],
+    config: TranslationConfig,
+    options: TrainingOptions | None = None,
+    **keywords,
+) -> TrainingHistory:
+    """Train ``model`` in place with :func:`train_step` and leave it holding the best validated weights.
+
+    ``options`` (:class:`TrainingOptions`) says how long, what validates, what is reported and saved; its fields
+    can also be given as keywords, ``train(model, examples, config, steps=100, progress=False)``. The weights with
+    the best validation score are restored at the end. Seeded by ``config.seed``: the same call on the same
+    machine gives the same weights.
+
+    Under ``torchrun`` (a process group joined with :func:`helpers.models.translation.distributed.start`) every
+    rank takes ``accumulate`` of each step's batches and DDP averages over ranks, so P ranks equal one process
+    with ``accumulate=P``. Rank 0 alone validates, reports and calls ``on_best`` and ``on_state``.
+    ``train(..., resume=state)``, with a state ``on_state`` received, continues that run to the same end as if it
+    had never stopped.
+    """
+    options = _options(options, keywords)
+    ranks = current_ranks()
+    device = next(model.parameters()).device
+    per_step, total_steps, budget = _run_length(examples, config, options, ranks)
     optimizer = make_optimizer(model, config)
     net = DistributedDataParallel(model) if ranks.distributed else model  # DDP averages gradients over ranks
-    if resume is None:
+    if options.resume is None:
         state = TrainingState.fresh(model, optimizer, per_step, total_steps, budget)
     else:
-        state = TrainingState.resumed(model, optimizer, per_step, resume)
-    reporter = _Reporter(state.clock, progress and ranks.is_main, state.step, report_every_minutes)
+        state = TrainingState.resumed(model, optimizer, per_step, options.resume)
+    reporter = _Reporter(state.clock, options.progress and ranks.is_main, state.step, options.report_every_minutes)
     precision = _precision(device)
     last_state = time.perf_counter()
     speaking = ranks.is_main  # rank 0 alone validates, reports and saves
+    on_state = options.on_state if speaking else None
 
     finished, fraction_done = _read_clock(state.clock, state.step, ranks, device)
+    accumulate = options.accumulate
     schedule = _step_batches(
         examples, config, per_step, ranks.rank * accumulate, accumulate, (state.epoch, state.position)
     )
@@ -391,22 +425,22 @@ def train(
         torch.manual_seed(dropout_seed(config, state.step, ranks.rank))
         lr = config.lr * learning_rate_factor(state.step, fraction_done, config)
         result = _over_ranks(train_step(net, optimizer, mine, config, lr, precision), ranks, device)
-        logged = state.took_step(result, log_every)
+        logged = state.took_step(result, options.log_every)
         reporter.step(state.step, result.loss, state.history, logged)
         validated = bool(config.eval_every and state.step % config.eval_every == 0)
         if validated and speaking:
-            state.validate(validate, on_best)
+            state.validate(options.validate, options.on_best)
         finished, fraction_done = _read_clock(state.clock, state.step, ranks, device)
         now = time.perf_counter()
         if reporter.due(now):
             reporter.line(state.step, result.loss, state.history)
-        if on_state is not None and speaking and (validated or now - last_state >= state_every_minutes * 60):
+        if on_state is not None and (validated or now - last_state >= options.state_every_minutes * 60):
             on_state(state.to_dict())
             last_state = now
     if speaking and (not state.history.val_steps or state.history.val_steps[-1] != state.step):
-        state.validate(validate, on_best)
+        state.validate(options.validate, options.on_best)
     reporter.close(state.step, state.history)
-    if on_state is not None and speaking:
+    if on_state is not None:
         on_state(state.to_dict())
     return state.finish()
 

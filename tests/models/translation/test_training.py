@@ -369,3 +369,21 @@ def test_a_resumed_training_state_gives_back_the_state_it_was_built_from(example
             assert torch.equal(again["optimizer"]["state"][index][key], tensor), (index, key)
     with pytest.raises(ValueError, match="took 1 batches a step; this one would take 2"):
         TrainingState.resumed(model, make_optimizer(model, TINY_CONFIG), 2, saved)
+
+
+def test_an_options_object_trains_as_the_same_keywords_do_and_keywords_amend_it(examples):
+    translator, pairs = examples
+    by_keywords = train(_fresh_model(translator), pairs, TINY_CONFIG, steps=4, progress=False, log_every=1)
+    options = training.TrainingOptions(steps=99, progress=False, log_every=1)
+    by_options = train(_fresh_model(translator), pairs, TINY_CONFIG, options, steps=4)
+    assert by_options.steps == by_keywords.steps == [1, 2, 3, 4]
+    assert by_options.losses == by_keywords.losses
+    assert options.steps == 99  # the keyword amended a copy, not the caller's options
+
+
+def test_an_unknown_training_option_is_refused_naming_the_known_ones(examples):
+    translator, pairs = examples
+    with pytest.raises(TypeError, match=r"unknown options \['step'\].*steps, epochs, minutes"):
+        train(_fresh_model(translator), pairs, TINY_CONFIG, step=4)
+    with pytest.raises(ValueError, match="accumulate must be at least 1, got 0"):
+        training.TrainingOptions(accumulate=0)
