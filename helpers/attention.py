@@ -20,7 +20,8 @@ The attention core (every front end is a thin layer over it)
 A front end owns its projections (and positions, and cache); the core owns what happens between heads in and
 heads out, in four steps, each in one place:
 
-1. ``split_heads(x (N, T, h·d), h) -> (N, h, T, d)``: features become heads (a view).
+1. ``split_heads(x (N, T, h·d), h) -> (N, h, T, d)``: features become heads (a view); ``unflatten_heads`` cuts
+   the features into the heads' blocks in place, (N, T, h·d) -> (N, T, h, d), where a hook reads one head.
 2. ``attend(q (N, h, L, d), k (N, h_kv, S, d), v (N, h_kv, S, dv), mask) -> (out (N, h, L, dv), weights)``:
    scores ``q·kᵀ / √d`` (N, h, L, S), then **weights** from scores, then the weighted sum of the values.
    Query head i reads key/value head i // g (``repeat_kv_heads``). ``mask``: None, boolean (True = may
@@ -77,6 +78,7 @@ __all__ = [
     "sdpa_mask_from_padding",
     "sliding_window_mask",
     "split_heads",
+    "unflatten_heads",
 ]
 
 
@@ -159,6 +161,20 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or features % num_heads:
         raise ValueError(f"num_heads must be a positive divisor of the {features} features, got {num_heads!r}")
     return x.view(N, T, num_heads, features // num_heads).transpose(1, 2)
+
+
+def unflatten_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(..., h·d) -> (..., h, d): the last dim cut into the h heads' blocks, head i's d features at index i (a view).
+
+    What a hook on an output projection sees per head: its input (N, T, h·d) becomes (N, T, h, d), the
+    heads side by side; and the projection's weight (E, h·d) becomes (E, h, d), head i's columns at [:, i].
+    ``.flatten(-2)`` undoes it. Unlike ``split_heads`` the head axis stays beside the features, not before T."""
+    if not isinstance(x, Tensor) or x.dim() < 1:
+        raise ValueError("unflatten_heads expects a tensor (..., h·d) with at least one dim")
+    features = x.size(-1)
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or features % num_heads:
+        raise ValueError(f"num_heads must be a positive divisor of the {features} features, got {num_heads!r}")
+    return x.unflatten(-1, (num_heads, features // num_heads))
 
 
 def merge_heads(x: Tensor) -> Tensor:
