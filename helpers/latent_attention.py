@@ -26,8 +26,9 @@ embedding size, h query heads, d the head size of the content queries, keys and 
 width, d_R the decoupled rotary key's width (per head of the queries, shared by the heads for the key),
 d_c' the queries' latent width (query compression, optional), n_layers blocks.
 
-``attend`` is the one step that turns scores into weights and weights into outputs (mask True = may attend,
-as ``helpers.gpt.attention_mask``).
+``attend`` is the one step that turns scores into weights and weights into outputs (mask True = may attend, the
+attention core's convention; ``helpers.masks`` builds it True = blocked, ``sdpa_mask`` flips it). What its cache
+costs is counted in ``helpers.kv_cache`` (``cache_bytes_per_token``, re-exported here).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from torch import Tensor, nn
 
 from helpers.attention import attend as core_attend
 from helpers.attention import merge_heads, repeat_kv_heads, split_heads
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, attention_mask, kv_cache_bytes
-from helpers.kv_cache import KVCache
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+from helpers.kv_cache import KVCache, cache_bytes_per_token
+from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
 __all__ = [
@@ -85,44 +87,6 @@ DEEPSEEK_V2 = {
 def _int_in(name: str, value, low: int, high: int, why: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an int in {low} .. {high}{why}, got {value!r}")
-
-
-def cache_bytes_per_token(
-    kind: str,
-    num_layers: int,
-    head_dim: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    latent_dim: int = 0,
-    rotary_dim: int = 0,
-    bytes_per_number: int = 2,
-) -> int:
-    """Bytes one token adds to the cache of a whole model (every layer), by attention ``kind``:
-
-    - "MHA": keys and values of every head, 2 · h · d per layer;
-    - "GQA": of every key/value head, 2 · h_kv · d;
-    - "MQA": of the one shared head, 2 · d;
-    - "MLA": the latent and the decoupled rotary key, d_c + d_R.
-
-    times n_layers and ``bytes_per_number`` (2 for 16-bit numbers, as DeepSeek-V2's Table 1 counts elements)."""
-    _int_in("num_layers", num_layers, 1, 10**6)
-    _int_in("bytes_per_number", bytes_per_number, 1, 16)
-    if kind == "MHA":
-        _int_in("num_heads", num_heads, 1, 10**6)
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, num_heads, head_dim, 1, bytes_per_number)
-    if kind == "GQA":
-        _int_in("num_kv_heads", num_kv_heads, 1, 10**6)
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, num_kv_heads, head_dim, 1, bytes_per_number)
-    if kind == "MQA":
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, 1, head_dim, 1, bytes_per_number)
-    if kind == "MLA":
-        _int_in("latent_dim", latent_dim, 1, 10**6)
-        _int_in("rotary_dim", rotary_dim, 0, 10**6)
-        return num_layers * (latent_dim + rotary_dim) * bytes_per_number
-    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {kind!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +251,7 @@ class MultiHeadLatentAttention(nn.Module):
         if past is not None:
             c, key_rope = torch.cat((past[0], c), dim=1), torch.cat((past[1], key_rope), dim=1)  # (N, T, ·)
         T = c.size(1)
-        may_attend = attention_mask(positions, T, None)  # (L, T), True = may attend
+        may_attend = sdpa_mask(causal_mask_at(positions, T))  # (L, T), True = may attend (the core's convention)
         absorbed = self.absorbed if absorbed is None else absorbed
         if absorbed and cfg.rotate_content:
             raise ValueError(
@@ -393,15 +357,9 @@ class LatentGPT(GPT):
                 f"{cache.config.rotary_dim}, but this model has {len(self.blocks)} layers with d_c = "
                 f"{lat.latent_dim}, d_R = {lat.rotary_dim}: make one with model.new_cache()"
             )
-        filled = [entry is not None for entry in cache.layers]
-        if any(filled) and not all(filled):
-            empty = [i for i, f in enumerate(filled) if not f]
-            raise ValueError(
-                f"cache layers {empty} are empty while others are filled: a cache is filled for every layer at "
-                "once; make one with model.new_cache()"
-            )
+        filled = cache.check_filled_together()
         T = cache.length
-        for index, entry in enumerate(cache.layers if all(filled) else []):
+        for index, entry in enumerate(cache.layers if filled else []):
             if tuple(entry[0].shape) != (N, T, lat.latent_dim) or tuple(entry[1].shape) != (N, T, lat.rotary_dim):
                 raise ValueError(
                     f"cache layer {index} holds latents {tuple(entry[0].shape)} and rotary keys "

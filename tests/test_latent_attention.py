@@ -291,5 +291,5 @@ def test_the_latent_cache_is_the_courses_one_cache_tagged_with_its_model():
     with pytest.raises(ValueError, match="belongs to another"):
         second(ids[:, :1], cache=cache)  # same sizes, other weights: refused
     cache.layers[1] = None
-    with pytest.raises(ValueError, match=r"cache layers \[1\] are empty while others are filled"):
+    with pytest.raises(ValueError, match=r"cache layers \[1\] are empty but layers \[0\] are filled"):
         first(ids[:, :1], cache=cache)
