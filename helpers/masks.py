@@ -31,7 +31,7 @@ __all__ = [
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """Boolean (L, L) mask that is **True where attention is blocked**: above the diagonal.
+    """Boolean (L, L) mask that is **True where attention is blocked** (True = blocked): above the diagonal.
 
     Query position ``i`` may look at key positions ``0..i`` only. This is the meaning of
     ``attn_mask`` in ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True =
@@ -43,7 +43,8 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
 
 
 def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> Tensor:
-    """Boolean (L, L) mask that is **True where attention is blocked**: the future and the distant past.
+    """Boolean (L, L) mask that is **True where attention is blocked** (True = blocked): the future and the distant
+    past.
 
     Query position ``i`` may look at key positions ``i - window + 1 .. i`` only: itself and the
     ``window - 1`` positions before it (a causal mask with a window; ``window >= size`` gives
@@ -57,8 +58,8 @@ def sliding_window_mask(size: int, window: int, device: torch.device | str | Non
 
 
 def causal_mask_at(query_positions: Tensor, num_keys: int, window: int | None = None) -> Tensor:
-    """Boolean (L, T) mask that is **True where attention is blocked**, for L queries at ``query_positions`` (L,)
-    over the keys at positions 0 .. T - 1 (``num_keys`` = T).
+    """Boolean (L, T) mask that is **True where attention is blocked** (True = blocked), for L queries at
+    ``query_positions`` (L,) over the keys at positions 0 .. T - 1 (``num_keys`` = T).
 
     The query at position p may read keys 0 .. p (causal) and, with a ``window``, only keys p - window + 1 .. p.
     A decoder with a cache asks this of its newest L tokens, which sit at the end (positions T - L .. T - 1): a
@@ -88,7 +89,7 @@ def sdpa_mask(blocked: Tensor) -> Tensor:
 
 
 def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
-    """Boolean (N, S) mask that is **True at padding positions** (to be ignored).
+    """Boolean (N, S) mask that is **True at padding positions** (to be ignored): True = blocked, as every mask here.
 
     ``lengths[n]`` is the number of real tokens in sequence ``n``; positions ``>= lengths[n]`` are
     padding. This is the meaning of ``key_padding_mask`` in ``nn.MultiheadAttention``.
@@ -106,7 +107,8 @@ def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Ten
 
 
 def sdpa_mask_from_padding(key_padding_mask: Tensor) -> Tensor:
-    """Turn a (N, S) padding mask (**True = padding**) into a (N, 1, S) sdpa mask (**True = may attend**).
+    """Turn a (N, S) padding mask (**True = padding**, i.e. True = blocked) into a (N, 1, S) sdpa mask
+    (**True = may attend**).
 
     The padding mask has one entry per key and every query of a sentence uses the same one, so the
     result has a query dimension of size 1 that broadcasts over the L queries of (N, L, S) scores.
