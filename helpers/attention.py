@@ -34,7 +34,8 @@ heads out, in four steps, each in one place:
    the input of the front end's output projection (where a hook sees, zeroes or patches one head).
 
 ``AttentionCore`` is the base class of the front ends (``MultiHeadAttention``, ``GroupedQueryAttention``,
-``helpers.gpt.CausalSelfAttention``, ``helpers.analysis.circuits.HeadAttention``). It has no parameters of its
+``helpers.gpt.CausalSelfAttention``, ``helpers.analysis.circuits.HeadAttention``,
+``helpers.latent_attention.MultiHeadLatentAttention``). It has no parameters of its
 own (state dicts are the front ends'), and gives each one ``attend_heads`` (step 2 with this module's weights)
 and ``scores_to_weights``, the one method a variant overrides, or that an experiment replaces by setting
 ``module.weights_from_scores``. A new variant is a subclass with new projections: it projects to q, k, v heads
