@@ -377,6 +377,8 @@ class LatentCache(KVCache):
     is updated only once a whole step ran, and tagged with the model that fills it."""
 
     def __init__(self, num_layers: int, config: LatentConfig, owner: nn.Module | None = None) -> None:
+        if not isinstance(config, LatentConfig):
+            raise TypeError(f"config must be the LatentConfig of the layers it serves, got {type(config).__name__}")
         super().__init__(num_layers, owner)
         self.config = config
 

@@ -337,6 +337,8 @@ def test_a_latent_cache_of_another_configuration_is_refused_even_with_the_same_w
     other = LatentCache(2, LatentConfig(**(SMALL | {"num_heads": 2, "head_dim": 16})))  # same d_c and d_R
     with pytest.raises(ValueError, match=r"another latent configuration \(num_heads, head_dim differ"):
         model(torch.randint(40, (1, 3)), other)
+    with pytest.raises(TypeError, match="config must be the LatentConfig of the layers it serves, got dict"):
+        LatentCache(2, SMALL)
 
 
 @pytest.mark.parametrize(
