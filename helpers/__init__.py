@@ -9,8 +9,9 @@ grouped-query attention, F feed-forward width, n_layers layers in a stack, V voc
 The course's machinery (exercise checks, assignments, the corpus generator) lives in the separate package
 ``course``, which imports this one; this package never imports it.
 
-Layout: the ideas a lesson graduates into sit at the top level (``attention``, ``layers``, ``flash``, ``gpt``,
-``rotary``, ``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
+Layout: the ideas a lesson graduates into sit at the top level (``attention`` and the ``masks`` it re-exports,
+``kv_cache`` (the one cache and what it costs), ``layers``, ``flash``, ``gpt``, ``latent_attention``, ``rotary``,
+``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
 (corpora, tokenization, batching), ``models`` (the translator and the pretrained models), ``analysis``
 (measuring what heads do), ``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer
 imports only the ones below it.
@@ -36,15 +37,19 @@ _EXPORTS = {
     "GroupedQueryAttention": "helpers.attention",
     "MaskConventionWarning": "helpers.attention",
     "MultiHeadAttention": "helpers.attention",
-    "causal_mask": "helpers.attention",
     "merge_heads": "helpers.attention",
-    "merge_masks": "helpers.attention",
     "repeat_kv_heads": "helpers.attention",
     "split_heads": "helpers.attention",
-    "padding_mask": "helpers.attention",
+    "unflatten_heads": "helpers.attention",
     "scaled_dot_product_attention": "helpers.attention",
-    "sdpa_mask_from_padding": "helpers.attention",
-    "sliding_window_mask": "helpers.attention",
+    # helpers.masks (also importable from helpers.attention): True = blocked
+    "causal_mask": "helpers.masks",
+    "causal_mask_at": "helpers.masks",
+    "merge_masks": "helpers.masks",
+    "padding_mask": "helpers.masks",
+    "sdpa_mask": "helpers.masks",
+    "sdpa_mask_from_padding": "helpers.masks",
+    "sliding_window_mask": "helpers.masks",
     # helpers.data.batching
     "Batch": "helpers.data.batching",
     "make_batches": "helpers.data.batching",
@@ -72,9 +77,12 @@ _EXPORTS = {
     # helpers.gpt
     "GPT": "helpers.gpt",
     "GPTConfig": "helpers.gpt",
-    "KVCache": "helpers.kv_cache",
     "generate": "helpers.gpt",
-    "kv_cache_bytes": "helpers.gpt",
+    # helpers.kv_cache: the one cache, and the one count of what a cache costs
+    "KVCache": "helpers.kv_cache",
+    "cache_bytes_per_token": "helpers.kv_cache",
+    "kv_cache_bytes": "helpers.kv_cache",
+    "layer_cache_numbers": "helpers.kv_cache",
     # helpers.latent_attention (lesson 11), and its trained comparison in helpers.analysis.cache_budget
     "DEEPSEEK_V2": "helpers.latent_attention",
     "SMOLLM2": "helpers.latent_attention",
@@ -86,7 +94,6 @@ _EXPORTS = {
     "LatentConfig": "helpers.latent_attention",
     "LatentGPT": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
-    "cache_bytes_per_token": "helpers.latent_attention",
     "gpt_to_latent": "helpers.latent_attention",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",

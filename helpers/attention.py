@@ -6,21 +6,21 @@ One shape notation throughout the course (the one ``torch.nn.MultiheadAttention`
     E  embedding size          h  query heads               d  head size, E / h
     h_kv  key/value heads (h a multiple of h_kv)            g  = h / h_kv query heads per key/value head
 
-Two mask conventions meet in this file, so every function says which one it takes:
-
-* ``scaled_dot_product_attention``, ``masked_softmax`` and ``attend`` follow
-  ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask is **True where a query may attend**.
-* ``MultiHeadAttention``, ``GroupedQueryAttention`` and the mask helpers follow ``torch.nn.MultiheadAttention``:
-  a boolean mask is **True where attention is blocked** (True = ignore / padding).
-
-A float mask means the same in both: it is added to the scores (``-inf`` blocks).
+The masks live in ``helpers.masks`` (re-exported here: ``causal_mask``, ``sliding_window_mask``, ``causal_mask_at``,
+``padding_mask``, ``merge_masks``, ...), in its one convention, **True where attention is blocked**, which is also
+what ``MultiHeadAttention`` and ``GroupedQueryAttention`` take, as ``torch.nn.MultiheadAttention`` does. The functions
+that mirror ``torch.nn.functional.scaled_dot_product_attention`` take its convention, **True where a query may
+attend**: ``scaled_dot_product_attention``, ``masked_softmax`` and the core's ``attend`` (which hands the mask to
+that kernel). ``helpers.masks.sdpa_mask`` flips one into the other; each function below says which it takes. A
+float mask means the same in both: it is added to the scores (``-inf`` blocks).
 
 The attention core (every front end is a thin layer over it)
 ------------------------------------------------------------
 A front end owns its projections (and positions, and cache); the core owns what happens between heads in and
 heads out, in four steps, each in one place:
 
-1. ``split_heads(x (N, T, h·d), h) -> (N, h, T, d)``: features become heads (a view).
+1. ``split_heads(x (N, T, h·d), h) -> (N, h, T, d)``: features become heads (a view); ``unflatten_heads`` cuts
+   the features into the heads' blocks in place, (N, T, h·d) -> (N, T, h, d), where a hook reads one head.
 2. ``attend(q (N, h, L, d), k (N, h_kv, S, d), v (N, h_kv, S, dv), mask) -> (out (N, h, L, dv), weights)``:
    scores ``q·kᵀ / √d`` (N, h, L, S), then **weights** from scores, then the weighted sum of the values.
    Query head i reads key/value head i // g (``repeat_kv_heads``). ``mask``: None, boolean (True = may
@@ -34,7 +34,8 @@ heads out, in four steps, each in one place:
    the input of the front end's output projection (where a hook sees, zeroes or patches one head).
 
 ``AttentionCore`` is the base class of the front ends (``MultiHeadAttention``, ``GroupedQueryAttention``,
-``helpers.gpt.CausalSelfAttention``, ``helpers.analysis.circuits.HeadAttention``). It has no parameters of its
+``helpers.gpt.CausalSelfAttention``, ``helpers.analysis.circuits.HeadAttention``,
+``helpers.latent_attention.MultiHeadLatentAttention``). It has no parameters of its
 own (state dicts are the front ends'), and gives each one ``attend_heads`` (step 2 with this module's weights)
 and ``scores_to_weights``, the one method a variant overrides, or that an experiment replaces by setting
 ``module.weights_from_scores``. A new variant is a subclass with new projections: it projects to q, k, v heads
@@ -57,6 +58,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from helpers.kv_cache import layer_cache_numbers
+from helpers.masks import (
+    causal_mask,
+    causal_mask_at,
+    merge_masks,
+    padding_mask,
+    sdpa_mask,
+    sdpa_mask_from_padding,
+    sliding_window_mask,
+)
+
 __all__ = [
     "AttentionCore",
     "GroupedQueryAttention",
@@ -65,6 +77,7 @@ __all__ = [
     "WeightsFromScores",
     "attend",
     "causal_mask",
+    "causal_mask_at",
     "fused_attention",
     "fused_self_attention_heads",
     "masked_softmax",
@@ -74,78 +87,16 @@ __all__ = [
     "padding_mask",
     "repeat_kv_heads",
     "scaled_dot_product_attention",
+    "sdpa_mask",
     "sdpa_mask_from_padding",
     "sliding_window_mask",
     "split_heads",
+    "unflatten_heads",
 ]
 
 
 class MaskConventionWarning(UserWarning):
     """A boolean mask that looks like it was written for the other convention (True = blocked vs may attend)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Masks (True = blocked, as in nn.MultiheadAttention)
-# ---------------------------------------------------------------------------------------------
-def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """Boolean (L, L) mask that is **True where attention is blocked**: above the diagonal.
-
-    Query position ``i`` may look at key positions ``0..i`` only. This is the meaning of
-    ``attn_mask`` in ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True =
-    take part) pass ``~causal_mask(L)``.
-    """
-    if size < 1:
-        raise ValueError(f"causal_mask needs a positive size, got {size}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).triu(diagonal=1)
-
-
-def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> Tensor:
-    """Boolean (L, L) mask that is **True where attention is blocked**: the future and the distant past.
-
-    Query position ``i`` may look at key positions ``i - window + 1 .. i`` only: itself and the
-    ``window - 1`` positions before it (a causal mask with a window; ``window >= size`` gives
-    ``causal_mask(size)``). As ``causal_mask``, this is the meaning of ``attn_mask`` in
-    ``nn.MultiheadAttention``; for ``F.scaled_dot_product_attention`` (True = take part) pass
-    ``~sliding_window_mask(L, window)``.
-    """
-    if size < 1 or window < 1:
-        raise ValueError(f"sliding_window_mask needs a positive size and window, got size={size}, window={window}")
-    positions = torch.arange(size, device=device)
-    offset = positions[:, None] - positions[None, :]  # (L, L): query position minus key position
-    return (offset < 0) | (offset >= window)
-
-
-def padding_mask(lengths: Tensor | list[int], max_len: int | None = None) -> Tensor:
-    """Boolean (N, S) mask that is **True at padding positions** (to be ignored).
-
-    ``lengths[n]`` is the number of real tokens in sequence ``n``; positions ``>= lengths[n]`` are
-    padding. This is the meaning of ``key_padding_mask`` in ``nn.MultiheadAttention``.
-    """
-    lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1:
-        raise ValueError(f"padding_mask expects a 1-D tensor of lengths (N,), got shape {tuple(lengths.shape)}")
-    if (lengths < 0).any():
-        raise ValueError("padding_mask lengths must be non-negative")
-    max_len = int(lengths.max()) if max_len is None else max_len
-    if lengths.numel() and int(lengths.max()) > max_len:
-        raise ValueError(f"a length {int(lengths.max())} exceeds max_len={max_len}")
-    positions = torch.arange(max_len, device=lengths.device)  # (S,)
-    return positions[None, :] >= lengths[:, None]  # (N, S)
-
-
-def sdpa_mask_from_padding(key_padding_mask: Tensor) -> Tensor:
-    """Turn a (N, S) padding mask (**True = padding**) into a (N, 1, S) sdpa mask (**True = may attend**).
-
-    The padding mask has one entry per key and every query of a sentence uses the same one, so the
-    result has a query dimension of size 1 that broadcasts over the L queries of (N, L, S) scores.
-    For per-head scores (N, h, L, S) add the head dimension: ``.unsqueeze(1)`` -> (N, 1, 1, S).
-    """
-    if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
-        raise ValueError(
-            f"expected a boolean (N, S) key padding mask, got {key_padding_mask.dtype} "
-            f"of shape {tuple(key_padding_mask.shape)}"
-        )
-    return ~key_padding_mask[:, None, :]  # (N, S) -> (N, 1, S), flipped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +110,20 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or features % num_heads:
         raise ValueError(f"num_heads must be a positive divisor of the {features} features, got {num_heads!r}")
     return x.view(N, T, num_heads, features // num_heads).transpose(1, 2)
+
+
+def unflatten_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(..., h·d) -> (..., h, d): the last dim cut into the h heads' blocks, head i's d features at index i (a view).
+
+    What a hook on an output projection sees per head: its input (N, T, h·d) becomes (N, T, h, d), the
+    heads side by side; and the projection's weight (E, h·d) becomes (E, h, d), head i's columns at [:, i].
+    ``.flatten(-2)`` undoes it. Unlike ``split_heads`` the head axis stays beside the features, not before T."""
+    if not isinstance(x, Tensor) or x.dim() < 1:
+        raise ValueError("unflatten_heads expects a tensor (..., h·d) with at least one dim")
+    features = x.size(-1)
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or features % num_heads:
+        raise ValueError(f"num_heads must be a positive divisor of the {features} features, got {num_heads!r}")
+    return x.unflatten(-1, (num_heads, features // num_heads))
 
 
 def merge_heads(x: Tensor) -> Tensor:
@@ -758,57 +723,6 @@ def _check_batch_and_length(
         raise ValueError(message)
 
 
-def merge_masks(
-    attn_mask: Tensor | None,
-    key_padding_mask: Tensor | None,
-    N: int,
-    num_heads: int,
-    L: int,
-    S: int,
-    dtype: torch.dtype,
-) -> Tensor | None:
-    """Combine ``nn.MultiheadAttention``-style masks into one float mask to add to the scores.
-
-    attn_mask: (L, S) or (N*h, L, S); key_padding_mask: (N, S); bool True = blocked, float = added.
-    Returns None or a float mask of shape (N or 1, h or 1, L, S), ``-inf`` where blocked.
-    """
-    mask = None
-    if attn_mask is not None:
-        if attn_mask.dim() == 2:
-            expected = (L, S)
-            ok = tuple(attn_mask.shape) == expected
-            shaped = attn_mask.view(1, 1, L, S) if ok else None
-        elif attn_mask.dim() == 3:
-            expected = (N * num_heads, L, S)
-            ok = tuple(attn_mask.shape) == expected
-            shaped = attn_mask.view(N, num_heads, L, S) if ok else None
-        else:
-            expected, ok = "(L, S) or (N*num_heads, L, S)", False
-        if not ok:
-            raise ValueError(
-                f"attn_mask should have shape {expected} = (L, S) or (N*num_heads, L, S) with L={L}, S={S}, "
-                f"N={N}, num_heads={num_heads}; got {tuple(attn_mask.shape)}"
-            )
-        mask = _blocked_to_additive(shaped, "attn_mask", dtype)
-    if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (N, S):
-            raise ValueError(
-                f"key_padding_mask should have shape (N, S) = ({N}, {S}), got {tuple(key_padding_mask.shape)}"
-            )
-        padding = _blocked_to_additive(key_padding_mask.view(N, 1, 1, S), "key_padding_mask", dtype)
-        mask = padding if mask is None else mask + padding
-    return mask
-
-
-def _blocked_to_additive(mask: Tensor, name: str, dtype: torch.dtype) -> Tensor:
-    """Torch-MHA-style mask (bool True = blocked, or float) -> float mask added to the scores."""
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
-    if mask.is_floating_point():
-        return mask.to(dtype)
-    raise TypeError(f"{name} must be bool (True = blocked) or floating point (added to scores), got {mask.dtype}")
-
-
 # ---------------------------------------------------------------------------------------------
 # Grouped-query attention (lesson 04's modern variant)
 # ---------------------------------------------------------------------------------------------
@@ -844,8 +758,13 @@ class GroupedQueryAttention(AttentionCore):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def kv_cache_numel(self, seq_len: int, batch_size: int = 1) -> int:
-        """Numbers a decoder caches per layer for ``seq_len`` tokens: keys and values of every kv head."""
-        return 2 * batch_size * seq_len * self.num_kv_heads * self.head_dim
+        """Numbers a decoder caches per layer for ``seq_len`` tokens: keys and values of every kv head,
+        N · T · 2 · h_kv · d (counted by ``helpers.kv_cache.layer_cache_numbers``)."""
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        per_token = layer_cache_numbers("GQA", self.head_dim, self.num_heads, self.num_kv_heads)
+        return batch_size * seq_len * per_token
 
     def forward(
         self,

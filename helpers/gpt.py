@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
 from helpers.embeddings import PositionalEncoding
-from helpers.kv_cache import KVCache, extend
+from helpers.kv_cache import KVCache, extend, kv_cache_bytes
+from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 from helpers.swiglu import SwiGLU
@@ -99,35 +100,6 @@ class GPTConfig:
         return self.embed_dim // self.num_heads
 
 
-def kv_cache_bytes(
-    num_layers: int, num_kv_heads: int, head_dim: int, tokens: int, bytes_per_number: int = 2, batch_size: int = 1
-) -> int:
-    """Size of a KV cache: 2 (keys and values) × n_layers × h_kv × d × tokens × bytes (× N).
-
-    Every size must be a positive int; ``tokens`` may be 0 (an empty cache)."""
-    sizes = {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
-    sizes.update(bytes_per_number=bytes_per_number, batch_size=batch_size)
-    for name, value in sizes.items():
-        _positive_int(name, value)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"tokens must be an int >= 0 (the cached length), got {tokens!r}")
-    return 2 * num_layers * num_kv_heads * head_dim * tokens * bytes_per_number * batch_size
-
-
-def attention_mask(query_positions: Tensor, num_keys: int, window: int | None) -> Tensor:
-    """(L, T) boolean mask, **True = may attend** (F.scaled_dot_product_attention's convention).
-
-    The query at position p may see keys 0..p (causal), and with a window only keys p - window + 1 .. p.
-    The queries are the newest L tokens, so with a cache they sit at the end: a top-left aligned
-    ``is_causal=True`` would let the one new query of a cached step see only the first key.
-    """
-    offset = query_positions[:, None] - torch.arange(num_keys, device=query_positions.device)  # (L, T)
-    may_attend = offset >= 0
-    if window is not None:
-        may_attend &= offset < window
-    return may_attend
-
-
 class CausalSelfAttention(AttentionCore):
     """Masked self-attention with a KV cache, using ``GroupedQueryAttention``'s four projections.
 
@@ -177,7 +149,7 @@ class CausalSelfAttention(AttentionCore):
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         k, v = extend(past, (k, v))  # (N, h_kv, T, d): the new tokens go after the old ones
-        mask = attention_mask(positions, k.size(2), self.window)  # (L, T), True = may attend
+        mask = sdpa_mask(causal_mask_at(positions, k.size(2), self.window))  # (L, T), True = may attend
         out, weights = self.attend_heads(q, k, v, mask, need_weights=need_weights, positions=positions)
         out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
         return (out, (k, v), weights) if need_weights else (out, (k, v))
@@ -251,16 +223,9 @@ class GPT(nn.Module):
                 f"cache has {len(cache.layers)} layers but this model has {c.num_layers}: "
                 f"make one with model.new_cache()"
             )
-        filled = [i for i, entry in enumerate(cache.layers) if entry is not None]
-        if not filled:
+        if not cache.check_filled_together():
             cache.check_owner(self)
             return
-        if len(filled) != c.num_layers:
-            empty = sorted(set(range(c.num_layers)) - set(filled))
-            raise ValueError(
-                f"cache layers {empty} are empty but layers {filled} are filled: every layer holds the same tokens; "
-                "make a new cache with model.new_cache()"
-            )
         length = cache.length
         dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
         expected = (N, c.num_kv_heads, length, c.head_dim)

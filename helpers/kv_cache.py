@@ -22,8 +22,16 @@ heads, d head size):
                                          self-attention's (N, h, T, d) and the cross-attention's (N, h, S, d),
                                          the latter projected from the encoder's memory once, at the first step
 
-A new kind of attention keeps what it needs in the same object, e.g. latent attention its per-token latent
-(N, 1, T, r) and its decoupled rotary key (N, 1, T, d_rope), and checks its own entries as ``GPT`` does.
+    helpers.latent_attention.LatentGPT  (latents, rotary keys), (N, T, d_c) and (N, T, d_R): one latent per
+                                         token, every head's keys and values rebuilt from it
+
+A new kind of attention keeps what it needs in the same object and checks its own entries as ``GPT`` does;
+``check_filled_together`` is the check they share (every layer filled, or none).
+
+What a cache costs is counted here too, once for every kind of attention (E is never needed: only what is
+kept): ``layer_cache_numbers`` (the numbers one token adds to one layer's cache: 2·h·d for MHA, 2·h_kv·d for
+GQA, 2·d for MQA, d_c + d_R for latent attention), ``cache_bytes_per_token`` (a whole model's, in bytes) and
+``kv_cache_bytes`` (a keys-and-values cache of T tokens and N sequences).
 """
 
 from __future__ import annotations
@@ -33,9 +41,93 @@ import weakref
 import torch
 from torch import Tensor, nn
 
-__all__ = ["KVCache", "extend"]
+__all__ = ["CACHE_KINDS", "KVCache", "cache_bytes_per_token", "extend", "kv_cache_bytes", "layer_cache_numbers"]
 
 Entry = tuple[Tensor, ...]
+
+CACHE_KINDS = ("MHA", "GQA", "MQA", "MLA")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a cache costs: the one count
+# ---------------------------------------------------------------------------------------------
+def _int_at_least(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive int" if low == 1 else f"an int >= {low}"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+def layer_cache_numbers(
+    kind: str, head_dim: int = 0, num_heads: int = 0, num_kv_heads: int = 0, latent_dim: int = 0, rotary_dim: int = 0
+) -> int:
+    """Numbers one token adds to one layer's cache, by attention ``kind``:
+
+    - "MHA": keys and values of every head, 2 · h · d (``num_heads``, ``head_dim``);
+    - "GQA": of every key/value head, 2 · h_kv · d (``num_kv_heads``; ``num_heads``, if given, must be a multiple
+      of it: each key/value head serves a whole group of g = h / h_kv query heads);
+    - "MQA": of the one shared head, 2 · d;
+    - "MLA": the latent and the decoupled rotary key, d_c + d_R (``latent_dim``, ``rotary_dim`` >= 0).
+
+    The sizes a kind does not use are ignored (0 by default)."""
+    if kind in ("MHA", "GQA", "MQA"):
+        _int_at_least("head_dim", head_dim, 1)
+    if kind == "MHA":
+        _int_at_least("num_heads", num_heads, 1)
+        return 2 * num_heads * head_dim
+    if kind == "GQA":
+        _int_at_least("num_kv_heads", num_kv_heads, 1)
+        _int_at_least("num_heads", num_heads, 0)
+        if num_heads and num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}): each key/value head "
+                "serves a whole group of g = h / h_kv query heads"
+            )
+        return 2 * num_kv_heads * head_dim
+    if kind == "MQA":
+        return 2 * head_dim
+    if kind == "MLA":
+        _int_at_least("latent_dim", latent_dim, 1)
+        _int_at_least("rotary_dim", rotary_dim, 0)
+        return latent_dim + rotary_dim
+    raise ValueError(f"kind must be one of {', '.join(map(repr, CACHE_KINDS))}, got {kind!r}")
+
+
+def cache_bytes_per_token(
+    kind: str,
+    num_layers: int,
+    head_dim: int = 0,
+    num_heads: int = 0,
+    num_kv_heads: int = 0,
+    latent_dim: int = 0,
+    rotary_dim: int = 0,
+    bytes_per_number: int = 2,
+) -> int:
+    """Bytes one token adds to the cache of a whole model (every layer): ``layer_cache_numbers`` of ``kind``
+    times n_layers and ``bytes_per_number`` (2 for 16-bit numbers, as DeepSeek-V2's Table 1 counts elements)."""
+    _int_at_least("num_layers", num_layers, 1)
+    _int_at_least("bytes_per_number", bytes_per_number, 1)
+    per_layer = layer_cache_numbers(kind, head_dim, num_heads, num_kv_heads, latent_dim, rotary_dim)
+    return num_layers * per_layer * bytes_per_number
+
+
+def kv_cache_bytes(
+    num_layers: int, num_kv_heads: int, head_dim: int, tokens: int, bytes_per_number: int = 2, batch_size: int = 1
+) -> int:
+    """Size of a KV cache: 2 (keys and values) × n_layers × h_kv × d × tokens × bytes (× N).
+
+    Every size must be a positive int; ``tokens`` may be 0 (an empty cache)."""
+    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        _int_at_least(name, value, 1)
+    _int_at_least("tokens", tokens, 0)
+    for name, value in (("bytes_per_number", bytes_per_number), ("batch_size", batch_size)):
+        _int_at_least(name, value, 1)
+    per_token = cache_bytes_per_token("GQA", num_layers, head_dim, num_kv_heads=num_kv_heads, bytes_per_number=1)
+    return per_token * tokens * bytes_per_number * batch_size
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+# ---------------------------------------------------------------------------------------------
 
 
 def extend(past: Entry | None, new: Entry) -> Entry:
@@ -87,8 +179,34 @@ class KVCache:
         self.layers = list(entries)
         self._owner = weakref.ref(model)
 
+    def check_filled_together(self) -> bool:
+        """Whether the layers hold tokens: True if every layer does, False if none does; refuse a cache in which
+        only some do (a step stores every layer at once, so such a cache was edited by hand or half-copied)."""
+        empty = [i for i, entry in enumerate(self.layers) if entry is None]
+        if empty and len(empty) < len(self.layers):
+            filled = [i for i, entry in enumerate(self.layers) if entry is not None]
+            raise ValueError(
+                f"cache layers {empty} are empty but layers {filled} are filled: a step fills every layer at once, "
+                "so every layer holds the same tokens; make a new cache with model.new_cache()"
+            )
+        return not empty
+
     def select(self, rows: Tensor) -> None:
-        """Keep (and reorder) the batch rows ``rows`` (a (N',) index or an (N,) boolean) of every entry."""
+        """Keep (and reorder) the batch rows ``rows`` of every entry: an int index (N',) of rows in 0 .. N - 1
+        (repeats allowed: beams that share a parent), or a boolean (N,), True = keep."""
+        if not isinstance(rows, Tensor) or rows.dim() != 1 or rows.is_floating_point() or rows.is_complex():
+            got = f"{rows.dtype} of shape {tuple(rows.shape)}" if isinstance(rows, Tensor) else type(rows).__name__
+            raise TypeError(f"rows must be a 1-D tensor: int row numbers (N',) or a boolean (N,) to keep, got {got}")
+        filled = next((entry for entry in self.layers if entry is not None), None)
+        if filled is not None:
+            N = filled[0].size(0)
+            if rows.dtype == torch.bool and rows.numel() != N:
+                raise ValueError(f"a boolean rows must have one entry per cached row, N = {N}, got {rows.numel()}")
+            if rows.dtype != torch.bool and rows.numel() and not (int(rows.min()) >= 0 and int(rows.max()) < N):
+                raise ValueError(
+                    f"rows must be row numbers in 0 .. N - 1 = {N - 1} (the cache holds N = {N} rows), got values "
+                    f"{int(rows.min())} .. {int(rows.max())}"
+                )
         self.layers = [None if entry is None else tuple(t[rows] for t in entry) for entry in self.layers]
 
     def nbytes(self) -> int:

@@ -26,8 +26,12 @@ embedding size, h query heads, d the head size of the content queries, keys and 
 width, d_R the decoupled rotary key's width (per head of the queries, shared by the heads for the key),
 d_c' the queries' latent width (query compression, optional), n_layers blocks.
 
-``attend`` is the one step that turns scores into weights and weights into outputs (mask True = may attend,
-as ``helpers.gpt.attention_mask``).
+``MultiHeadLatentAttention`` is a variant of the course's one attention core (``helpers.attention.AttentionCore``):
+it projects to heads its own way (latent, up-projections, rotary parts, or the absorbed queries) and hands them to
+``attend_heads``, so an experiment that swaps how scores become weights (``weights_from_scores``, as
+``helpers.analysis.sinks.blocked_key`` does) reaches it as it reaches ``helpers.gpt``'s attention. Its masks come
+from ``helpers.masks`` (True = blocked), flipped into the core's convention (True = may attend) where they enter
+it; what its cache costs is counted in ``helpers.kv_cache`` (``cache_bytes_per_token``, re-exported here).
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from helpers.attention import AttentionCore, merge_heads, repeat_kv_heads, split_heads
 from helpers.attention import attend as core_attend
-from helpers.attention import merge_heads, repeat_kv_heads, split_heads
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig, attention_mask, kv_cache_bytes
-from helpers.kv_cache import KVCache
+from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+from helpers.kv_cache import KVCache, cache_bytes_per_token
+from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
 __all__ = [
@@ -85,44 +90,6 @@ DEEPSEEK_V2 = {
 def _int_in(name: str, value, low: int, high: int, why: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an int in {low} .. {high}{why}, got {value!r}")
-
-
-def cache_bytes_per_token(
-    kind: str,
-    num_layers: int,
-    head_dim: int = 0,
-    num_heads: int = 0,
-    num_kv_heads: int = 0,
-    latent_dim: int = 0,
-    rotary_dim: int = 0,
-    bytes_per_number: int = 2,
-) -> int:
-    """Bytes one token adds to the cache of a whole model (every layer), by attention ``kind``:
-
-    - "MHA": keys and values of every head, 2 · h · d per layer;
-    - "GQA": of every key/value head, 2 · h_kv · d;
-    - "MQA": of the one shared head, 2 · d;
-    - "MLA": the latent and the decoupled rotary key, d_c + d_R.
-
-    times n_layers and ``bytes_per_number`` (2 for 16-bit numbers, as DeepSeek-V2's Table 1 counts elements)."""
-    _int_in("num_layers", num_layers, 1, 10**6)
-    _int_in("bytes_per_number", bytes_per_number, 1, 16)
-    if kind == "MHA":
-        _int_in("num_heads", num_heads, 1, 10**6)
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, num_heads, head_dim, 1, bytes_per_number)
-    if kind == "GQA":
-        _int_in("num_kv_heads", num_kv_heads, 1, 10**6)
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, num_kv_heads, head_dim, 1, bytes_per_number)
-    if kind == "MQA":
-        _int_in("head_dim", head_dim, 1, 10**6)
-        return kv_cache_bytes(num_layers, 1, head_dim, 1, bytes_per_number)
-    if kind == "MLA":
-        _int_in("latent_dim", latent_dim, 1, 10**6)
-        _int_in("rotary_dim", rotary_dim, 0, 10**6)
-        return num_layers * (latent_dim + rotary_dim) * bytes_per_number
-    raise ValueError(f"kind must be one of 'MHA', 'GQA', 'MQA', 'MLA', got {kind!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,23 +146,34 @@ class LatentConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Scores -> weights -> weighted sum: the one step the attention core will own
+# Scores -> weights -> weighted sum: the attention core's, with the weights kept
 # ---------------------------------------------------------------------------------------------
 def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """Masked softmax attention: query (N, h, L, D), key (N, h or 1, T, D), value (N, h or 1, T, D_v), mask
-    (L, T) **True = may attend** -> (outputs (N, h, L, D_v), weights (N, h, L, T)).
+    (L, T) **True = may attend** (the core's convention, as ``F.scaled_dot_product_attention``'s) -> (outputs
+    (N, h, L, D_v), weights (N, h, L, T)).
 
     The course's attention core (``helpers.attention.attend``) with the weights kept: a key and value with one
     head are read by every query head, the absorbed form's shared latent. ``scale`` is given, not taken from D:
-    absorbed queries are d_c + d_R wide but their scores are the naive ones, scaled by 1 / √(d + d_R)."""
+    absorbed queries are d_c + d_R wide but their scores are the naive ones, scaled by 1 / √(d + d_R).
+    ``MultiHeadLatentAttention`` calls the same core through ``attend_heads``, where a hook can replace the softmax.
+    """
     return core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):  # "no" or 0.0 would otherwise be read as a truth value
+        raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------
 # The layer
 # ---------------------------------------------------------------------------------------------
-class MultiHeadLatentAttention(nn.Module):
-    """Causal self-attention with a latent KV cache; a drop-in for ``helpers.gpt.CausalSelfAttention``.
+class MultiHeadLatentAttention(AttentionCore):
+    """Causal self-attention with a latent KV cache; a drop-in for ``helpers.gpt.CausalSelfAttention``, and, like
+    it, a variant of the attention core (``helpers.attention.AttentionCore``): ``weights_from_scores`` (or an
+    override of ``scores_to_weights``) replaces the softmax in both forms, called with scores (N, h, L, T), the
+    mask (L, T) True = may attend and the queries' positions (L,).
 
     Projections (``nn.Linear``, no biases), rows = outputs:
 
@@ -271,24 +249,27 @@ class MultiHeadLatentAttention(nn.Module):
         rotation: tuple[Tensor, Tensor] | None = None,
         absorbed: bool | None = None,
     ):
-        """x (N, L, E) at ``positions`` (L,) (default 0 .. L - 1); ``past`` the cached (c (N, T - L, d_c),
-        rotary key (N, T - L, d_R)) or None. ``rotation`` is accepted for ``GPT``'s blocks and ignored: this
-        layer rotates at its own widths.
+        """x (N, L, E), the L tokens after the ``past`` ones; ``past`` the cached (c (N, T - L, d_c), rotary key
+        (N, T - L, d_R)) or None. ``positions`` (L,) are theirs, T - L .. T - 1, the default: the keys sit at
+        0 .. T - 1, so any other positions would rotate and mask the new tokens as if they were elsewhere.
+        ``rotation`` is accepted for ``GPT``'s blocks and ignored: this layer rotates at its own widths.
+        ``absorbed`` True or False chooses the form for this call (None: the ``absorbed`` attribute).
 
         Returns the output (N, L, E) and the cache entry of all T tokens (c (N, T, d_c), rotary key
         (N, T, d_R)); with ``need_weights`` also the weights (N, h, L, T)."""
         cfg = self.config
-        if x.dim() != 3 or x.size(-1) != cfg.embed_dim:
-            raise ValueError(f"x must be (N, L, E) with E = {cfg.embed_dim}, got {tuple(x.shape)}")
-        L = x.size(1)
-        if positions is None:
-            positions = torch.arange(L, device=x.device)
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != cfg.embed_dim:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must be (N, L, E) with E = {cfg.embed_dim}, got {shape}")
+        absorbed = self.absorbed if absorbed is None else absorbed
+        _check_flag("absorbed", absorbed)
+        start = self._check_past(past, x)  # T - L: the tokens cached before this call
+        positions = self._check_positions(positions, start, x)
         c, key_rope = self.latent(x, positions)
         if past is not None:
             c, key_rope = torch.cat((past[0], c), dim=1), torch.cat((past[1], key_rope), dim=1)  # (N, T, ·)
         T = c.size(1)
-        may_attend = attention_mask(positions, T, None)  # (L, T), True = may attend
-        absorbed = self.absorbed if absorbed is None else absorbed
+        may_attend = sdpa_mask(causal_mask_at(positions, T))  # (L, T), True = may attend (the core's convention)
         if absorbed and cfg.rotate_content:
             raise ValueError(
                 "the absorbed form needs unrotated content keys: with rotate_content the rotation R_m of each "
@@ -303,10 +284,56 @@ class MultiHeadLatentAttention(nn.Module):
             )
         scale = 1.0 / math.sqrt(cfg.score_dim)
         if absorbed:
-            out, weights = self._absorbed(q_in, q_rope, c, key_rope, may_attend, scale)
+            out, weights = self._absorbed(q_in, q_rope, c, key_rope, positions, may_attend, scale)
         else:
             out, weights = self._naive(q_in, q_rope, c, key_rope, positions, may_attend, scale)
         return (out, (c, key_rope), weights) if need_weights else (out, (c, key_rope))
+
+    def _check_past(self, past, x: Tensor) -> int:
+        """The number of cached tokens, T - L, after refusing a ``past`` this layer could not extend: not a
+        (c (N, T - L, d_c), rotary key (N, T - L, d_R)) pair of x's batch size N, dtype and device."""
+        if past is None:
+            return 0
+        cfg, N = self.config, x.size(0)
+        if not (isinstance(past, tuple | list) and len(past) == 2 and all(isinstance(t, Tensor) for t in past)):
+            raise TypeError(f"past must be a (latents, rotary keys) pair of tensors or None, got {past!r:.80}")
+        cached = past[0].size(1) if past[0].dim() == 3 else -1
+        for name, tensor, width in (("latents", past[0], cfg.latent_dim), ("rotary keys", past[1], cfg.rotary_dim)):
+            if tensor.dim() != 3 or tuple(tensor.shape) != (N, cached, width):
+                raise ValueError(
+                    f"past {name} of shape {tuple(tensor.shape)} do not fit this call: it needs (N, T - L, ·) = "
+                    f"({N}, {max(cached, 0)}, {width}) (batch size N = {N} as x's, d_c = {cfg.latent_dim}, d_R = "
+                    f"{cfg.rotary_dim}, one length for both): a cache serves one layer configuration and one batch"
+                )
+            if tensor.dtype != x.dtype or tensor.device != x.device:
+                raise TypeError(
+                    f"past {name} are {tensor.dtype} on {tensor.device} but x is {x.dtype} on {x.device}: a cache "
+                    "holds what this layer computed, in its dtype and on its device"
+                )
+        return cached
+
+    @staticmethod
+    def _check_positions(positions, start: int, x: Tensor) -> Tensor:
+        """The new tokens' positions (L,): by default ``start`` .. ``start`` + L - 1, after the cached ones; given
+        ones must be exactly those (whole numbers >= 0, one per token)."""
+        L = x.size(1)
+        expected = torch.arange(start, start + L, device=x.device)
+        if positions is None:
+            return expected
+        if not isinstance(positions, Tensor) or positions.dtype == torch.bool or positions.is_floating_point():
+            got = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+            raise TypeError(f"positions must be an integer tensor (L,) of token positions, got {got}")
+        if positions.is_complex() or tuple(positions.shape) != (L,):
+            raise ValueError(f"positions must be (L,) = ({L},), one per token of x, got shape {tuple(positions.shape)}")
+        if L and int(positions.min()) < 0:
+            raise ValueError(f"positions must be >= 0 (token positions), got {positions.tolist()}")
+        if not torch.equal(positions.to(expected.device, torch.long), expected):
+            raise ValueError(
+                f"positions must be the new tokens' places after the {start} cached ones, {start} .. "
+                f"{start + L - 1} (the default), got {positions.tolist()}: the keys sit at 0 .. T - 1, so other "
+                "positions would rotate and mask these tokens as if they were elsewhere"
+            )
+        return positions
 
     def _naive(self, q_in, q_rope, c, key_rope, positions, may_attend, scale):
         """Every head's keys and values rebuilt from the latent, then ordinary attention."""
@@ -321,10 +348,15 @@ class MultiHeadLatentAttention(nn.Module):
         if q_rope is not None:  # the shared rotary key, one copy per query head, beside the content part
             q = torch.cat((q, q_rope), dim=-1)  # (N, h, L, d + d_R)
             k = torch.cat((k, repeat_kv_heads(key_rope[:, None], h)), dim=-1)  # (N, h, T, d + d_R)
-        out, weights = attend(q, k, v, may_attend, scale)  # (N, h, L, d)
+        out, weights = self._attend(q, k, v, may_attend, positions, scale)  # (N, h, L, d)
         return self.out_proj(merge_heads(out)), weights
 
-    def _absorbed(self, q_in, q_rope, c, key_rope, may_attend, scale):
+    def _attend(self, q, k, v, may_attend, positions, scale):
+        """The core's ``attend_heads``, always spelled out (the weights are returned on request, and the numbers
+        are those lesson 11 was run with); a ``weights_from_scores`` hook replaces its softmax."""
+        return self.attend_heads(q, k, v, may_attend, need_weights=True, positions=positions, scale=scale)
+
+    def _absorbed(self, q_in, q_rope, c, key_rope, positions, may_attend, scale):
         """W_UK folded into the queries and W_UV into the output: all heads read the one latent."""
         query_to_latent, latent_to_out = self.absorbed_weights()  # (h, d_c, E or d_c'), (h, E, d_c)
         q = torch.einsum("nli,hci->nhlc", q_in, query_to_latent)  # (N, h, L, d_c): queries in the latent space
@@ -332,7 +364,7 @@ class MultiHeadLatentAttention(nn.Module):
         if q_rope is not None:
             q = torch.cat((q, q_rope), dim=-1)  # (N, h, L, d_c + d_R)
             key = torch.cat((key, key_rope[:, None]), dim=-1)  # (N, 1, T, d_c + d_R)
-        out, weights = attend(q, key, value, may_attend, scale)  # (N, h, L, d_c)
+        out, weights = self._attend(q, key, value, may_attend, positions, scale)  # (N, h, L, d_c)
         return torch.einsum("nhlc,hec->nle", out, latent_to_out), weights  # (N, L, E)
 
 
@@ -345,6 +377,8 @@ class LatentCache(KVCache):
     is updated only once a whole step ran, and tagged with the model that fills it."""
 
     def __init__(self, num_layers: int, config: LatentConfig, owner: nn.Module | None = None) -> None:
+        if not isinstance(config, LatentConfig):
+            raise TypeError(f"config must be the LatentConfig of the layers it serves, got {type(config).__name__}")
         super().__init__(num_layers, owner)
         self.config = config
 
@@ -370,8 +404,9 @@ class LatentGPT(GPT):
 
     def set_absorbed(self, absorbed: bool) -> LatentGPT:
         """Every layer in the absorbed form (True) or the naive one (False)."""
+        _check_flag("absorbed", absorbed)
         for block in self.blocks:
-            block.attention.absorbed = bool(absorbed)
+            block.attention.absorbed = absorbed
         return self
 
     def new_cache(self) -> LatentCache:
@@ -393,15 +428,16 @@ class LatentGPT(GPT):
                 f"{cache.config.rotary_dim}, but this model has {len(self.blocks)} layers with d_c = "
                 f"{lat.latent_dim}, d_R = {lat.rotary_dim}: make one with model.new_cache()"
             )
-        filled = [entry is not None for entry in cache.layers]
-        if any(filled) and not all(filled):
-            empty = [i for i, f in enumerate(filled) if not f]
+        if cache.config != lat:  # same widths, other heads or rotations: its latents would be read wrongly
+            differ = [name for name in vars(lat) if getattr(cache.config, name) != getattr(lat, name)]
             raise ValueError(
-                f"cache layers {empty} are empty while others are filled: a cache is filled for every layer at "
-                "once; make one with model.new_cache()"
+                f"cache made for another latent configuration ({', '.join(differ)} differ: "
+                f"{', '.join(f'{n} = {getattr(cache.config, n)!r}, not {getattr(lat, n)!r}' for n in differ)}): "
+                "make one with model.new_cache()"
             )
+        filled = cache.check_filled_together()
         T = cache.length
-        for index, entry in enumerate(cache.layers if all(filled) else []):
+        for index, entry in enumerate(cache.layers if filled else []):
             if tuple(entry[0].shape) != (N, T, lat.latent_dim) or tuple(entry[1].shape) != (N, T, lat.rotary_dim):
                 raise ValueError(
                     f"cache layer {index} holds latents {tuple(entry[0].shape)} and rotary keys "
@@ -502,6 +538,14 @@ def pca_basis(activations: Tensor, rank: int) -> Tensor:
     included, with a linear map and no bias."""
     if not isinstance(activations, Tensor) or activations.dim() != 2:
         raise ValueError("activations must be (M, D): one row per token")
+    if not activations.is_floating_point():
+        raise TypeError(f"activations must be floating point, got {activations.dtype}")
+    if not torch.isfinite(activations).all():
+        bad = int((~torch.isfinite(activations)).any(dim=1).sum())
+        raise ValueError(
+            f"activations must be finite: {bad} of {activations.size(0)} rows hold NaN or inf (a basis of them "
+            "would be NaN); record them again, or drop those rows"
+        )
     _int_in("rank", rank, 1, activations.size(1), " (the activations' width D)")
     if activations.size(0) < rank:
         raise ValueError(f"a rank-{rank} basis needs at least {rank} rows (tokens), got {activations.size(0)}")

@@ -22,7 +22,7 @@ from helpers import (
     sdpa_mask_from_padding,
     split_heads,
 )
-from helpers.attention import MaskConventionWarning
+from helpers.attention import MaskConventionWarning, unflatten_heads
 
 ATOL = 1e-5
 
@@ -550,6 +550,23 @@ def test_split_and_merge_heads_are_inverse_and_slice_features_by_head():
 def test_split_heads_refuses_heads_that_do_not_divide_the_features(bad):
     with pytest.raises(ValueError, match="num_heads"):
         split_heads(torch.randn(2, 5, 12), bad)
+
+
+def test_unflatten_heads_cuts_the_features_into_the_heads_blocks_in_place():
+    x = torch.randn(2, 5, 12)
+    blocks = unflatten_heads(x, 3)  # (N, T, h, d)
+    assert blocks.shape == (2, 5, 3, 4) and blocks.data_ptr() == x.data_ptr()  # a view
+    torch.testing.assert_close(blocks, split_heads(x, 3).transpose(1, 2))  # split_heads with T before h
+    torch.testing.assert_close(blocks.flatten(-2), x)
+    projection = nn.Linear(12, 7, bias=False)  # an output projection: weight (E, h·d) = (7, 12)
+    columns = unflatten_heads(projection.weight, 3)  # (E, h, d): head 1's columns at [:, 1]
+    torch.testing.assert_close(columns[:, 1], projection.weight[:, 4:8])
+
+
+@pytest.mark.parametrize("bad", [0, 5, -3, True, 2.0])
+def test_unflatten_heads_refuses_heads_that_do_not_divide_the_features(bad):
+    with pytest.raises(ValueError, match="num_heads must be a positive divisor of the 12 features"):
+        unflatten_heads(torch.randn(2, 5, 12), bad)
 
 
 def test_split_and_merge_heads_refuse_the_wrong_rank():

@@ -291,5 +291,101 @@ def test_the_latent_cache_is_the_courses_one_cache_tagged_with_its_model():
     with pytest.raises(ValueError, match="belongs to another"):
         second(ids[:, :1], cache=cache)  # same sizes, other weights: refused
     cache.layers[1] = None
-    with pytest.raises(ValueError, match=r"cache layers \[1\] are empty while others are filled"):
+    with pytest.raises(ValueError, match=r"cache layers \[1\] are empty but layers \[0\] are filled"):
         first(ids[:, :1], cache=cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions follow the cache; bad pasts, positions and flags are refused
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "changes, absorbed",
+    [({}, False), ({}, True), ({"rotary_dim": 0, "rotate_content": True}, False)],
+    ids=["naive", "absorbed", "rotated-content"],
+)
+def test_a_cached_step_without_positions_equals_the_whole_sequence(changes, absorbed):
+    """The positions of the new tokens default to the cache's length, as the GPT's do (they used to restart at 0)."""
+    layer = small_layer(**changes)
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    with torch.no_grad():
+        whole, _ = layer(x)
+        _, past = layer(x[:, :4])
+        rest, (c, _) = layer(x[:, 4:], past=past, absorbed=absorbed)  # no positions given
+    torch.testing.assert_close(rest, whole[:, 4:], atol=1e-12, rtol=0)
+    assert c.shape == (2, 7, 12)  # the cache grew by the 3 new tokens
+
+
+def test_a_past_of_another_batch_size_or_width_is_refused():
+    layer = small_layer()
+    x = torch.randn(2, 3, 32, dtype=torch.float64)
+    with torch.no_grad():
+        _, (c, k_rope) = layer(x)
+        with pytest.raises(ValueError, match=r"past latents of shape \(1, 3, 12\).*batch size N = 2"):
+            layer(x[:, :1], past=(c[:1], k_rope[:1]))
+        with pytest.raises(ValueError, match=r"past latents of shape \(2, 3, 16\).*d_c = 12"):
+            layer(x[:, :1], past=(torch.zeros(2, 3, 16, dtype=torch.float64), k_rope))
+        with pytest.raises(ValueError, match=r"past rotary keys of shape \(2, 2, 4\).*one length for both"):
+            layer(x[:, :1], past=(c, k_rope[:, :2]))
+        with pytest.raises(TypeError, match=r"past latents are torch\.float32 on cpu but x is torch\.float64"):
+            layer(x[:, :1], past=(c.float(), k_rope))
+        with pytest.raises(TypeError, match=r"past must be a \(latents, rotary keys\) pair"):
+            layer(x[:, :1], past=c)
+
+
+def test_a_latent_cache_of_another_configuration_is_refused_even_with_the_same_widths():
+    model = small_model()
+    other = LatentCache(2, LatentConfig(**(SMALL | {"num_heads": 2, "head_dim": 16})))  # same d_c and d_R
+    with pytest.raises(ValueError, match=r"another latent configuration \(num_heads, head_dim differ"):
+        model(torch.randint(40, (1, 3)), other)
+    with pytest.raises(TypeError, match="config must be the LatentConfig of the layers it serves, got dict"):
+        LatentCache(2, SMALL)
+
+
+@pytest.mark.parametrize(
+    "positions, error, message",
+    [
+        (torch.tensor([-1, 0, 1]), ValueError, r"positions must be >= 0"),
+        (torch.tensor([0.5, 1.5, 2.5]), TypeError, r"positions must be an integer tensor \(L,\).*float"),
+        (torch.tensor([True, False, True]), TypeError, r"positions must be an integer tensor"),
+        (torch.tensor([0, 1]), ValueError, r"positions must be \(L,\) = \(3,\).*got shape \(2,\)"),
+        (torch.tensor([[0, 1, 2]]), ValueError, r"positions must be \(L,\) = \(3,\)"),
+        ([0, 1, 2], TypeError, r"integer tensor \(L,\).*got list"),
+        (torch.tensor([1, 2, 3]), ValueError, r"after the 0 cached ones, 0 \.\. 2"),
+    ],
+)
+def test_bad_positions_are_refused(positions, error, message):
+    layer = small_layer()
+    with pytest.raises(error, match=message):
+        layer(torch.randn(1, 3, 32, dtype=torch.float64), positions)
+
+
+def test_positions_that_ignore_the_cache_are_refused():
+    layer = small_layer()
+    x = torch.randn(1, 6, 32, dtype=torch.float64)
+    with torch.no_grad():
+        _, past = layer(x[:, :5])
+        with pytest.raises(ValueError, match=r"after the 5 cached ones, 5 \.\. 5 \(the default\), got \[0\]"):
+            layer(x[:, 5:], torch.tensor([0]), past)
+
+
+@pytest.mark.parametrize("flag", ["no", 1, 0.0])
+def test_absorbed_must_be_true_or_false(flag):
+    layer = small_layer()
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    with pytest.raises(TypeError, match="absorbed must be True or False"):
+        layer(x, absorbed=flag)
+    with pytest.raises(TypeError, match="absorbed must be True or False"):
+        small_model().set_absorbed(flag)
+    layer.absorbed = flag  # set by hand: refused when it is read
+    with pytest.raises(TypeError, match="absorbed must be True or False"):
+        layer(x)
+
+
+def test_a_pca_basis_of_nan_or_integer_activations_is_refused():
+    activations = torch.randn(20, 6)
+    activations[3, 2] = float("nan")
+    activations[7, 0] = float("inf")
+    with pytest.raises(ValueError, match="activations must be finite: 2 of 20 rows hold NaN or inf"):
+        pca_basis(activations, 2)
+    with pytest.raises(TypeError, match="floating point"):
+        pca_basis(torch.ones(20, 6, dtype=torch.long), 2)

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from helpers.analysis.circuits import record_head_outputs
 from helpers.analysis.ioi import IOIBatch
+from helpers.attention import unflatten_heads
 from helpers.gpt import GPT
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
@@ -146,7 +147,7 @@ def direct_logit_attribution(model: GPT, batch: IOIBatch, per_prompt: bool = Fal
 
     embedding = push(recorded["residual"][0][:, -1])
     mlps = push(torch.stack([m[:, -1] for m in recorded["mlp"]]))  # (n_layers, N)
-    weights = torch.stack([p.weight.view(p.out_features, h, -1) for p in projections])  # (n_layers, E, h, d)
+    weights = torch.stack([unflatten_heads(p.weight, h) for p in projections])  # (n_layers, E, h, d)
     outputs = torch.stack([o[:, -1] for o in heads_out])  # (n_layers, N, h, d) at END
     written = torch.einsum("lnhd,lehd->lhne", outputs, weights)  # (n_layers, h, N, E): each head's write
     heads = push(written)  # (n_layers, h, N)

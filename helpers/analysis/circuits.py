@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from helpers.attention import AttentionCore, causal_mask, merge_heads, split_heads
+from helpers.attention import AttentionCore, causal_mask, merge_heads, split_heads, unflatten_heads
 
 __all__ = [
     "AttentionOnlyTransformer",
@@ -287,11 +287,6 @@ def composition_scores(model: AttentionOnlyTransformer, kind: str, earlier: int 
 # ---------------------------------------------------------------------------------------------
 # Hooks on the output projections: read, silence or replace one head's output
 # ---------------------------------------------------------------------------------------------
-def _split(heads: Tensor, num_heads: int) -> Tensor:
-    """(N, T, h·d) -> (N, T, h, d): head k's output is the k-th block of d numbers."""
-    return heads.unflatten(-1, (num_heads, heads.size(-1) // num_heads))
-
-
 # The head count of each output projection that ``output_projections`` handed out. A wrong ``num_heads`` would cut
 # (N, T, h·d) into blocks of the wrong width and "head 0" would silently be two heads, or half of one.
 _HEADS_OF: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
@@ -331,7 +326,7 @@ def record_head_outputs(projections: Sequence[nn.Module], num_heads: int) -> Ite
 
     def make(layer: int):
         def hook(module, args):
-            recorded[layer] = _split(args[0], num_heads).detach().clone()
+            recorded[layer] = unflatten_heads(args[0], num_heads).detach().clone()  # (N, T, h, d)
 
         return hook
 
@@ -379,7 +374,7 @@ def head_hooks(
 
     def make(layer: int, which: list[int]):
         def hook(module, args):
-            outputs = _split(args[0], num_heads).clone()  # (N, T, h, d)
+            outputs = unflatten_heads(args[0], num_heads).clone()  # (N, T, h, d)
             if isinstance(replacement, str):
                 outputs[:, :, which] = 0.0
             else:

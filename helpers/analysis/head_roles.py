@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from helpers.attention import unflatten_heads
 from helpers.models.pretrained import PretrainedEncoder, encode, mean_pool, run_layer, sentence_embeddings
 
 __all__ = [
@@ -147,10 +148,9 @@ def contributions(model: PretrainedEncoder, input_ids: Tensor, attention_mask: T
     shares = []
     for layer in model.layers:
         attn = layer.self_attn
-        N, T, E = x.shape
-        h, d = attn.num_heads, attn.head_dim
-        values = F.linear(x, attn.in_proj_weight[2 * E :], attn.in_proj_bias[2 * E :]).view(N, T, h, d)
-        out_columns = attn.out_proj.weight.view(E, h, d)  # head k owns columns k*d .. (k+1)*d - 1
+        E, h = x.size(-1), attn.num_heads
+        values = unflatten_heads(F.linear(x, attn.in_proj_weight[2 * E :], attn.in_proj_bias[2 * E :]), h)
+        out_columns = unflatten_heads(attn.out_proj.weight, h)  # (E, h, d): head k owns columns k*d .. (k+1)*d - 1
         sizes = torch.einsum("nthd,ehd->nhte", values, out_columns).norm(dim=-1)  # (N, h, T): ||W_o^k v_j||
         x, weights = run_layer(layer, x, padding)
         added = weights * sizes[:, :, None, :]  # (N, h, T, T)

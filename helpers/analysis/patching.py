@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from helpers.analysis.circuits import record_head_outputs
+from helpers.attention import unflatten_heads
 from helpers.gpt import GPT
 
 __all__ = ["PathPatch", "knock_out", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
@@ -402,7 +403,7 @@ def knock_out(model: GPT, ids: Tensor, reference: Tensor, metric: Metric, keep: 
         removed = [head for head in range(c.num_heads) if (layer, head) not in kept]
 
         def hook(_, args):
-            outputs = args[0].unflatten(-1, (c.num_heads, c.head_dim)).clone()  # (N, T, h, d)
+            outputs = unflatten_heads(args[0], c.num_heads).clone()  # (N, T, h, d)
             outputs[:, :, removed] = means[layer][:, removed]
             return (outputs.flatten(-2), *args[1:])
 

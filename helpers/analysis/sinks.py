@@ -1,9 +1,11 @@
 """Attention sinks in a causal model (lesson 09): what the output loses when the heads cannot use one key.
 
 ``blocked_key(model, layers, key=0)`` is a context manager: inside it, in the chosen layers of a
-``helpers.gpt.GPT``, every query after token ``key`` no longer sees that token. Its softmax runs over the other
-keys, which is the same as taking the head's weights, setting the blocked key's share to zero and renormalizing
-each row to sum to 1; with ``renormalize=False`` the share is dropped instead (the rows then sum to less than 1).
+``helpers.gpt.GPT`` (a ``helpers.latent_attention.LatentGPT`` too, in either form: every layer is a variant of
+the one attention core, ``helpers.attention.AttentionCore``), every query after token ``key`` no longer sees
+that token. Its softmax runs over the other keys, which is the same as taking the head's weights, setting the
+blocked key's share to zero and renormalizing each row to sum to 1; with ``renormalize=False`` the share is
+dropped instead (the rows then sum to less than 1).
 (The query at position ``key`` itself keeps it: for key 0 it is the only key it has.)
 ``sink_removal_effect`` measures what that does to next-token prediction over a few sentences.
 """
@@ -18,14 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.attention import masked_softmax
+from helpers.attention import AttentionCore, masked_softmax
 from helpers.gpt import GPT
 
 __all__ = ["SinkRemoval", "blocked_key", "sink_removal_effect"]
 
 
 def _weights_without_key(key: int, renormalize: bool):
-    """A ``weights_from_scores`` for ``CausalSelfAttention``: the masked softmax with token ``key`` hidden from
+    """A ``weights_from_scores`` for the attention core: the masked softmax with token ``key`` hidden from
     every later query; scores (N, h, L, T), may_attend (L, T), positions (L,) -> weights (N, h, L, T)."""
 
     def weights(scores: Tensor, may_attend: Tensor, positions: Tensor) -> Tensor:
@@ -59,6 +61,12 @@ def blocked_key(model: GPT, layers: Iterable[int], key: int = 0, renormalize: bo
     if isinstance(key, bool) or not isinstance(key, int) or key < 0:
         raise ValueError(f"key must be a token position >= 0, got {key!r}")
     modules = [model.blocks[i].attention for i in layers]
+    foreign = [i for i, module in zip(layers, modules, strict=True) if not isinstance(module, AttentionCore)]
+    if foreign:
+        raise TypeError(
+            f"the attention of layers {foreign} is not a variant of helpers.attention.AttentionCore, so it has no "
+            "weights_from_scores to replace: blocked_key cannot hide a key there"
+        )
     busy = [i for i, module in zip(layers, modules, strict=True) if module.weights_from_scores is not None]
     if busy:
         raise RuntimeError(f"layers {busy} already have their attention weights replaced (blocked_key inside another)")

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from helpers.attention import unflatten_heads
 from helpers.embeddings import TokenEmbedding
 from helpers.layers import EncoderLayer
 from helpers.tools.renames import accepting_old_names
@@ -217,10 +218,9 @@ def _gate_heads(layer: EncoderLayer, _module: nn.Module, args: tuple[Tensor]) ->
     if layer.head_gate is None:
         return None
     merged = args[0]  # (N, T, E): the h heads' outputs side by side
-    N, T, E = merged.shape
     h = layer.self_attn.num_heads
-    gated = merged.view(N, T, h, E // h) * layer.head_gate.view(1, 1, h, 1)  # (N, T, h, d)
-    return (gated.reshape(N, T, E),)
+    gated = unflatten_heads(merged, h) * layer.head_gate.view(1, 1, h, 1)  # (N, T, h, d)
+    return (gated.flatten(-2),)
 
 
 class PretrainedEncoder(nn.Module):

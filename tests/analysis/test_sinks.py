@@ -8,6 +8,7 @@ import torch
 
 from helpers.analysis.sinks import blocked_key, sink_removal_effect
 from helpers.gpt import GPT, GPTConfig, generate
+from helpers.latent_attention import LatentConfig, LatentGPT
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,47 @@ def test_blocking_works_with_the_cache(tiny):
         cached, _ = generate(tiny, IDS[:, :3], 5)
         uncached, _ = generate(tiny, IDS[:, :3], 5, use_cache=False)
     assert torch.equal(cached, uncached)
+
+
+@pytest.fixture(scope="module")
+def tiny_latent():
+    """Lesson 11's model: every layer multi-head latent attention, with a decoupled rotary key."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, embed_dim=32, num_heads=4, num_kv_heads=4, num_layers=2, ff_dim=48)
+    return LatentGPT(config, LatentConfig(32, 4, 8, latent_dim=12, rotary_dim=4)).eval()
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+def test_blocking_reaches_latent_attention_in_both_forms(tiny_latent, absorbed):
+    """A LatentGPT's layers are variants of the attention core: the hook really hides the key there too."""
+    model = tiny_latent.set_absorbed(absorbed)
+    with torch.no_grad():
+        intact_logits, intact = model(IDS, need_weights=True)
+        with blocked_key(model, [0], key=2):
+            blocked_logits, blocked = model(IDS, need_weights=True)
+    expected = intact[0].clone()  # (1, h, T, T): layer 0's input is the intact one
+    expected[..., 3:, 2] = 0
+    expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(blocked[0], expected, atol=1e-6, rtol=1e-5)
+    assert blocked[0][..., 3:, 2].abs().max() == 0 and intact[0][..., 3:, 2].min() > 0
+    assert not torch.allclose(blocked_logits[:, 3:], intact_logits[:, 3:])  # the output changed after the key
+    torch.testing.assert_close(blocked_logits[:, :3], intact_logits[:, :3])  # and not before it
+    assert all(block.attention.weights_from_scores is None for block in model.blocks)
+    with blocked_key(model, [0, 1], key=0):  # and with the latent cache, as with the GPT's
+        cached, _ = generate(model, IDS[:, :3], 5)
+        uncached, _ = generate(model, IDS[:, :3], 5, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_a_layer_that_is_not_an_attention_core_is_refused(tiny):
+    model = GPT(tiny.config).eval()
+    model.blocks[1].attention = torch.nn.Identity()
+    with (
+        pytest.raises(TypeError, match=r"layers \[1\] is not a variant of helpers\.attention\.AttentionCore"),
+        blocked_key(model, [0, 1]),
+    ):
+        pass
+    assert model.blocks[0].attention.weights_from_scores is None  # nothing half-set
 
 
 def test_the_model_is_restored_after_an_error(tiny):
