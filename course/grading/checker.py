@@ -28,7 +28,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from course.grading.gradebook import (
     table_text,
     write_gradebook,
 )
+from course.grading.handed_in import RefusedFile, read_handed_in
 from course.grading.supervisor import sign
 from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 from course.solution_notebooks import (
@@ -61,6 +61,7 @@ from course.solution_notebooks import (
     ReleaseError,
     check_imports,
     find_exercises,
+    notebook_from_bytes,
     plain_python,
     read_notebook,
 )
@@ -205,7 +206,10 @@ def _defines(source: str, function: str) -> bool:
 def grading_notebook(
     submission: NotebookNode, exercises: Sequence[GradedExercise]
 ) -> tuple[NotebookNode, dict[int, GradedExercise], list[int | None]]:
-    """The notebook the checker runs, which cells grade which exercise, and each cell's number as handed in."""
+    """The notebook the checker runs, which cells grade which exercise, and each cell's number as handed in.
+
+    Each exercise is graded right after the last cell that defines its function (where a notebook defines it
+    twice, the later definition is the answer), in place of the check cell that follows it, if one does."""
     cells: list[tuple[NotebookNode, int | None]] = []
     for number, cell in enumerate(submission.cells, start=1):
         cell = nbformat.from_dict(json.loads(json.dumps(cell)))
@@ -214,13 +218,15 @@ def grading_notebook(
         cells.append((cell, number))
     graded: dict[int, GradedExercise] = {}  # id(cell) -> exercise
     for exercise in exercises:
-        place = next(
+        # The last definition is the answer: the one a kernel that ran the notebook top to bottom holds at the end,
+        # and the one a student who rewrote an answer further down means (the first is an earlier attempt).
+        place = max(
             (
                 i
                 for i, (cell, _) in enumerate(cells)
                 if cell.cell_type == "code" and _defines(cell.source, exercise.function)
             ),
-            None,
+            default=None,
         )
         trusted = v4.new_code_cell(graded_cell_source(exercise))
         if place is None:
@@ -409,8 +415,27 @@ def run_submission(
     the sandbox of :mod:`course.grading.sandbox`, each of its processes under ``memory_bytes`` of address
     space; where no sandbox can be made the notebook is not run (error rows say why) unless ``sandboxed`` is
     False. Nothing is raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes
-    ``problem`` and ``error`` rows.
+    ``problem`` and ``error`` rows; so is a failure of the checker's own on one odd file (one error row: the
+    batch goes on, and the rows graded before it are kept).
     """
+    try:
+        return _run_submission(
+            Path(path), timeout_s, notebook_timeout_s, notebooks_dir, output_cap, sandboxed, memory_bytes
+        )
+    except Exception as error:  # a file nothing above foresaw must cost its own row, never the batch
+        problem = f"not graded: the checker failed on this file ({type(error).__name__}: {error}); report it"
+        return _notebook_error(Path(path), problem)
+
+
+def _run_submission(
+    path: Path,
+    timeout_s: int,
+    notebook_timeout_s: int | None,
+    notebooks_dir: str | Path | None,
+    output_cap: int,
+    sandboxed: bool,
+    memory_bytes: int,
+) -> SubmissionReport:
     path = Path(path)
     notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     student, lesson = student_of(path), path.stem
@@ -453,9 +478,12 @@ def run_submission(
     except ReleaseError as error:
         return report([], {}, f"its lesson cannot be read: {error}")
     try:
-        submission = read_notebook(path)
+        handed_in = read_handed_in(path)  # as root: never through a link, never a FIFO (course.grading.handed_in)
+        submission = notebook_from_bytes(handed_in, str(path))
+    except RefusedFile as error:
+        return report(exercises, {}, f"refused: {error}")
     except ReleaseError as error:
-        return report(exercises, {}, f"cannot be read as a notebook: {error.problem}")
+        return report(exercises, {}, f"{path.name} {error.problem}")  # "... cannot be read as a notebook: ..."
     if sandboxed and sandbox_unavailable():
         return report(exercises, {}, f"not run: no sandbox ({sandbox_unavailable()}); --no-sandbox runs it without")
     notebook, graded, numbers = grading_notebook(submission, exercises)
@@ -463,7 +491,7 @@ def run_submission(
     with tempfile.TemporaryDirectory(prefix="check-") as scratch:
         work, home = Path(scratch) / "work", Path(scratch) / "home"
         work.mkdir()
-        shutil.copyfile(path, work / path.name)  # where the notebook "is", as when the student ran it
+        (work / path.name).write_bytes(handed_in)  # where the notebook "is", as when the student ran it
         env = submission_environment(home, token)
         wall = (notebook_timeout_s or timeout_s * (len(notebook.cells) + 1)) + 120
         # CPU seconds per process: a backstop behind the wall-clock limits (every core busy all the time).
@@ -516,11 +544,15 @@ def _row(result: CheckResult) -> list[str]:
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
-def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
-    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
-    problem = f"not graded: {error}; grade it again"
+def _notebook_error(path: Path, problem: str) -> SubmissionReport:
+    """The report of a notebook that could not be graded at all: one ``(notebook)`` error row saying why."""
     row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
     return SubmissionReport(str(path), [row], problem)
+
+
+def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
+    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
+    return _notebook_error(path, f"not graded: {error}; grade it again")
 
 
 def _validate_batch(paths: Sequence[Path]) -> list[str]:
