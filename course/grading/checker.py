@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from course.grading.gradebook import (
     write_gradebook,
 )
 from course.grading.handed_in import RefusedFile, read_handed_in
-from course.grading.supervisor import sign
+from course.grading.supervisor import CHECKER_PID_ENV, sign
 from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 from course.solution_notebooks import (
     NOTEBOOKS_DIR,
@@ -383,6 +384,7 @@ def _supervise(job: dict, work: Path, env: dict[str, str], wall_s: float) -> dic
         env={
             **env,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")])),
+            CHECKER_PID_ENV: str(os.getpid()),  # the supervisor stops its notebook when this process dies
         },
         start_new_session=True,
     )
@@ -570,6 +572,51 @@ def _validate_batch(paths: Sequence[Path]) -> list[str]:
     return problems
 
 
+class BatchStopped(BaseException):
+    """SIGTERM or SIGHUP reached ``check``: unwind as Ctrl-C does (every notebook's processes killed, its scratch
+    folder removed, the rows graded so far kept). A BaseException, so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal_name}")
+
+
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_the_batch(signum: int, frame: object) -> None:
+    # The first signal starts the clean-up; a second (the service manager's SIGTERM right after SIGHUP, another
+    # Ctrl-C) must not cut it short, or the notebook's processes and its scratch folder would outlive it.
+    _ignore_stopping_signals()
+    raise KeyboardInterrupt if signum == signal.SIGINT else BatchStopped(signum)
+
+
+def _ignore_stopping_signals() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in STOPPING_SIGNALS:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _signals_stop_the_batch():
+    """While grading, SIGINT, SIGTERM and SIGHUP unwind through the grading code's clean-up; the handlers that were
+    there before come back afterwards. A signal the caller ignores (``nohup``: SIGHUP) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield
+        return
+    before = {number: signal.getsignal(number) for number in STOPPING_SIGNALS}
+    try:
+        for number, handler in before.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(number, _stop_the_batch)
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
 def _print_totals(rows: Sequence[Sequence[str]]) -> None:
     """The totals as a table a person reads (stderr), cells made safe as in the files."""
     text_rows = [list(TOTALS_COLUMNS), *[[safe_cell(cell) for cell in row] for row in rows]]
@@ -616,17 +663,21 @@ def check_command(
     )
     results: list[CheckResult] = []
     started = time.monotonic()
-    interrupted = False
-    try:
-        for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
-            report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
-            sys.stdout.write(table_text(map(_row, report.results), "\t"))
-            sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
-            results.extend(report.results)
-    except KeyboardInterrupt:  # Ctrl-C: the notebooks graded so far still go into the gradebook
-        interrupted = True
-    elapsed = time.monotonic() - started
-    rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
+    stopped_by = None  # the signal that stopped the batch (None: it ran to the end)
+    with _signals_stop_the_batch():
+        try:
+            for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
+                report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
+                sys.stdout.write(table_text(map(_row, report.results), "\t"))
+                sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
+                # Into the gradebook at once: a checker killed with SIGKILL loses only the notebook in flight.
+                write_gradebook(out_dir, [_row(result) for result in report.results])
+                results.extend(report.results)
+        except (KeyboardInterrupt, BatchStopped) as stop:  # the notebooks graded so far are in the gradebook
+            stopped_by = stop.signal_name if isinstance(stop, BatchStopped) else "SIGINT"
+        elapsed = time.monotonic() - started
+        _ignore_stopping_signals()  # the last write is not cut short either (the handlers come back after it)
+        rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
     _print_totals([row for row in total_rows if row[0] in {result.student for result in results}])
     notebooks = len({result.notebook for result in results})
     print(
@@ -637,9 +688,8 @@ def check_command(
     errors = sum(result.status == "error" for result in results)
     if errors:
         print(f"# {errors} row(s) with verdict 'error': something could not be graded", file=sys.stderr)
-    if interrupted:
-        print(
-            f"# interrupted: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr
-        )
-        return 130
+    if stopped_by is not None:
+        what = "interrupted" if stopped_by == "SIGINT" else f"stopped by {stopped_by}"
+        print(f"# {what}: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr)
+        return 130 if stopped_by == "SIGINT" else 128 + getattr(signal, stopped_by)
     return 1 if errors else 0
