@@ -88,10 +88,13 @@ CHECK_ISOLATION = """\
 The sandbox (bubblewrap, `bwrap`; refused to run without it unless you pass --no-sandbox): each notebook's
 kernel sees read-only views of the system, Python and the course's helpers/, course/ and data/ (not the
 solutions in notebooks/, not other students' files, not your home folder), a folder holding only its own
-notebook and a private /tmp; it has its own process namespace (it cannot see, read the memory of, write to or
-kill the checker or its supervisor), no network, runs as nobody when you are root, and each of its processes is
-limited to --memory MiB. The supervisor that reads and signs the verdicts stays outside; a result counts only
-from a supervisor that exited by itself.
+notebook and a private /tmp and /dev/shm of bounded size; it has its own process namespace (it cannot see, read
+the memory of, write to or kill the checker or its supervisor), no network, cannot make user namespaces, runs as
+a uid of its own when you are root (one per notebook graded at once, so a fork bomb stops at its own process
+limit), and each of its processes is limited to --memory MiB. The supervisor that reads and signs the verdicts
+stays outside; a result counts only from a supervisor that exited by itself. Only a regular file in a student's
+folder is read (no link is followed, no FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every
+notebook's processes killed, the rows graded so far kept); rows reach the gradebook as each notebook ends.
 
 Verdicts: the check cell after each exercise is replaced by a locked cell that imports the course's check,
 verifies it is the course's own, re-reads the course's grading code from its read-only file, refuses a kernel
@@ -289,19 +292,20 @@ def course_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits) -> dict:
+def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits, uid: int = sandbox.SANDBOX_UID) -> dict:
     """The sandbox part of a supervisor's job: what the kernel sees (its notebook's folder, its sockets' folder,
-    the course read-only, no solutions) and the command prefix that puts it there. Changes ``env`` to match."""
+    the course read-only, no solutions), the uid it runs as (this notebook's own, from
+    :func:`course.grading.sandbox.claimed_uid`) and the command prefix that puts it there. Changes ``env``."""
     work, sockets = scratch / "work", scratch / "sockets"
     sockets.mkdir()
     root = course_root()
     readable = [root / "helpers", root / "course", root / "data", Path(env["ATTENTION_COURSE_CACHE"])]
     readable += [Path(env["MULTI30K_DIR"])] if env.get("MULTI30K_DIR") else []
     for folder in (work, sockets):
-        sandbox.give_to_sandbox(folder)
+        sandbox.give_to_sandbox(folder, uid)
     env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits)
-    return {"prefix": prefix, "sockets": str(sockets), "uid": sandbox.SANDBOX_UID}
+    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, uid)
+    return {"prefix": prefix, "sockets": str(sockets), "uid": uid}
 
 
 def refuse_to_check(out_dir: Path, sandboxed: bool) -> str | None:
@@ -490,7 +494,9 @@ def _run_submission(
         return report(exercises, {}, f"not run: no sandbox ({sandbox_unavailable()}); --no-sandbox runs it without")
     notebook, graded, numbers = grading_notebook(submission, exercises)
     token, key = secrets.token_hex(16), secrets.token_hex(32)
-    with tempfile.TemporaryDirectory(prefix="check-") as scratch:
+    # A uid of this notebook's own while it runs (--jobs notebooks never share one), held until its folder is gone.
+    claim = sandbox.claimed_uid() if sandboxed else contextlib.nullcontext(sandbox.SANDBOX_UID)
+    with claim as uid, tempfile.TemporaryDirectory(prefix="check-") as scratch:
         work, home = Path(scratch) / "work", Path(scratch) / "home"
         work.mkdir()
         (work / path.name).write_bytes(handed_in)  # where the notebook "is", as when the student ran it
@@ -499,7 +505,7 @@ def _run_submission(
         # CPU seconds per process: a backstop behind the wall-clock limits (every core busy all the time).
         limits = sandbox.Limits(memory_bytes=memory_bytes, cpu_s=int(wall) * max(1, os.cpu_count() or 1))
         kernel_env = dict(env)  # the supervisor keeps the host's view (HOME, TMPDIR in the scratch folder)
-        box = sandbox_job(Path(scratch), kernel_env, limits) if sandboxed else None
+        box = sandbox_job(Path(scratch), kernel_env, limits, uid) if sandboxed else None
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
