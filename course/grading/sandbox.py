@@ -5,7 +5,7 @@ notebook starts, runs inside. The kernel command becomes::
 
     prlimit --as=… --cpu=… --nproc=… --fsize=… --core=0 --
       bwrap <a new root: read-only views of the system, Python and the course> --unshare-pid --unshare-net …
-        setpriv --reuid=<this job's uid> … bwrap --unshare-user --disable-userns --dev-bind / / --
+        setpriv --reuid=<this job's uid> … bwrap --unshare-user --disable-userns --unshare-pid --dev-bind / / --
           python -m ipykernel_launcher -f <connection file>
 
 so that inside
@@ -136,8 +136,15 @@ def _as_user(tools: dict[str, str | None], uid: int) -> list[str]:
 
 
 def _locked_user_namespace(tools: dict[str, str | None]) -> list[str]:
-    """bwrap's words for a user namespace the command cannot leave for a new one (``unshare -Ur`` fails)."""
-    return [tools["bwrap"], "--unshare-user", "--disable-userns", "--dev-bind", "/", "/", "--die-with-parent", "--"]
+    """bwrap's words for a user namespace the command cannot leave for a new one (``unshare -Ur`` fails).
+
+    Its process namespace keeps this bwrap, which the sandbox's user could signal, out of the kernel's reach: the
+    kernel's parent is the namespace's first process, which ignores what its namespace sends it. ``/proc`` stays
+    the outer sandbox's (a user namespace may not mount one below bwrap's read-only parts of it): it shows only
+    the notebook's processes, numbered as outside this namespace (``/proc/self`` is right; ``/proc/<getpid()>``
+    is not)."""
+    words = [tools["bwrap"], "--unshare-user", "--disable-userns", "--unshare-pid", "--dev-bind", "/", "/"]
+    return [*words, "--die-with-parent", "--"]
 
 
 @contextlib.contextmanager
