@@ -108,6 +108,7 @@ __all__ = [
     "Exercise",
     "ReleaseError",
     "SubmissionReport",
+    "UnknownLesson",
     "check_submission",
     "collapse_solutions",
     "find_exercises",
@@ -135,10 +136,14 @@ def _write_atomically(path: Path, data: bytes) -> bool:
     return write_atomically(path, data, skip_unchanged=True)
 
 
+class UnknownLesson(ReleaseError):
+    """``--lessons`` named a lesson that is not in the lessons' folder (nothing is wrong with any notebook)."""
+
+
 def select_lessons(sources: Sequence[Path], lessons: Sequence[str]) -> list[Path]:
     """The lesson files among ``sources`` that ``lessons`` names: by number (``02`` or ``2``), stem or file name.
 
-    Raises ``ReleaseError`` for a name that is no lesson, listing the lessons there are.
+    Raises ``UnknownLesson`` (a ``ReleaseError``) for a name that is no lesson, listing the lessons there are.
     """
     chosen = set()
     for wanted in lessons:
@@ -151,7 +156,7 @@ def select_lessons(sources: Sequence[Path], lessons: Sequence[str]) -> list[Path
         if not matches:
             there = ", ".join(source.stem.split("_")[0] for source in sources)
             folder = sources[0].parent if sources else "the lessons' folder"
-            raise ReleaseError(
+            raise UnknownLesson(
                 str(folder), None, f"there is no lesson {wanted!r}: expected a lesson's number or name, one of {there}"
             )
         chosen.update(matches)
@@ -419,11 +424,12 @@ def _grading_timeouts() -> str:
     return f"{DEFAULT_GRADING_TIMEOUT_S} s" + (f" ({', '.join(longer)})" if longer else "")
 
 
-def _positive_int(text: str, unit: str = "second") -> int:
+def _positive_int(text: str, unit: str = "second", units: str | None = None) -> int:
+    """``text`` as a whole number of at least 1 ``unit``; argparse's error, in that unit, otherwise."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of {unit}s, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of {units or unit + 's'}, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1 {unit}, got {value}")
     return value
@@ -431,6 +437,14 @@ def _positive_int(text: str, unit: str = "second") -> int:
 
 def _jobs(text: str) -> int:
     return _positive_int(text, "job")
+
+
+def _mebibytes(text: str) -> int:
+    return _positive_int(text, "MiB", "MiB")
+
+
+def _bytes(text: str) -> int:
+    return _positive_int(text, "byte")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -519,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     check_parser.add_argument(
         "--output-cap",
-        type=_positive_int,
+        type=_bytes,
         default=10_000_000,
         help="bytes of cell outputs kept per notebook; more is dropped (default: %(default)s)",
     )
@@ -534,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     check_parser.add_argument(
         "--memory",
-        type=_positive_int,
+        type=_mebibytes,
         default=8192,
         help="MiB of address space each process of a notebook may use (default: %(default)s)",
     )
@@ -579,6 +593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             _list(args.notebooks)
+    except UnknownLesson as error:
+        print(f"error: {error}", file=sys.stderr)
+        print("error: nothing was written; name lessons that exist (their numbers are listed above).", file=sys.stderr)
+        return 1
     except ReleaseError as error:
         print(f"error: {error}", file=sys.stderr)
         if args.command in ("release", "nbgrader"):

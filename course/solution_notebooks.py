@@ -17,7 +17,9 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,9 @@ __all__ = [
     "cell_tags",
     "check_imports",
     "drop_folded_notes",
+    "file_kind",
     "find_exercises",
+    "notebook_from_bytes",
     "plain_python",
     "python_of",
     "read_notebook",
@@ -299,14 +303,79 @@ def find_exercises(notebook: NotebookNode, name: str) -> list[Exercise]:
 
 
 def read_notebook(path: Path) -> NotebookNode:
-    """Read a notebook as stored, without nbformat inventing (random) cell ids along the way."""
+    """Read a notebook as stored, without nbformat inventing (random) cell ids along the way.
+
+    Only a regular file is read: a FIFO or a device named like a notebook is refused without waiting on it
+    (opened non-blocking, checked with ``fstat`` before a byte is read). Raises ``ReleaseError``."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ReleaseError(str(path), None, f"cannot be read as a notebook: {error}") from None
-    if not isinstance(data, dict) or data.get("nbformat") != 4:
-        raise ReleaseError(str(path), None, "expected an nbformat 4 notebook (a JSON object with nbformat 4)")
-    return rejoin_lines(nbformat.from_dict(data))  # sources stored as lists of lines -> one string
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError as error:
+        raise ReleaseError(str(path), None, f"cannot be read as a notebook: {error.strerror}") from None
+    with os.fdopen(descriptor, "rb") as file:
+        kind = file_kind(os.fstat(descriptor).st_mode)
+        if kind != "a regular file":
+            raise ReleaseError(str(path), None, f"is {kind}, not a notebook file: expected a regular .ipynb file")
+        data = file.read()
+    return notebook_from_bytes(data, str(path))
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a regular file", "a FIFO (named pipe)", ...)."""
+    kinds = [(stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+             (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device")]  # fmt: skip
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def notebook_from_bytes(data: bytes, name: str) -> NotebookNode:
+    """The notebook stored in ``data`` (a ``.ipynb`` file's bytes); ``name`` is for messages.
+
+    Refuses, with ``ReleaseError``, what is not JSON, not nbformat 4, or not shaped as one: every part the course
+    reads (the cells, their type, source, metadata and outputs) must have its type, so that one odd file is one
+    clear error and never a crash further on."""
+    try:
+        notebook = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ReleaseError(name, None, f"cannot be read as a notebook: {error}") from None
+    if not isinstance(notebook, dict) or notebook.get("nbformat") != 4:
+        raise ReleaseError(name, None, "expected an nbformat 4 notebook (a JSON object with nbformat 4)")
+    problem = _shape_problem(notebook)
+    if problem:
+        raise ReleaseError(name, None, f"is not shaped as an nbformat 4 notebook: {problem}")
+    return rejoin_lines(nbformat.from_dict(notebook))  # sources stored as lists of lines -> one string
+
+
+def _type_name(value: object) -> str:
+    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+def _shape_problem(notebook: dict) -> str | None:
+    """What in a notebook's JSON has the wrong type (None: each part the course reads has its own)."""
+    if not isinstance(notebook.get("metadata", {}), dict):
+        return f"its metadata should be an object, got {_type_name(notebook['metadata'])}"
+    cells = notebook.get("cells")
+    if not isinstance(cells, list):
+        return f'"cells" should be a list of cells, got {_type_name(cells)}'
+    for number, cell in enumerate(cells, start=1):
+        where = f"cell {number} from the top"
+        if not isinstance(cell, dict):
+            return f"{where} should be an object, got {_type_name(cell)}"
+        if cell.get("cell_type") not in ("code", "markdown", "raw"):
+            return f'{where}: "cell_type" should be "code", "markdown" or "raw", got {cell.get("cell_type")!r}'
+        source = cell.get("source")
+        if not (isinstance(source, str) or (isinstance(source, list) and all(isinstance(s, str) for s in source))):
+            return f'{where}: "source" should be a string or a list of strings, got {_type_name(source)} {source!r:.60}'
+        metadata = cell.setdefault("metadata", {})  # absent: nothing to read (nbformat's schema wants it)
+        if not isinstance(metadata, dict):
+            return f'{where}: "metadata" should be an object, got {_type_name(metadata)}'
+        tags = metadata.get("tags", [])
+        if not (isinstance(tags, list) and all(isinstance(tag, str) for tag in tags)):
+            return f'{where}: its "tags" should be a list of strings, got {tags!r:.60}'
+        if cell["cell_type"] == "code" and not isinstance(cell.setdefault("outputs", []), list):
+            return f'{where}: "outputs" should be a list, got {_type_name(cell["outputs"])}'
+    return None
 
 
 def check_imports(notebook: NotebookNode) -> dict[str, str]:

@@ -28,11 +28,11 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +53,8 @@ from course.grading.gradebook import (
     table_text,
     write_gradebook,
 )
-from course.grading.supervisor import sign
+from course.grading.handed_in import RefusedFile, read_handed_in
+from course.grading.supervisor import CHECKER_PID_ENV, sign
 from course.grading.workers import ONE_THREAD, WorkerDied, in_workers
 from course.lessons import grading_timeout
 from course.solution_notebooks import (
@@ -62,6 +63,7 @@ from course.solution_notebooks import (
     ReleaseError,
     check_imports,
     find_exercises,
+    notebook_from_bytes,
     plain_python,
     read_notebook,
 )
@@ -87,10 +89,13 @@ CHECK_ISOLATION = """\
 The sandbox (bubblewrap, `bwrap`; refused to run without it unless you pass --no-sandbox): each notebook's
 kernel sees read-only views of the system, Python and the course's helpers/, course/ and data/ (not the
 solutions in notebooks/, not other students' files, not your home folder), a folder holding only its own
-notebook and a private /tmp; it has its own process namespace (it cannot see, read the memory of, write to or
-kill the checker or its supervisor), no network, runs as nobody when you are root, and each of its processes is
-limited to --memory MiB. The supervisor that reads and signs the verdicts stays outside; a result counts only
-from a supervisor that exited by itself.
+notebook and a private /tmp and /dev/shm of bounded size; it has its own process namespace (it cannot see, read
+the memory of, write to or kill the checker or its supervisor), no network, cannot make user namespaces, runs as
+a uid of its own when you are root (one per notebook graded at once, so a fork bomb stops at its own process
+limit), and each of its processes is limited to --memory MiB. The supervisor that reads and signs the verdicts
+stays outside; a result counts only from a supervisor that exited by itself. Only a regular file in a student's
+folder is read (no link is followed, no FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every
+notebook's processes killed, the rows graded so far kept); rows reach the gradebook as each notebook ends.
 
 Verdicts: the check cell after each exercise is replaced by a locked cell that imports the course's check,
 verifies it is the course's own, re-reads the course's grading code from its read-only file, refuses a kernel
@@ -206,7 +211,10 @@ def _defines(source: str, function: str) -> bool:
 def grading_notebook(
     submission: NotebookNode, exercises: Sequence[GradedExercise]
 ) -> tuple[NotebookNode, dict[int, GradedExercise], list[int | None]]:
-    """The notebook the checker runs, which cells grade which exercise, and each cell's number as handed in."""
+    """The notebook the checker runs, which cells grade which exercise, and each cell's number as handed in.
+
+    Each exercise is graded right after the last cell that defines its function (where a notebook defines it
+    twice, the later definition is the answer), in place of the check cell that follows it, if one does."""
     cells: list[tuple[NotebookNode, int | None]] = []
     for number, cell in enumerate(submission.cells, start=1):
         cell = nbformat.from_dict(json.loads(json.dumps(cell)))
@@ -215,13 +223,15 @@ def grading_notebook(
         cells.append((cell, number))
     graded: dict[int, GradedExercise] = {}  # id(cell) -> exercise
     for exercise in exercises:
-        place = next(
+        # The last definition is the answer: the one a kernel that ran the notebook top to bottom holds at the end,
+        # and the one a student who rewrote an answer further down means (the first is an earlier attempt).
+        place = max(
             (
                 i
                 for i, (cell, _) in enumerate(cells)
                 if cell.cell_type == "code" and _defines(cell.source, exercise.function)
             ),
-            None,
+            default=None,
         )
         trusted = v4.new_code_cell(graded_cell_source(exercise))
         if place is None:
@@ -283,19 +293,20 @@ def course_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits) -> dict:
+def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits, uid: int = sandbox.SANDBOX_UID) -> dict:
     """The sandbox part of a supervisor's job: what the kernel sees (its notebook's folder, its sockets' folder,
-    the course read-only, no solutions) and the command prefix that puts it there. Changes ``env`` to match."""
+    the course read-only, no solutions), the uid it runs as (this notebook's own, from
+    :func:`course.grading.sandbox.claimed_uid`) and the command prefix that puts it there. Changes ``env``."""
     work, sockets = scratch / "work", scratch / "sockets"
     sockets.mkdir()
     root = course_root()
     readable = [root / "helpers", root / "course", root / "data", Path(env["ATTENTION_COURSE_CACHE"])]
     readable += [Path(env["MULTI30K_DIR"])] if env.get("MULTI30K_DIR") else []
     for folder in (work, sockets):
-        sandbox.give_to_sandbox(folder)
+        sandbox.give_to_sandbox(folder, uid)
     env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits)
-    return {"prefix": prefix, "sockets": str(sockets), "uid": sandbox.SANDBOX_UID}
+    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, uid)
+    return {"prefix": prefix, "sockets": str(sockets), "uid": uid}
 
 
 def refuse_to_check(out_dir: Path, sandboxed: bool) -> str | None:
@@ -378,6 +389,7 @@ def _supervise(job: dict, work: Path, env: dict[str, str], wall_s: float) -> dic
         env={
             **env,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")])),
+            CHECKER_PID_ENV: str(os.getpid()),  # the supervisor stops its notebook when this process dies
         },
         start_new_session=True,
     )
@@ -411,8 +423,27 @@ def run_submission(
     the sandbox of :mod:`course.grading.sandbox`, each of its processes under ``memory_bytes`` of address
     space; where no sandbox can be made the notebook is not run (error rows say why) unless ``sandboxed`` is
     False. Nothing is raised: an unreadable file, an unknown lesson, a timeout or a dead kernel becomes
-    ``problem`` and ``error`` rows.
+    ``problem`` and ``error`` rows; so is a failure of the checker's own on one odd file (one error row: the
+    batch goes on, and the rows graded before it are kept).
     """
+    try:
+        return _run_submission(
+            Path(path), timeout_s, notebook_timeout_s, notebooks_dir, output_cap, sandboxed, memory_bytes
+        )
+    except Exception as error:  # a file nothing above foresaw must cost its own row, never the batch
+        problem = f"not graded: the checker failed on this file ({type(error).__name__}: {error}); report it"
+        return _notebook_error(Path(path), problem)
+
+
+def _run_submission(
+    path: Path,
+    timeout_s: int,
+    notebook_timeout_s: int | None,
+    notebooks_dir: str | Path | None,
+    output_cap: int,
+    sandboxed: bool,
+    memory_bytes: int,
+) -> SubmissionReport:
     path = Path(path)
     notebooks_dir = Path(notebooks_dir or NOTEBOOKS_DIR)
     student, lesson = student_of(path), path.stem
@@ -456,23 +487,28 @@ def run_submission(
     except ReleaseError as error:
         return report([], {}, f"its lesson cannot be read: {error}")
     try:
-        submission = read_notebook(path)
+        handed_in = read_handed_in(path)  # as root: never through a link, never a FIFO (course.grading.handed_in)
+        submission = notebook_from_bytes(handed_in, str(path))
+    except RefusedFile as error:
+        return report(exercises, {}, f"refused: {error}")
     except ReleaseError as error:
-        return report(exercises, {}, f"cannot be read as a notebook: {error.problem}")
+        return report(exercises, {}, f"{path.name} {error.problem}")  # "... cannot be read as a notebook: ..."
     if sandboxed and sandbox_unavailable():
         return report(exercises, {}, f"not run: no sandbox ({sandbox_unavailable()}); --no-sandbox runs it without")
     notebook, graded, numbers = grading_notebook(submission, exercises)
     token, key = secrets.token_hex(16), secrets.token_hex(32)
-    with tempfile.TemporaryDirectory(prefix="check-") as scratch:
+    # A uid of this notebook's own while it runs (--jobs notebooks never share one), held until its folder is gone.
+    claim = sandbox.claimed_uid() if sandboxed else contextlib.nullcontext(sandbox.SANDBOX_UID)
+    with claim as uid, tempfile.TemporaryDirectory(prefix="check-") as scratch:
         work, home = Path(scratch) / "work", Path(scratch) / "home"
         work.mkdir()
-        shutil.copyfile(path, work / path.name)  # where the notebook "is", as when the student ran it
+        (work / path.name).write_bytes(handed_in)  # where the notebook "is", as when the student ran it
         env = submission_environment(home, token)
         wall = (notebook_timeout_s or timeout_s * (len(notebook.cells) + 1)) + 120
         # CPU seconds per process: a backstop behind the wall-clock limits (every core busy all the time).
         limits = sandbox.Limits(memory_bytes=memory_bytes, cpu_s=int(wall) * max(1, os.cpu_count() or 1))
         kernel_env = dict(env)  # the supervisor keeps the host's view (HOME, TMPDIR in the scratch folder)
-        box = sandbox_job(Path(scratch), kernel_env, limits) if sandboxed else None
+        box = sandbox_job(Path(scratch), kernel_env, limits, uid) if sandboxed else None
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
@@ -519,11 +555,15 @@ def _row(result: CheckResult) -> list[str]:
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
-def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
-    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
-    problem = f"not graded: {error}; grade it again"
+def _notebook_error(path: Path, problem: str) -> SubmissionReport:
+    """The report of a notebook that could not be graded at all: one ``(notebook)`` error row saying why."""
     row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
     return SubmissionReport(str(path), [row], problem)
+
+
+def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
+    """The report of a notebook whose grading worker died: one ``(notebook)`` error row, so it is graded again."""
+    return _notebook_error(path, f"not graded: {error}; grade it again")
 
 
 def _validate_batch(paths: Sequence[Path]) -> list[str]:
@@ -539,6 +579,51 @@ def _validate_batch(paths: Sequence[Path]) -> list[str]:
             )
         seen[student, lesson] = path
     return problems
+
+
+class BatchStopped(BaseException):
+    """SIGTERM or SIGHUP reached ``check``: unwind as Ctrl-C does (every notebook's processes killed, its scratch
+    folder removed, the rows graded so far kept). A BaseException, so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal_name}")
+
+
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_the_batch(signum: int, frame: object) -> None:
+    # The first signal starts the clean-up; a second (the service manager's SIGTERM right after SIGHUP, another
+    # Ctrl-C) must not cut it short, or the notebook's processes and its scratch folder would outlive it.
+    _ignore_stopping_signals()
+    raise KeyboardInterrupt if signum == signal.SIGINT else BatchStopped(signum)
+
+
+def _ignore_stopping_signals() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in STOPPING_SIGNALS:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _signals_stop_the_batch():
+    """While grading, SIGINT, SIGTERM and SIGHUP unwind through the grading code's clean-up; the handlers that were
+    there before come back afterwards. A signal the caller ignores (``nohup``: SIGHUP) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield
+        return
+    before = {number: signal.getsignal(number) for number in STOPPING_SIGNALS}
+    try:
+        for number, handler in before.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(number, _stop_the_batch)
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
 
 
 def _print_totals(rows: Sequence[Sequence[str]]) -> None:
@@ -587,17 +672,21 @@ def check_command(
     )
     results: list[CheckResult] = []
     started = time.monotonic()
-    interrupted = False
-    try:
-        for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
-            report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
-            sys.stdout.write(table_text(map(_row, report.results), "\t"))
-            sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
-            results.extend(report.results)
-    except KeyboardInterrupt:  # Ctrl-C: the notebooks graded so far still go into the gradebook
-        interrupted = True
-    elapsed = time.monotonic() - started
-    rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
+    stopped_by = None  # the signal that stopped the batch (None: it ran to the end)
+    with _signals_stop_the_batch():
+        try:
+            for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
+                report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
+                sys.stdout.write(table_text(map(_row, report.results), "\t"))
+                sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
+                # Into the gradebook at once: a checker killed with SIGKILL loses only the notebook in flight.
+                write_gradebook(out_dir, [_row(result) for result in report.results])
+                results.extend(report.results)
+        except (KeyboardInterrupt, BatchStopped) as stop:  # the notebooks graded so far are in the gradebook
+            stopped_by = stop.signal_name if isinstance(stop, BatchStopped) else "SIGINT"
+        elapsed = time.monotonic() - started
+        _ignore_stopping_signals()  # the last write is not cut short either (the handlers come back after it)
+        rows, total_rows = write_gradebook(out_dir, [_row(result) for result in results])
     _print_totals([row for row in total_rows if row[0] in {result.student for result in results}])
     notebooks = len({result.notebook for result in results})
     print(
@@ -608,9 +697,8 @@ def check_command(
     errors = sum(result.status == "error" for result in results)
     if errors:
         print(f"# {errors} row(s) with verdict 'error': something could not be graded", file=sys.stderr)
-    if interrupted:
-        print(
-            f"# interrupted: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr
-        )
-        return 130
+    if stopped_by is not None:
+        what = "interrupted" if stopped_by == "SIGINT" else f"stopped by {stopped_by}"
+        print(f"# {what}: {notebooks} of {len(paths)} notebook(s) graded and kept; grade the rest", file=sys.stderr)
+        return 130 if stopped_by == "SIGINT" else 128 + getattr(signal, stopped_by)
     return 1 if errors else 0

@@ -5,7 +5,8 @@ notebook starts, runs inside. The kernel command becomes::
 
     prlimit --as=… --cpu=… --nproc=… --fsize=… --core=0 --
       bwrap <a new root: read-only views of the system, Python and the course> --unshare-pid --unshare-net …
-        setpriv --reuid=65534 … python -m ipykernel_launcher -f <connection file>
+        setpriv --reuid=<this job's uid> … bwrap --unshare-user --disable-userns --unshare-pid --dev-bind / / --
+          python -m ipykernel_launcher -f <connection file>
 
 so that inside
 
@@ -13,32 +14,52 @@ so that inside
   a few files of ``/etc`` (no ``/etc/shadow``), the Python installation and its virtual environment, the
   course's ``helpers/``, ``course/`` and ``data/`` (not ``notebooks/``: no solutions) and the download cache;
   the only writable places are the notebook's own folder (a copy of the one notebook), a private ``/tmp``
-  and the folder of the kernel's sockets, all deleted afterwards;
+  and ``/dev/shm`` (memory of the host's, so each of a bounded size, ``Limits.tmp_bytes``) and the folder of
+  the kernel's sockets, all deleted afterwards;
 - it has its own process namespace (``/proc`` shows only the notebook's processes: no checker, no command
   line naming other students), no network (its own empty network namespace: the kernel talks to the
   supervisor through Unix sockets in a shared folder), its own IPC namespace and hostname;
-- it runs as user 65534 (nobody) when the checker runs as root (as the teacher, in a user namespace,
-  otherwise) with no capabilities, in a session of its own (``--new-session``): it cannot
+- it runs, when the checker runs as root, as a user of its own (``SANDBOX_UIDS``: one uid per notebook being
+  graded, claimed for as long as it runs, so that ``--jobs`` notebooks never share one), otherwise as the
+  teacher in a user namespace; with no capabilities, in a session of its own (``--new-session``): it cannot
   read or write the teacher's files even where a view is shared, nor ptrace or signal a process outside;
-- ``prlimit`` bounds its address space (memory), CPU seconds, each file's size and (as nobody) the processes
-  of its user;
+- it cannot make a user namespace of its own (``--disable-userns``): ``unshare -Ur`` would give it uid 0
+  there, and with it the mounts and capabilities a namespace's root has;
+- ``prlimit`` bounds its address space (memory), CPU seconds, each file's size and (as root's sandbox user)
+  the processes of its uid: a fork bomb stops at ``Limits.processes`` and starves no other notebook;
 - everything inside dies with the sandbox (``--die-with-parent``; killing the sandbox's first process ends
   its process namespace).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SANDBOX_GID", "SANDBOX_UID", "Limits", "SandboxUnavailable", "kernel_prefix", "unavailable"]
+__all__ = [
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "SANDBOX_UIDS",
+    "Limits",
+    "SandboxUnavailable",
+    "claimed_uid",
+    "kernel_prefix",
+    "unavailable",
+]
 
 SANDBOX_UID = SANDBOX_GID = 65534  # "nobody": owns nothing of the teacher's
+# One uid per notebook being graded, each its own group too: Debian reserves 65000-65533 (never given to a user or
+# a package), so these own nothing on the machine, and processes counted per uid are counted per notebook.
+SANDBOX_UIDS = range(65000, 65534)
+# Where the claims on those uids are held (a lock per uid, released when the claiming process ends, however).
+_CLAIMS_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
 # Files of /etc that programs read (the dynamic linker's cache, user names, time zone, fonts, certificates).
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime", "fonts", "ssl")
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symbolic links into /usr on merged-/usr systems
@@ -52,16 +73,18 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     """What one notebook's sandbox may use: ``memory_bytes`` of address space per process, ``cpu_s`` CPU
     seconds per process, ``processes`` (and threads: a kernel has a dozen or more) alive at once for the
-    sandbox's user, ``file_bytes`` per file written. The process count is set only when the sandbox's user
-    is nobody (the checker run as root): for an ordinary teacher it would count the teacher's own processes."""
+    sandbox's user, ``file_bytes`` per file written, ``tmp_bytes`` in each of ``/tmp`` and ``/dev/shm`` (kept
+    in the host's memory). The process count is set only when the sandbox's user is the notebook's own (the
+    checker run as root): for an ordinary teacher it would count the teacher's own processes."""
 
     memory_bytes: int = 8 * 2**30
     cpu_s: int = 3600
     processes: int = 1024
     file_bytes: int = 2 * 2**30
+    tmp_bytes: int = 2**30
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "cpu_s", "processes", "file_bytes"):
+        for name in ("memory_bytes", "cpu_s", "processes", "file_bytes", "tmp_bytes"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} should be a positive whole number, got {getattr(self, name)!r}")
 
@@ -87,7 +110,65 @@ def unavailable() -> str | None:
     if done.returncode != 0:
         reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
         return f"bwrap cannot make a sandbox on this machine ({reason}); it needs user or mount namespaces"
+    if os.geteuid() == 0:  # as kernel_prefix does: the sandbox's user makes the locked namespace inside
+        trial = [tools["bwrap"], "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+        trial += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(tools, SANDBOX_UIDS[0])]
+        trial += [*_locked_user_namespace(tools), "true"]
+    else:
+        trial = [tools["bwrap"], "--ro-bind", "/", "/", "--unshare-user", "--disable-userns", "true"]
+    try:
+        done = subprocess.run(trial, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap could not start: {error}"
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
+        return (
+            f"bwrap cannot lock the sandbox's user namespaces on this machine ({reason}); it needs user "
+            "namespaces for unprivileged users (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)"
+        )
     return None
+
+
+def _as_user(tools: dict[str, str | None], uid: int) -> list[str]:
+    """setpriv's words that make the rest of the command run as ``uid`` (and its group), with no capabilities."""
+    return [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all"]  # fmt: skip
+
+
+def _locked_user_namespace(tools: dict[str, str | None]) -> list[str]:
+    """bwrap's words for a user namespace the command cannot leave for a new one (``unshare -Ur`` fails).
+
+    Its process namespace keeps this bwrap, which the sandbox's user could signal, out of the kernel's reach: the
+    kernel's parent is the namespace's first process, which ignores what its namespace sends it. ``/proc`` stays
+    the outer sandbox's (a user namespace may not mount one below bwrap's read-only parts of it): it shows only
+    the notebook's processes, numbered as outside this namespace (``/proc/self`` is right; ``/proc/<getpid()>``
+    is not)."""
+    words = [tools["bwrap"], "--unshare-user", "--disable-userns", "--unshare-pid", "--dev-bind", "/", "/"]
+    return [*words, "--die-with-parent", "--"]
+
+
+@contextlib.contextmanager
+def claimed_uid() -> Iterator[int]:
+    """A uid of ``SANDBOX_UIDS`` that no other notebook's sandbox uses while this one holds it (an exclusive lock
+    per uid, shared by every ``check`` on the machine; released when the block ends or the process dies). An
+    ordinary teacher's sandbox runs as the teacher: their own uid. ``SandboxUnavailable`` when all are taken."""
+    if os.geteuid() != 0:
+        yield os.getuid()
+        return
+    for uid in SANDBOX_UIDS:
+        lock = _CLAIMS_DIR / f"attention-course-sandbox-uid-{uid}.lock"
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(descriptor)  # closing releases the lock
+        return
+    raise SandboxUnavailable(f"all {len(SANDBOX_UIDS)} sandbox uids are in use by notebooks being graded")
 
 
 def _ancestors(path: Path) -> list[Path]:
@@ -134,9 +215,11 @@ def kernel_prefix(
     for name in _ETC:
         if (Path("/etc") / name).exists():
             words += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    words += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    words += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in ("/tmp", "/dev/shm"):  # memory of the host's: each of a bounded size
+        words += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", folder]
     shown = [p for p in _outermost([*python_paths(), *readable]) if Path("/usr") not in [p, *p.parents]]
-    made: set[Path] = {Path("/tmp")}
+    made: set[Path] = {Path("/tmp"), Path("/dev"), Path("/dev/shm")}
     for path, mode in [*((p, "--ro-bind") for p in shown), *((Path(p), "--bind") for p in writable)]:
         for parent in _ancestors(path):
             if parent not in made:  # bwrap would make it 0700 (owner root): the sandbox's user could not pass
@@ -149,11 +232,12 @@ def kernel_prefix(
     # would take itself for an orphan and quit. It needs no watch: it dies with the sandbox.
     words += ["--unsetenv", "JPY_PARENT_PID"]
     if os.geteuid() != 0:  # an ordinary teacher: bwrap makes a user namespace, the kernel keeps the teacher's uid
-        return [str(word) for word in [*words, "--unshare-user", "--"]]
-    # bwrap drops every capability; these two only let setpriv become the sandbox's user, which drops them.
-    words += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", tools["setpriv"]]
-    words += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-    return [str(word) for word in words]
+        return [str(word) for word in [*words, "--unshare-user", "--disable-userns", "--"]]
+    # bwrap drops every capability; these two only let setpriv become the sandbox's user, which drops them. bwrap
+    # run as root cannot lock user namespaces (its --disable-userns needs one of its own, which would map the
+    # sandbox's user to root outside), so a second bwrap, run as that user, makes the locked one inside.
+    words += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(tools, uid)]
+    return [str(word) for word in [*words, *_locked_user_namespace(tools)]]
 
 
 def give_to_sandbox(path: Path, uid: int = SANDBOX_UID) -> None:

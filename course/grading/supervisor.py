@@ -18,7 +18,7 @@ see this process, read its memory (where the key is) or write to its pipes. This
 - reads each verdict from the display output (``VERDICT_MIME``) of the cells the checker wrote: the one
   such output of each (a cell showing more than one, where a hook or the learner's code added one, is an
   ``error``);
-- kills every process still alive below it;
+- kills every process still alive below it, also when it is stopped (SIGTERM, SIGHUP) or its checker dies;
 - writes one line to standard output: the result, signed with the key (HMAC-SHA256). A notebook that writes
   into this process's output pipe (through ``/proc``) cannot sign what it writes, so the checker ignores it.
 """
@@ -40,6 +40,8 @@ from typing import ClassVar
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
+CHECKER_PID_ENV = "ATTENTION_COURSE_CHECKER_PID"  # the checker that started this process (set by the checker)
 
 
 def sign(key: str, payload: str) -> str:
@@ -64,6 +66,25 @@ def become_undumpable() -> bool:
         return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def stop_with_the_checker() -> None:
+    """Stop this notebook, its processes killed, when the checker goes: SIGTERM or SIGHUP sent here, or the
+    checker dead (even by SIGKILL, which it cannot clean up after: Linux sends this process SIGTERM then)."""
+
+    def stop(signum: int, frame: object) -> None:
+        kill_descendants(os.getpid())  # the kernel's sandbox and anything that escaped below it
+        os._exit(128 + signum)
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, stop)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    checker = os.environ.get(CHECKER_PID_ENV)
+    if checker and os.getppid() != int(checker):  # it died before the request above took effect
+        stop(signal.SIGTERM, None)
 
 
 def descendants(root: int) -> list[int]:
@@ -261,6 +282,7 @@ def run(job: dict) -> dict:
 
 def main() -> int:
     become_undumpable()  # before the key is read
+    stop_with_the_checker()
     job = json.loads(sys.stdin.read())
     become_subreaper()
     try:

@@ -7,9 +7,9 @@ instead of each starting a thread per core (PyTorch's default) and fighting for 
 
 Stopping is the part a pool gets wrong by default, so it is spelled out here:
 
-* Ctrl-C reaches every worker (they share the terminal's process group); a worker that is grading unwinds
-  through the grading code's own clean-up (which kills the notebook's processes) and exits, one that is idle
-  exits at once, and the checker stops the rest (SIGTERM, handled the same way) and starts no further notebook;
+* Ctrl-C (or a hang-up) reaches every worker (they share the terminal's process group); a worker that is grading
+  unwinds through the grading code's own clean-up (which kills the notebook's processes) and exits, one that is
+  idle exits at once, and the checker stops the rest (SIGTERM, handled the same way) and starts no further notebook;
 * a worker that dies (the out-of-memory killer, ``kill -9``) costs the notebooks it held a :class:`WorkerDied`
   each, never the batch.
 """
@@ -58,17 +58,19 @@ def _on_signal(signum: int, frame: object) -> None:
         os._exit(128 + signum)  # idle: nothing to clean up
     # The first signal starts the clean-up; a second one (the checker's SIGTERM right after Ctrl-C) must not cut
     # it short, or the notebook's processes would outlive it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
     raise KeyboardInterrupt if signum == signal.SIGINT else _Stopped
 
 
-def _start_worker(environment: dict[str, str], interrupt_ignored: bool) -> None:
+def _start_worker(environment: dict[str, str], interrupt_ignored: bool, hangup_ignored: bool) -> None:
     os.environ.update(environment)
     # Handlers, unlike an ignored signal, are reset when a child execs: the notebook's kernel keeps its own. Where
     # the checker ignores Ctrl-C (started under nohup, or in the background of a script), its workers do too.
     signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt_ignored else _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    # A closed terminal (or `kill -HUP` of the checker's process group) hangs up every worker too: the same clean-up.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN if hangup_ignored else _on_signal)
 
 
 def _call_in_worker(function: Callable, item: object) -> object:
@@ -96,8 +98,8 @@ def in_workers(
         return
     context = multiprocessing.get_context("spawn")
     others = set(multiprocessing.active_children())
-    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(environment, ignored)) as pool:
+    ignored = [signal.getsignal(number) == signal.SIG_IGN for number in (signal.SIGINT, signal.SIGHUP)]
+    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(environment, *ignored)) as pool:
         futures = [pool.submit(_call_in_worker, function, item) for item in items]
         try:
             for future in futures:

@@ -859,3 +859,27 @@ def test_nbgrader_source_drops_the_solution_runs_widget_state():
     graded = assignments.nbgrader_source(lesson, str(path))
     assert "widgets" not in graded.metadata and graded.metadata["kernelspec"]["name"] == "python3"
     assert "widgets" in lesson.metadata  # the lesson itself is untouched
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--memory", "0", "argument --memory: expected at least 1 MiB, got 0"),
+        ("--memory", "lots", "argument --memory: expected a whole number of MiB, got 'lots'"),
+        ("--output-cap", "-1", "argument --output-cap: expected at least 1 byte, got -1"),
+        ("--output-cap", "1e6", "argument --output-cap: expected a whole number of bytes, got '1e6'"),
+        ("--notebook-timeout", "0", "argument --notebook-timeout: expected at least 1 second, got 0"),
+    ],
+)
+def test_check_refuses_a_limit_below_one_in_its_own_unit(option, value, expected, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        assignments.main(["check", option, value, "x.ipynb"])
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_release_of_a_lesson_that_does_not_exist_asks_for_one_that_does_not_for_a_fixed_notebook(tmp_path, capsys):
+    source = three_lessons(tmp_path / "notebooks")
+    status, _, err = cli(capsys, "release", "--out", tmp_path / "student", "--notebooks", source, "--lessons", "99")
+    assert status == 1 and "there is no lesson '99'" in err and "one of 02, 03, 09" in err
+    assert "name lessons that exist" in err and "fix the notebook" not in err
+    assert not (tmp_path / "student").exists()

@@ -360,3 +360,68 @@ def test_nothing_a_submission_tries_leaves_the_sandbox(attacked):
 def test_the_next_student_is_graded_by_the_courses_own_checks(attacked):
     (row,) = rows_of(attacked, "victor")
     assert row[2:5] == ["linear_projection", "wrong", "0"] and "forged" not in row[5], row
+
+
+# --------------------------------------------------------------------------------------------- each job's limits
+REPORT_LIMITS = """\
+import os, resource, subprocess, time
+
+
+def limits_seen():
+    time.sleep(8)  # both notebooks of the batch are in their sandboxes at once
+    # A process of one thread (a kernel has many: unshare(2) refuses those anyway) asks for uid 0 in a new namespace.
+    became = subprocess.run(["unshare", "-Ur", "id", "-u"], capture_output=True, text=True)
+    unshared = 0 if became.returncode == 0 and became.stdout.strip() == "0" else 1
+    size = {folder: os.statvfs(folder).f_blocks * os.statvfs(folder).f_frsize for folder in ("/tmp", "/dev/shm")}
+    return (
+        f"uid={os.getuid()} nproc={resource.getrlimit(resource.RLIMIT_NPROC)[0]} "
+        f"userns={'made' if unshared == 0 else 'refused'} tmp={size['/tmp']} shm={size['/dev/shm']}"
+    )
+"""
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory):
+    """Two notebooks graded at once (``--jobs 2``), each reporting the limits its kernel runs under."""
+    root = tmp_path_factory.mktemp("limits")
+    notebooks = lessons(root / "notebooks")
+    answer = "def linear_projection(x, weight, bias):\n    raise ValueError(limits_seen())"
+    cells = [IMPORT, REPORT_LIMITS, answer, "check_linear_projection(linear_projection)"]
+    paths = [write(root / "submitted" / student / "02_tiny.ipynb", cells) for student in ("uma", "walt")]
+    command = [sys.executable, "-m", "course.assignments", "check", "--jobs", "2", "--timeout", "120"]
+    result = subprocess.run(
+        [*command, "--notebooks", str(notebooks), "--out", str(root / "grades"), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=900,
+    )
+    rows = list(csv.reader(io.StringIO(result.stdout), delimiter="\t"))[1:]
+    seen = {}
+    for row in rows:
+        assert "uid=" in row[5], result.stdout + result.stderr
+        seen[row[0]] = dict(word.split("=") for word in row[5].split("ValueError: ")[-1].split())
+    return seen
+
+
+def test_no_notebook_can_make_a_user_namespace_of_its_own(two_jobs):
+    assert {limits["userns"] for limits in two_jobs.values()} == {"refused"}, two_jobs
+
+
+def test_the_sandboxs_memory_folders_have_a_size(two_jobs):
+    bound = sandbox.Limits().tmp_bytes
+    for limits in two_jobs.values():
+        assert 0 < int(limits["tmp"]) <= bound and 0 < int(limits["shm"]) <= bound, limits
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per notebook needs check run as root")
+def test_notebooks_graded_at_once_run_as_uids_of_their_own_each_with_its_process_limit(two_jobs):
+    uids = {int(limits["uid"]) for limits in two_jobs.values()}
+    assert len(uids) == 2 and uids <= set(sandbox.SANDBOX_UIDS), two_jobs
+    assert {int(limits["nproc"]) for limits in two_jobs.values()} == {sandbox.Limits().processes}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only by check run as root")
+def test_a_claimed_uid_is_nobody_elses_while_it_is_held():
+    with sandbox.claimed_uid() as first, sandbox.claimed_uid() as second:
+        assert first != second and {first, second} <= set(sandbox.SANDBOX_UIDS)

@@ -399,3 +399,60 @@ def test_an_out_folder_that_cannot_hold_the_gradebook_is_refused_up_front(blocke
     assert status == 2 and started == [] and captured.out == ""
     assert str(out) in captured.err and ("is a file" in captured.err or "is a folder" in captured.err)
     assert blocker != "file" or out.read_text() == "my notes"
+
+
+def spins_with(marker: str) -> str:
+    """A cell that starts a process with ``marker`` on its command line, then waits for ever."""
+    script = f"import time; time.sleep(600)  # {marker}"
+    return f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {script!r}])\ntime.sleep(600)"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("stop", "jobs"), [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2), ("SIGKILL", 1)], ids=lambda v: str(v)
+)
+def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(stop, jobs, tmp_path):
+    """SIGTERM or SIGHUP to a real ``check`` (one job or two) ends it as Ctrl-C does: the notebook in flight, its
+    supervisor, sandbox and kernel are stopped, its scratch folder removed, the rows already graded kept. A SIGKILL,
+    which nothing can clean up after, loses only the notebook in flight: its processes stop with the checker."""
+    marker = f"stopped-check-{stop}-{jobs}-{os.getpid()}-{time.time_ns()}"
+    lessons = tiny_lesson(tmp_path / "notebooks").parent
+    quick = handed_in(tmp_path / "subs" / "alice", RIGHT)
+    slow = handed_in(tmp_path / "subs" / "bob", RIGHT, before=[spins_with(marker)])
+    scratch, grades = tmp_path / "tmp", tmp_path / "grades"
+    scratch.mkdir()
+    without = ["--no-sandbox"] if sandbox_unavailable() else []
+    command = [sys.executable, "-m", "course.assignments", "check", *without, "--jobs", str(jobs)]
+    process = subprocess.Popen(
+        [*command, "--notebooks", str(lessons), "--out", str(grades), str(quick), str(slow)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        start_new_session=True,  # the signal reaches the checker alone, not this test
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and not (running_with(marker) and (grades / "gradebook.csv").exists()):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.5)
+        assert running_with(marker), "bob's notebook never started its process"
+        assert [row[0] for row in csv.reader((grades / "gradebook.csv").open())][1:] == ["alice"]
+        process.send_signal(getattr(signal, stop))
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + 30  # after SIGKILL the supervisor is told by Linux; it may take a moment
+    while running_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    survivors = running_with(marker)
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert survivors == [], f"bob's processes outlived a check stopped by {stop}"
+    book = list(csv.reader((grades / "gradebook.csv").open()))
+    assert [row[:4] for row in book[1:]] == [["alice", "02_tiny", "linear_projection", "pass"]], book
+    if stop != "SIGKILL":
+        assert process.returncode == 128 + getattr(signal, stop), err
+        assert f"stopped by {stop}: 1 of 2 notebook(s) graded and kept" in err.decode(), err
+        assert sorted(scratch.iterdir()) == []
