@@ -117,7 +117,7 @@ release: $(STAMP)  ## write student copies of every lesson (no solutions) to stu
 
 # The executed lessons as one website that works offline (head views live, solutions folded): open
 # build/site/index.html. Rebuilt from the notebooks as committed; `make notebooks` first after editing one.
-# SOLUTIONS=0 leaves every solution out, for the weeks a lesson is graded (docs/teaching.md, section 14).
+# SOLUTIONS=0 leaves every solution out, for the weeks a lesson is graded (docs/teaching.md, section 11).
 SITE ?= build/site
 SOLUTIONS ?= 1
 site: $(STAMP)  ## build the offline website of the executed lessons into build/site (SITE=..., SOLUTIONS=0)
