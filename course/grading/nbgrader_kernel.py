@@ -57,8 +57,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         help="MiB of address space each process of a kernel may use (as `check --memory`).",
     ).tag(config=True)
 
-    _scratch: Path | None = None
-    _prefix: list[str] | None = None
+    _scratch: Path | None = None  # the running kernel's scratch folder (None: not in a sandbox)
+    _prefix: list[str] | None = None  # the sandbox's words before the kernel's command
+    _env: dict[str, str] | None = None  # the kernel's whole environment
+    _uid: int = sandbox.SANDBOX_UID  # who owns the connection file when the teacher is root
 
     async def _async_pre_start_kernel(self, **kw):
         if not self.sandboxed:
