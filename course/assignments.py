@@ -344,10 +344,18 @@ def _nbgrader(out_dir: Path, notebooks_dir: Path, hide_checks: bool) -> None:
         target = out_dir / source.stem / source.name  # nbgrader: source/<assignment>/<notebook>.ipynb
         target.parent.mkdir(parents=True, exist_ok=True)
         print(f"{'wrote' if _write_atomically(target, data) else 'unchanged'}  {target}")
-    from course.grading.nbgrader import write_config
+    from course.grading.nbgrader import CONFIG_TEMPLATE, write_config
 
     config = write_config(out_dir.parent)
     print(f"wrote  {config} (a template: set your course id and students)" if config else "kept  nbgrader_config.py")
+    kept = out_dir.parent / "nbgrader_config.py"
+    if config is None and kept.is_file() and "SandboxedExecute" not in kept.read_text(encoding="utf-8"):
+        # A config written before autograde had the sandbox: nbgrader would run students' code as the teacher.
+        print(
+            f"warning: {kept} does not sandbox autograde: nbgrader runs students' code as your user, who can read "
+            f"the solutions. Copy the autograde_preprocessors lines from {CONFIG_TEMPLATE} into it.",
+            file=sys.stderr,
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,10 +70,12 @@ def _configured(preprocessor, trait: str) -> bool:
 
 
 def lesson_timeout_execute():
-    """nbgrader's ``Execute`` whose cell timeout is the lesson's (``course.lessons.grading_timeout`` of the notebook
-    being graded, nbgrader's notebook id), unless the configuration sets ``ExecutePreprocessor.timeout``."""
+    """nbgrader's ``Execute`` in the course's sandbox (``nbgrader_kernel.SandboxedExecute``) whose cell timeout is
+    the lesson's (``course.lessons.grading_timeout`` of the notebook being graded, nbgrader's notebook id), unless
+    the configuration sets ``ExecutePreprocessor.timeout``."""
+    from course.grading.nbgrader_kernel import SandboxedExecute  # imports nbgrader: only where it runs
 
-    class LessonTimeoutExecute(_execute()):
+    class LessonTimeoutExecute(SandboxedExecute):
         def preprocess(self, nb, resources=None, km=None):
             if not _configured(self, "timeout"):
                 self.timeout = grading_timeout((resources or {}).get("nbgrader", {}).get("notebook", ""))
@@ -83,7 +85,8 @@ def lesson_timeout_execute():
 
 
 def autograde_preprocessors() -> list:
-    """nbgrader's own autograde chain with its ``Execute`` replaced by :func:`lesson_timeout_execute`'s."""
+    """nbgrader's own autograde chain with its ``Execute`` replaced by :func:`lesson_timeout_execute`'s: students'
+    code runs in the course's sandbox, each cell under its lesson's timeout."""
     from nbgrader.converters import Autograde
 
     execute, ours = _execute(), lesson_timeout_execute()

@@ -782,9 +782,13 @@ def test_nbgrader_command_writes_one_assignment_folder_per_lesson(tmp_path, caps
     assert graded.cells[1].metadata.nbgrader["solution"] is True
     config = tmp_path / "classroom" / "nbgrader_config.py"
     assert "c.CourseDirectory.course_id" in config.read_text() and "RefuseReleaseCopies" in config.read_text()
+    assert "warning" not in err  # the template sandboxes autograde
     config.write_text("# the teacher's own\n")
-    assert cli(capsys, "nbgrader", "--out", tmp_path / "classroom" / "source", "--notebooks", source.parent)[0] == 0
+    status, _, err = cli(capsys, "nbgrader", "--out", tmp_path / "classroom" / "source", "--notebooks", source.parent)
+    assert status == 0
     assert config.read_text() == "# the teacher's own\n"  # never overwritten
+    # ... but a config without the sandbox (written before issue 48) is named, with what to copy into it
+    assert "does not sandbox autograde" in err and "nbgrader_config.template" in err
 
 
 def test_nbgrader_exam_mode_hides_the_checks_between_nbgraders_hidden_test_markers():

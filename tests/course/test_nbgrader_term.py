@@ -1,11 +1,14 @@
 """A teacher's term with the real nbgrader, on lesson 03 (issue 26), and the course's ``check`` beside it.
 
 ``course.assignments nbgrader`` writes the source notebook and the config template → ``nbgrader
-generate_assignment`` → three students' submissions made here (one right, one with typical mistakes the checks
-know, one whose code loops, then is right, then raises) → ``nbgrader autograde`` → ``nbgrader generate_feedback``.
+generate_assignment`` → four students' submissions made here (one right, one with typical mistakes the checks
+know, one whose code loops, then is right, then raises, and one who copies two answers from the teacher's solution
+notebooks by absolute path, issue 48) → ``nbgrader autograde`` → ``nbgrader generate_feedback``. Both routes run
+the students' code in the course's sandbox (:mod:`course.grading.nbgrader_kernel` for nbgrader), so the copied
+answers score 0 in both.
 The scores in nbgrader's gradebook, the feedback each student sees and the course's own ``check`` on the same
 submissions must all say what the checks' verdicts say, and no release or feedback file may hold solution text. A
-fourth student hands in a ``make release`` copy, which nbgrader must refuse loudly. The two gradings run side by
+fifth student hands in a ``make release`` copy, which nbgrader must refuse loudly. The two gradings run side by
 side.
 
 Issue 26 asked for lessons 02 and 03; lesson 03 alone holds every case (three exercises: a loop in the first, a
@@ -63,15 +66,55 @@ ANSWERS = {
         "masked_attention": "return undefined_name",
     },
 }
+
+
+def cheat(function: str) -> str:
+    """The body of an answer that reads the teacher's solution notebook by absolute path (the course's
+    notebooks/, or nbgrader's source/ folder: ``{classroom}`` is filled in by the fixture) and runs its answer."""
+    paths = [str(NOTEBOOKS_DIR / f"{LESSONS[0]}.ipynb"), f"{{classroom}}/source/{LESSONS[0]}/{LESSONS[0]}.ipynb"]
+    return "\n".join(
+        [
+            "arguments = dict(locals())",
+            "import json, pathlib",
+            "cells = None",
+            f"for path in {paths!r}:",
+            "    try:",
+            "        cells = json.loads(pathlib.Path(path).read_text())['cells']",
+            "        break",
+            "    except OSError:",
+            "        pass",
+            "if cells is None:",
+            "    raise FileNotFoundError('no solution notebook could be read')",
+            f"stolen = next(''.join(c['source']) for c in cells if 'def {function}(' in ''.join(c['source']))",
+            "scope = dict(globals())",
+            "exec(stolen, scope)",
+            f"return scope['{function}'](**arguments)",
+        ]
+    )
+
+
+# eve copies two answers from the solutions (issue 48: nbgrader, which ran her code as the teacher, gave her the
+# points that `check`'s sandbox refused) and writes the third herself.
+ANSWERS["eve"] = {
+    "attention_weights": cheat("attention_weights"),
+    "padding_to_attn_mask": RIGHT["padding_to_attn_mask"],
+    "masked_attention": cheat("masked_attention"),
+}
+CHEATED = {"attention_weights", "masked_attention"}
 VERDICTS = {
     "alice": dict.fromkeys(RIGHT, "pass"),
     "bob": dict.fromkeys(RIGHT, "wrong"),
     "carol": {"attention_weights": "error", "padding_to_attn_mask": "pass", "masked_attention": "wrong"},
+    "eve": {"padding_to_attn_mask": "pass"},  # her copied answers: see expected_verdict
 }
 TIMED_OUT = {("carol", "attention_weights")}  # the check says "error" (it never finished), nbgrader scores 0
 
 
 def expected_verdict(student: str, function: str) -> str:
+    if student == "eve" and function in CHEATED:
+        # Both routes sandboxed: the solutions are not there. Where no sandbox can be made, both run unsandboxed
+        # (check --no-sandbox, sandboxed = False) and the copied answers pass in both: the reason for the sandbox.
+        return "pass" if sandbox_unavailable() else "wrong"
     return VERDICTS[student][function]
 
 
@@ -129,6 +172,8 @@ def term(tmp_path_factory):
         config.read_text()
         + "\nc.Autograde.create_student = True\n"
         + f"c.ExecutePreprocessor.timeout = {CELL_TIMEOUT_S}\n"
+        # as `check --no-sandbox` below, where this machine cannot make a sandbox
+        + ("c.SandboxedKernelManager.sandboxed = False\n" if sandbox_unavailable() else "")
     )
     for name in LESSONS:
         generated = run([*NBGRADER, "generate_assignment", name, "--force"], course)
@@ -138,6 +183,7 @@ def term(tmp_path_factory):
         for name in LESSONS:
             target = course / "submitted" / student / name / f"{name}.ipynb"
             target.parent.mkdir(parents=True)
+            answers = {function: body.replace("{classroom}", str(course)) for function, body in answers.items()}
             nbformat.write(answered(course / "release" / name / f"{name}.ipynb", answers), target)
             handed_in.append(target)
     # dave hands in the `make release` copy of the lesson (the other route), answered right.
@@ -274,3 +320,17 @@ def test_a_looping_answer_scores_0_and_the_exercises_after_it_still_run_in_both_
     nbgrader = [term["scores"]["carol", lesson, function][0] for function in functions]
     assert nbgrader == [0, 1, 0]
     assert [float(rows[function][4]) for function in functions] == nbgrader
+
+
+@pytest.mark.skipif(sandbox_unavailable() is not None, reason="no sandbox here: both routes run the cheat unsandboxed")
+def test_a_student_who_copies_the_solutions_by_path_scores_0_for_them_in_both_routes(term):
+    lesson = LESSONS[0]
+    rows = {row[2]: row for row in term["check_rows"] if row[0] == "eve" and row[1] == lesson}
+    for function in CHEATED:
+        assert term["scores"]["eve", lesson, function][0] == 0, function  # nbgrader ran her code in the sandbox
+        assert rows[function][3:5] == ["wrong", "0"] and "no solution notebook" in rows[function][5], rows[function]
+    assert term["scores"]["eve", lesson, "padding_to_attn_mask"][0] == 1  # her own answer still counts
+    assert rows["padding_to_attn_mask"][3:5] == ["pass", "1"]
+    # The files she tried exist outside the sandbox: it is the sandbox, not a wrong path, that stopped her.
+    assert (NOTEBOOKS_DIR / f"{lesson}.ipynb").is_file()
+    assert (term["course"] / "source" / lesson / f"{lesson}.ipynb").is_file()
