@@ -187,14 +187,11 @@ def lesson_exercises(notebook: NotebookNode, name: str) -> list[GradedExercise]:
 
 
 def graded_cell_source(exercise: GradedExercise) -> str:
-    """The locked cell that grades one exercise (as nbgrader's test cells do, and re-reading the grading module
-    from its file first, so that functions of it replaced from the notebook are the course's again)."""
+    """The locked cell that grades one exercise. It holds no check: the kernel only answers the course's check,
+    which the supervisor runs outside the sandbox (:mod:`course.grading.remote`) on the learner's results."""
     return (
-        f"from {exercise.module} import {exercise.check}  # the course's check, imported here\n"
-        "import importlib, course.grading  # noqa: E401\n\n"
-        "graded = importlib.reload(course.grading).graded  # the course's own, whatever the notebook patched\n"
-        f'_verdict = graded({exercise.check}, "{exercise.function}")\n'
-        'assert _verdict.passed, "the check above did not pass: read its verdict"'
+        "from course.grading.learner_side import answer_the_checker  # calls your function; the check runs outside\n\n"
+        f'answer_the_checker("{exercise.function}")'
     )
 
 
@@ -293,7 +290,10 @@ def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits) -> d
     for folder in (work, sockets):
         sandbox.give_to_sandbox(folder)
     env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits)
+    # No check and no reference answer within the kernel's reach: course/exercises is replaced by a stand-in
+    # whose check_... names only say that the checker grades (the checks run in the supervisor).
+    hidden = [(Path(__file__).with_name("stand_in_exercises"), root / "course" / "exercises")]
+    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, replaced=hidden)
     return {"prefix": prefix, "sockets": str(sockets), "uid": sandbox.SANDBOX_UID}
 
 
@@ -473,6 +473,7 @@ def run_submission(
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
+            "exercises": {str(i): [e.module, e.check, e.function] for i, e in graded.items()},
             "cell_numbers": numbers,
             "timeout_s": timeout_s,
             "notebook_timeout_s": notebook_timeout_s,
