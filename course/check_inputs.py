@@ -7,9 +7,11 @@ and their reference answers) is not. So a class a check builds its inputs from l
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
-__all__ = ["StandInDropout"]
+__all__ = ["MatrixThenActivation", "StandInDropout"]
 
 
 class StandInDropout(nn.Module):
@@ -26,3 +28,15 @@ class StandInDropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"factor={self.factor}"
+
+
+class MatrixThenActivation(nn.Module):
+    """A sublayer (N, L, E) -> (N, L, E): ``activation(t @ weight)``, for a check that needs any sublayer at all."""
+
+    def __init__(self, weight: Tensor, activation: Callable[[Tensor], Tensor]) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.activation = activation
+
+    def forward(self, t: Tensor) -> Tensor:
+        return self.activation(t @ self.weight)

@@ -11,7 +11,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from course.check_inputs import StandInDropout  # built here, rebuilt in a graded kernel
+from course.check_inputs import MatrixThenActivation, StandInDropout  # built here, rebuilt in a graded kernel
 from course.exercises.feedback import (
     LearnerError,
     Verdict,
@@ -63,10 +63,7 @@ def _block_inputs() -> list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNo
     for E, activation in ((6, torch.tanh), (5, torch.nn.functional.gelu)):
         x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
         weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
-
-        def sublayer(t: Tensor, weight=weight, activation=activation) -> Tensor:  # any (N, L, E) -> (N, L, E)
-            return activation(t @ weight)
-
+        sublayer = MatrixThenActivation(weight, activation)  # any (N, L, E) -> (N, L, E)
         norm = nn.LayerNorm(E, dtype=torch.float64)
         with torch.no_grad():  # non-trivial scale and shift, so a missing norm is visible
             norm.weight.copy_(1 + 0.5 * torch.randn(E, generator=generator, dtype=torch.float64))

@@ -16,11 +16,13 @@ learner's answers are: the verdict is computed from them elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from course.call_recording import CallRecorder
 from course.grading import wire
 
 __all__ = ["answer_the_checker"]
@@ -52,10 +54,28 @@ def _call(request: dict, handles: dict[int, Any]) -> dict:
     args = [_rebuild(value, handles) for value in request.get("args", ())]
     kwargs = {key: _rebuild(value, handles) for key, value in request.get("kwargs", {}).items()}
     reply: dict[str, Any] = {}
+    recorders = [CallRecorder(watched) for watched in request.get("record", ())]  # the check watches the calls
+    seen: list[tuple[Any, str, Any]] = []  # (argument, submodule, its positional tensors), for the check's hooks
     try:
-        reply["result"] = _describe(function(*args, **kwargs), handles)
+        with contextlib.ExitStack() as recording:
+            for key, paths in request.get("pre_hooks", {}).items():
+                module = kwargs.get(key) if isinstance(key, str) else args[key] if key < len(args) else None
+                for path in paths if isinstance(module, nn.Module) else ():
+                    sub = module.get_submodule(path)
+                    handle = sub.register_forward_pre_hook(
+                        lambda _, given, key=key, path=path: seen.append((key, path, _after(tuple(given))))
+                    )
+                    recording.callback(handle.remove)
+            for recorder in recorders:
+                recording.enter_context(recorder)
+            result = function(*args, **kwargs)
+        reply["result"] = _describe(result, handles)
     except Exception as error:  # NotImplementedError included: the checker tells "not attempted" from its name
         reply["raised"] = (type(error).__name__, str(error)[:2000])
+    if seen:
+        reply["pre_hooks"] = seen
+    if recorders:
+        reply["record"] = [recorder.record() for recorder in recorders]
     reply["args_after"] = [_after(value) for value in args]
     reply["kwargs_after"] = {key: _after(value) for key, value in kwargs.items()}
     return reply

@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -77,9 +78,29 @@ class RemoteLearner:
             "args": [_to_kernel(value) for value in args],
             "kwargs": {key: _to_kernel(value) for key, value in kwargs.items()},
         }
-        reply = self._channel.ask(request)
+        from course.call_recording import CallRecorder
+
+        recorders = list(CallRecorder.active)  # a check recording the learner's calls: record them in the kernel
+        if recorders:
+            request["record"] = [recorder.watched for recorder in recorders]
+        watched = _hooked_modules(args, kwargs)  # the check's forward pre-hooks on a module it passes
+        if watched:
+            request["pre_hooks"] = {key: paths for key, (_, paths) in watched.items()}
+        try:
+            reply = self._channel.ask(request)
+        except (TypeError, AttributeError, pickle.PicklingError) as error:  # the check's arguments: the course's bug
+            raise ChannelBroken(f"the check's arguments could not be sent to the kernel ({error})") from None
         if not isinstance(reply, dict):
             raise ChannelBroken("the kernel's reply is not a call's reply")
+        records = reply.get("record")
+        for recorder, record in zip(recorders, records if isinstance(records, list) else [], strict=False):
+            recorder.add_remote(record)
+        _replay_pre_hooks(watched, reply.get("pre_hooks"), self._channel)
+        with torch._C.DisableTorchFunction():  # writing back is not the learner's tensor work
+            return self._finish(args, kwargs, reply)
+
+    def _finish(self, args: tuple, kwargs: dict, reply: dict) -> Any:
+        """Write the arguments after the call back into the check's own; the result, or what the call raised."""
         after = reply.get("args_after")
         for value, changed in zip(args, after if isinstance(after, list) else [], strict=False):
             _write_back(value, self._from_kernel(changed))
@@ -95,6 +116,32 @@ class RemoteLearner:
 
     def _from_kernel(self, value: Any) -> Any:
         return from_kernel(value, self._channel)
+
+
+def _hooked_modules(args: tuple, kwargs: dict) -> dict[Any, tuple[nn.Module, list[str]]]:
+    """The module arguments on which the check set forward pre-hooks: argument -> (module, hooked submodules)."""
+    found = {}
+    for key, value in (*enumerate(args), *kwargs.items()):
+        if isinstance(value, nn.Module):
+            paths = [path for path, sub in value.named_modules() if sub._forward_pre_hooks]
+            if paths:
+                found[key] = (value, paths)
+    return found
+
+
+def _replay_pre_hooks(watched: dict, calls: Any, channel: Any) -> None:
+    """Run the check's forward pre-hooks on what the kernel's copies of its modules were called with, in order
+    (so a check that watches which parts the learner's code runs sees the remote run)."""
+    for entry in calls if watched and isinstance(calls, list) else []:
+        if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] in watched and isinstance(entry[1], str)):
+            continue
+        module, paths = watched[entry[0]]
+        if entry[1] not in paths:
+            continue
+        sub = module.get_submodule(entry[1])
+        given = from_kernel(entry[2], channel)
+        for hook in list(sub._forward_pre_hooks.values()):
+            hook(sub, tuple(given) if isinstance(given, (tuple, list)) else ())
 
 
 def _to_kernel(value: Any) -> Any:
