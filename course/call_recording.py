@@ -64,6 +64,8 @@ class CallRecorder(TorchFunctionMode):
     def _profile(self, frame, event, arg) -> None:
         if event == "call":
             self.python_calls.add(frame.f_code)
+        if self._previous_profile is not None:  # an outer recorder (a check's own) keeps seeing the calls too
+            self._previous_profile(frame, event, arg)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -101,6 +103,15 @@ class CallRecorder(TorchFunctionMode):
         self.remote_python_calls.update(
             key for key in (python if isinstance(python, list) else []) if isinstance(key, str)
         )
+
+    def entered(self) -> set[tuple[str, str]]:
+        """(file, qualified name) of every Python function entered, here or in another process."""
+        found = {(code.co_filename, getattr(code, "co_qualname", code.co_name)) for code in self.python_calls}
+        for key in self.remote_python_calls:  # "code:<file>:<first line>:<qualified name>"
+            parts = key.removeprefix("code:").rsplit(":", 2)
+            if key.startswith("code:") and len(parts) == 3:
+                found.add((parts[0], parts[2]))
+        return found
 
     def called(self, functions: dict[Callable[..., Any], str], watched_only: bool = False) -> str:
         """The name of the first of ``functions`` that was called ("" if none); ``watched_only``: on ``watched``."""

@@ -6,7 +6,8 @@ For each handed-in notebook the checker
    from the lesson the exercises and the check that grades each (``check_attention_weights`` from
    ``course.exercises.lesson03`` grades ``attention_weights``);
 2. writes the notebook it will run: the student's cells as handed in, with the check cell after each exercise
-   replaced by a locked cell of its own (``graded(check, "function")``, as in nbgrader's test cells), or
+   replaced by a locked cell of its own (``answer_the_checker("function")``: the kernel answers the check's calls
+   of the learner's function, and the check itself runs in the supervisor, :mod:`course.grading.remote`), or
    inserted where the student deleted it, so that a check redefined in an answer cell is never the one used;
 3. runs that notebook in a supervisor process (:mod:`course.grading.supervisor`) started in a session of its
    own, with a minimal environment, whose kernel runs in the sandbox of :mod:`course.grading.sandbox` (a
@@ -85,26 +86,29 @@ _MESSAGE_CHARS = 500
 CHECK_ISOLATION = """\
 The sandbox (bubblewrap, `bwrap`; refused to run without it unless you pass --no-sandbox): each notebook's
 kernel sees read-only views of the system, Python and the course's helpers/, course/ and data/ (not the
-solutions in notebooks/, not other students' files, not your home folder), a folder holding only its own
-notebook and a private /tmp; it has its own process namespace (it cannot see, read the memory of, write to or
-kill the checker or its supervisor), no network, runs as nobody when you are root, and each of its processes is
-limited to --memory MiB. The supervisor that reads and signs the verdicts stays outside; a result counts only
-from a supervisor that exited by itself.
+checks and reference answers in course/exercises, which it sees as a stand-in; not the solutions in notebooks/,
+not other students' files, not your home folder), a folder holding only its own notebook and a private /tmp; it
+has its own process namespace (it cannot see, read the memory of, write to or kill the checker or its
+supervisor), no network, runs as nobody when you are root, and each of its processes is limited to --memory MiB.
+The supervisor that computes and signs the verdicts stays outside; a result counts only from a supervisor that
+exited by itself.
 
-Verdicts: the check cell after each exercise is replaced by a locked cell that imports the course's check,
-verifies it is the course's own, re-reads the course's grading code from its read-only file, refuses a kernel
-where the notebook registered an IPython event hook (post_run_cell...) or replaced the display path, and shows
-the verdict as a display output read only from those cells (one per cell). What the notebook prints or writes
-to file descriptors 1 and 2 is not counted. Rows are written with a CSV writer (messages on one line). A cell
-longer than --timeout is interrupted and the notebook goes on (its exercise scores 0, as in nbgrader); a
-notebook longer than --notebook-timeout, or a kernel that dies, ends that notebook only: its exercises get
-rows with verdict 'error', checking goes on, and the exit status is 1 at the end.
+Verdicts are computed outside the kernel: the check cell after each exercise is replaced by a locked cell in which
+the kernel only calls the learner's function when the supervisor asks. The course's check runs in the supervisor,
+sends each call's inputs in, and gets back the results and the inputs after the call as data (tensors, numbers,
+strings, read with torch.load(weights_only=True)), so nothing the notebook prints, patches, hooks or displays
+reaches the verdict. What the notebook prints or writes to file descriptors 1 and 2 is not counted. Rows are
+written with a CSV writer (messages on one line). A cell longer than --timeout is interrupted and the notebook
+goes on (its exercise scores 0, as in nbgrader); a notebook longer than --notebook-timeout, or a kernel that dies,
+ends that notebook only: its exercises get rows with verdict 'error', checking goes on, and the exit status is 1
+at the end.
 
-What it does NOT stop: code inside the kernel can patch Python or the libraries a check uses (torch, builtins)
-in ways not detected, so that a wrong answer looks right; read the code of a surprising notebook. With
---no-sandbox the code runs as your user and can read and write anything your account can (the solutions, other
-students' submissions), use the network and, as root, read the supervisor's memory: it is then not a sandbox
-for hostile code, so run it in a container (e.g. `docker run --network none`, the course mounted read-only)."""
+What it does NOT stop: an answer can still be computed by code the course ships in helpers/ (the lessons need
+it), in ways the no-shortcut rule does not name; a hint's message can say what the right numbers were. With
+--no-sandbox the code runs as your user and can read and write anything your account can (the solutions, the
+reference answers, other students' submissions), use the network and, as root, read the supervisor's memory: it
+is then not a sandbox for hostile code, so run it in a container (e.g. `docker run --network none`, the course
+mounted read-only)."""
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def _client_class():
                     try:
                         graded = getattr(importlib.import_module(module), check)
                         result = remote.grade(graded, function, channel, hello)
-                    except Exception as error:  # the course's bug: this exercise's row says so
+                    except BaseException as error:  # the course's bug: this exercise's row says so (never a hang)
                         result = {"function": function, "status": "error", "message": f"the check failed: {error!r}"}
                     loop.call_soon_threadsafe(finished.set_result, result)
 

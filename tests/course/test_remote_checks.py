@@ -92,7 +92,7 @@ CASES = {
         decoder_by_the_whole_layer,
         "wrong",
     ),
-    "the reference": (lesson12.check_logit_lens, lesson12.reference_logit_lens, "pass"),
+    "the reference called": (lesson12.check_logit_lens, lesson12.reference_logit_lens, "wrong"),
 }
 
 
