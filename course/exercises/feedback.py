@@ -108,15 +108,25 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns: str = TENSOR) -> Any:
     """One call of the learner's code, its inputs compared before and after, its result checked for numpy
     (``returns`` says, in words, what the exercise expects instead)."""
+    from course.call_recording import CallRecorder
+
     before = _tensor_inputs(args, kwargs)
     kept = [(where, tensor, _copy(tensor)) for where, tensor in before]
     try:
-        result = function(*args, **kwargs)
+        with CallRecorder() as recorder:  # what it calls: the course's own answer is not the learner's
+            result = function(*args, **kwargs)
     except NotImplementedError:
         raise
     except Exception as error:  # anything the learner's code does wrong is the learner's to fix
         raise LearnerError(error) from error
     name = _name(function)
+    answer = _reference_called(recorder)
+    if answer:
+        raise wrong(
+            f"`{name}` calls the course's own answer, `{answer}` (the one this check compares with): the numbers "
+            "agree, but nothing of yours was checked. Write the computation yourself, with the operations the "
+            "exercise names."
+        )
     for where, tensor, copy in kept:
         if copy is not None and not _same_tensor(tensor, copy):
             raise wrong(
@@ -129,6 +139,18 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
     if where is not None:
         raise wrong(_numpy_hint(name, where, result, returns))
     return result
+
+
+_EXERCISES = str(Path(__file__).resolve().parent)  # course/exercises: the checks and their reference_* answers
+
+
+def _reference_called(recorder: Any) -> str:
+    """The name of a ``reference_*`` function of the course's checks that the learner's call entered ("" if none)."""
+    for file, qualname in sorted(recorder.entered()):
+        name = qualname.split(".")[0]
+        if name.startswith("reference_") and str(Path(file).resolve().parent) == _EXERCISES:
+            return name
+    return ""
 
 
 def _numpy_hint(name: str, where: str, result: Any, returns: str) -> str:

@@ -11,6 +11,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from course.check_inputs import MatrixThenActivation, StandInDropout  # built here, rebuilt in a graded kernel
 from course.exercises.feedback import (
     LearnerError,
     Verdict,
@@ -62,10 +63,7 @@ def _block_inputs() -> list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNo
     for E, activation in ((6, torch.tanh), (5, torch.nn.functional.gelu)):
         x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
         weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
-
-        def sublayer(t: Tensor, weight=weight, activation=activation) -> Tensor:  # any (N, L, E) -> (N, L, E)
-            return activation(t @ weight)
-
+        sublayer = MatrixThenActivation(weight, activation)  # any (N, L, E) -> (N, L, E)
         norm = nn.LayerNorm(E, dtype=torch.float64)
         with torch.no_grad():  # non-trivial scale and shift, so a missing norm is visible
             norm.weight.copy_(1 + 0.5 * torch.randn(E, generator=generator, dtype=torch.float64))
@@ -157,22 +155,6 @@ def check_residual_block(residual_block: Callable[..., Tensor]) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the decoder layer's forward pass (post-norm, PyTorch's default)
 # ---------------------------------------------------------------------------------------------
-class StandInDropout(nn.Module):
-    """Multiplies by a fixed factor: stands in for a dropout so a check can see where it was applied."""
-
-    def __init__(self, factor: float) -> None:
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x: Tensor) -> Tensor:
-        if isinstance(x, tuple):  # the usual slip: an attention's (output, weights) passed on whole
-            raise TypeError(f"{type(self).__name__} got a tuple, not a tensor")
-        return x * self.factor
-
-    def extra_repr(self) -> str:
-        return f"factor={self.factor}"
-
-
 _DROPOUT_FACTORS = {"dropout": 0.9, "dropout1": 0.8, "dropout2": 0.7, "dropout3": 0.6}
 
 

@@ -11,21 +11,22 @@
   float mask of 0 and -inf (which some functions also accept, and which means the same, but is not what was asked).
   ``expect_dtype`` says so, naming the dtype it got.
 
-``FunctionRecorder`` is a ``TorchFunctionMode`` (every torch function called from Python passes through it) that also
-watches Python calls (``sys.setprofile``), so it sees ``nn.MultiheadAttention.forward`` or a helper function too.
+``FunctionRecorder`` is a ``course.call_recording.CallRecorder``: a ``TorchFunctionMode`` (every torch function called
+from Python passes through it) that also watches Python calls (``sys.setprofile``), so it sees
+``nn.MultiheadAttention.forward`` or a helper function too, and, under the checker, what the learner's code called in
+the graded kernel.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
+from course.call_recording import CallRecorder
 from course.exercises.feedback import wrong
 
 #: The rule, as each exercise of lessons 01-05 states it.
@@ -96,61 +97,8 @@ SHORTCUTS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
 }
 
 
-class FunctionRecorder(TorchFunctionMode):
-    """Records the torch functions and Python functions called while active; ``watched`` is a tensor whose use matters.
-
-    A torch call counts as using ``watched`` when one of its tensor arguments has the same shape and the
-    same numbers (the learner may have made a copy, say with ``.float()``).
-    """
-
-    def __init__(self, watched: Tensor | None = None) -> None:
-        super().__init__()
-        self.watched = None if watched is None else watched.detach().clone()
-        self.calls: list[tuple[Any, bool]] = []  # (function, whether it used the watched tensor)
-        self.python_calls: set[Any] = set()  # code objects of the Python functions entered
-        self._previous_profile: Any = None
-
-    def __enter__(self):
-        self._previous_profile = sys.getprofile()
-        sys.setprofile(self._profile)
-        return super().__enter__()
-
-    def __exit__(self, *exc_info):
-        sys.setprofile(self._previous_profile)
-        return super().__exit__(*exc_info)
-
-    def _profile(self, frame, event, arg) -> None:
-        if event == "call":
-            self.python_calls.add(frame.f_code)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        self.calls.append((func, self._uses_watched(args, kwargs)))
-        return func(*args, **kwargs)
-
-    def _uses_watched(self, args: tuple, kwargs: dict) -> bool:
-        if self.watched is None:
-            return False
-        for value in (*args, *kwargs.values()):
-            if (
-                isinstance(value, Tensor)
-                and value.shape == self.watched.shape
-                and value.dtype.is_floating_point
-                and torch.equal(value.detach().to(self.watched.dtype), self.watched)
-            ):
-                return True
-        return False
-
-    def called(self, functions: dict[Callable[..., Any], str], watched_only: bool = False) -> str:
-        """The name of the first of ``functions`` that was called ("" if none); ``watched_only``: on ``watched``."""
-        for func, used_watched in self.calls:
-            if func in functions and (used_watched or not watched_only):
-                return functions[func]
-        codes = {getattr(func, "__code__", None): name for func, name in functions.items()}
-        codes.pop(None, None)
-        for code in self.python_calls & codes.keys():
-            return codes[code]
-        return ""
+class FunctionRecorder(CallRecorder):
+    """A ``CallRecorder`` (see :mod:`course.call_recording`) that also names the exercise-specific look-ups."""
 
     def looked_up_rows(self) -> str:
         """How the watched table's rows were picked without a product ("" if they were not)."""

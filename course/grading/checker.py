@@ -6,7 +6,8 @@ For each handed-in notebook the checker
    from the lesson the exercises and the check that grades each (``check_attention_weights`` from
    ``course.exercises.lesson03`` grades ``attention_weights``);
 2. writes the notebook it will run: the student's cells as handed in, with the check cell after each exercise
-   replaced by a locked cell of its own (``graded(check, "function")``, as in nbgrader's test cells), or
+   replaced by a locked cell of its own (``answer_the_checker("function")``: the kernel answers the check's calls
+   of the learner's function, and the check itself runs in the supervisor, :mod:`course.grading.remote`), or
    inserted where the student deleted it, so that a check redefined in an answer cell is never the one used;
 3. runs that notebook in a supervisor process (:mod:`course.grading.supervisor`) started in a session of its
    own, with a minimal environment, whose kernel runs in the sandbox of :mod:`course.grading.sandbox` (a
@@ -88,29 +89,32 @@ _MESSAGE_CHARS = 500
 CHECK_ISOLATION = """\
 The sandbox (bubblewrap, `bwrap`; refused to run without it unless you pass --no-sandbox): each notebook's
 kernel sees read-only views of the system, Python and the course's helpers/, course/ and data/ (not the
-solutions in notebooks/, not other students' files, not your home folder), a folder holding only its own
-notebook and a private /tmp and /dev/shm of bounded size; it has its own process namespace (it cannot see, read
-the memory of, write to or kill the checker or its supervisor), no network, cannot make user namespaces, runs as
-a uid of its own when you are root (one per notebook graded at once, so a fork bomb stops at its own process
-limit), and each of its processes is limited to --memory MiB. The supervisor that reads and signs the verdicts
-stays outside; a result counts only from a supervisor that exited by itself. Only a regular file in a student's
-folder is read (no link is followed, no FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every
-notebook's processes killed, the rows graded so far kept); rows reach the gradebook as each notebook ends.
+checks and reference answers in course/exercises, which it sees as a stand-in; not the solutions in notebooks/,
+not other students' files, not your home folder), a folder holding only its own notebook and a private /tmp and
+/dev/shm of bounded size; it has its own process namespace (it cannot see, read the memory of, write to or kill
+the checker or its supervisor), no network, cannot make user namespaces, runs as a uid of its own when you are
+root (one per notebook graded at once, so a fork bomb stops at its own process limit), and each of its processes
+is limited to --memory MiB. The supervisor that computes and signs the verdicts stays outside; a result counts only
+from a supervisor that exited by itself. Only a regular file in a student's folder is read (no link is followed, no
+FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every notebook's processes killed, the rows graded so
+far kept); rows reach the gradebook as each notebook ends.
 
-Verdicts: the check cell after each exercise is replaced by a locked cell that imports the course's check,
-verifies it is the course's own, re-reads the course's grading code from its read-only file, refuses a kernel
-where the notebook registered an IPython event hook (post_run_cell...) or replaced the display path, and shows
-the verdict as a display output read only from those cells (one per cell). What the notebook prints or writes
-to file descriptors 1 and 2 is not counted. Rows are written with a CSV writer (messages on one line). A cell
-longer than --timeout is interrupted and the notebook goes on (its exercise scores 0, as in nbgrader); a
-notebook longer than --notebook-timeout, or a kernel that dies, ends that notebook only: its exercises get
-rows with verdict 'error', checking goes on, and the exit status is 1 at the end.
+Verdicts are computed outside the kernel: the check cell after each exercise is replaced by a locked cell in which
+the kernel only calls the learner's function when the supervisor asks. The course's check runs in the supervisor,
+sends each call's inputs in, and gets back the results and the inputs after the call as data (tensors, numbers,
+strings, read with torch.load(weights_only=True)), so nothing the notebook prints, patches, hooks or displays
+reaches the verdict. What the notebook prints or writes to file descriptors 1 and 2 is not counted. Rows are
+written with a CSV writer (messages on one line). A cell longer than --timeout is interrupted and the notebook
+goes on (its exercise scores 0, as in nbgrader); a notebook longer than --notebook-timeout, or a kernel that dies,
+ends that notebook only: its exercises get rows with verdict 'error', checking goes on, and the exit status is 1
+at the end.
 
-What it does NOT stop: code inside the kernel can patch Python or the libraries a check uses (torch, builtins)
-in ways not detected, so that a wrong answer looks right; read the code of a surprising notebook. With
---no-sandbox the code runs as your user and can read and write anything your account can (the solutions, other
-students' submissions), use the network and, as root, read the supervisor's memory: it is then not a sandbox
-for hostile code, so run it in a container (e.g. `docker run --network none`, the course mounted read-only)."""
+What it does NOT stop: an answer can still be computed by code the course ships in helpers/ (the lessons need
+it), in ways the no-shortcut rule does not name; a hint's message can say what the right numbers were. With
+--no-sandbox the code runs as your user and can read and write anything your account can (the solutions, the
+reference answers, other students' submissions), use the network and, as root, read the supervisor's memory: it
+is then not a sandbox for hostile code, so run it in a container (e.g. `docker run --network none`, the course
+mounted read-only)."""
 
 
 @dataclass(frozen=True)
@@ -193,14 +197,11 @@ def lesson_exercises(notebook: NotebookNode, name: str) -> list[GradedExercise]:
 
 
 def graded_cell_source(exercise: GradedExercise) -> str:
-    """The locked cell that grades one exercise (as nbgrader's test cells do, and re-reading the grading module
-    from its file first, so that functions of it replaced from the notebook are the course's again)."""
+    """The locked cell that grades one exercise. It holds no check: the kernel only answers the course's check,
+    which the supervisor runs outside the sandbox (:mod:`course.grading.remote`) on the learner's results."""
     return (
-        f"from {exercise.module} import {exercise.check}  # the course's check, imported here\n"
-        "import importlib, course.grading  # noqa: E401\n\n"
-        "graded = importlib.reload(course.grading).graded  # the course's own, whatever the notebook patched\n"
-        f'_verdict = graded({exercise.check}, "{exercise.function}")\n'
-        'assert _verdict.passed, "the check above did not pass: read its verdict"'
+        "from course.grading.learner_side import answer_the_checker  # calls your function; the check runs outside\n\n"
+        f'answer_the_checker("{exercise.function}")'
     )
 
 
@@ -293,7 +294,9 @@ def course_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits, uid: int = sandbox.SANDBOX_UID) -> dict:
+def sandbox_job(
+    scratch: Path, env: dict[str, str], limits: sandbox.Limits, uid: int = sandbox.SANDBOX_UID, hide_checks: bool = True
+) -> dict:
     """The sandbox part of a supervisor's job: what the kernel sees (its notebook's folder, its sockets' folder,
     the course read-only, no solutions), the uid it runs as (this notebook's own, from
     :func:`course.grading.sandbox.claimed_uid`) and the command prefix that puts it there. Changes ``env``."""
@@ -305,7 +308,11 @@ def sandbox_job(scratch: Path, env: dict[str, str], limits: sandbox.Limits, uid:
     for folder in (work, sockets):
         sandbox.give_to_sandbox(folder, uid)
     env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, uid)
+    # No check and no reference answer within the kernel's reach: course/exercises is replaced by a stand-in
+    # whose check_... names only say that the checker grades (the checks run in the supervisor). nbgrader's route
+    # (course.grading.nbgrader_kernel) runs its checks in the kernel, so it keeps them: hide_checks=False.
+    hidden = [(Path(__file__).with_name("stand_in_exercises"), root / "course" / "exercises")] if hide_checks else []
+    prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, uid, replaced=hidden)
     return {"prefix": prefix, "sockets": str(sockets), "uid": uid}
 
 
@@ -512,6 +519,7 @@ def _run_submission(
         job = {
             "notebook": notebook,
             "graded_cells": sorted(graded),
+            "exercises": {str(i): [e.module, e.check, e.function] for i, e in graded.items()},
             "cell_numbers": numbers,
             "timeout_s": timeout_s,
             "notebook_timeout_s": notebook_timeout_s,

@@ -96,7 +96,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                 env["NBGRADER_EXECUTION"] = os.environ["NBGRADER_EXECUTION"]
             # CPU seconds per process: a backstop behind nbgrader's cell timeout (every core busy for an hour).
             limits = sandbox.Limits(memory_bytes=self.memory_mib * 2**20, cpu_s=3600 * max(1, os.cpu_count() or 1))
-            box = sandbox_job(self._scratch, env, limits)
+            box = sandbox_job(self._scratch, env, limits, hide_checks=False)  # its checks run in the kernel
         except BaseException:
             self._leave_sandbox()
             raise

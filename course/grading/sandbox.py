@@ -191,13 +191,20 @@ def python_paths() -> list[Path]:
 
 
 def kernel_prefix(
-    readable: Sequence[Path], writable: Sequence[Path], cwd: Path, limits: Limits, uid: int = SANDBOX_UID
+    readable: Sequence[Path],
+    writable: Sequence[Path],
+    cwd: Path,
+    limits: Limits,
+    uid: int = SANDBOX_UID,
+    replaced: Sequence[tuple[Path, Path]] = (),
 ) -> list[str]:
     """The words put before the kernel's command so that it runs in the sandbox described above.
 
     ``readable``: folders (or files) seen read-only at their own paths, besides the system and Python;
     ``writable``: folders seen read-write at their own paths (they must be writable by ``uid``); ``cwd``:
-    the folder the kernel starts in. Raises ``SandboxUnavailable`` when a tool is missing.
+    the folder the kernel starts in; ``replaced``: (folder, place) pairs, each folder seen read-only in place of
+    what a readable view shows there (the graded kernel's stand-in for course/exercises). Raises
+    ``SandboxUnavailable`` when a tool is missing.
     """
     tools = _tools()
     if None in tools.values():
@@ -226,6 +233,8 @@ def kernel_prefix(
                 words += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         words += [mode, str(path), str(path)]
+    for source, place in replaced:  # after the views they sit in, so that they cover what those show there
+        words += ["--ro-bind", str(source), str(place)]
     words += ["--chdir", str(cwd), "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     words += ["--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session"]
     # Inside, the kernel's parent is the namespace's first process: ipykernel, told its parent's pid by jupyter,

@@ -344,9 +344,10 @@ def test_patching_report_or_graded_in_the_kernel_does_not_forge_a_pass(attacked)
     assert verdicts["proj_graded"][:2] == ["wrong", "0"], verdicts
 
 
-def test_a_post_run_cell_hook_is_detected(attacked):
+def test_a_post_run_cell_hook_cannot_forge_a_pass(attacked):
+    # The verdict is computed outside the kernel: a hook that shows a PASS leaves the wrong answer wrong.
     verdict = {row[2]: row[3:6] for row in rows_of(attacked, "mallory")}["proj_hook"]
-    assert verdict[:2] == ["error", "0"] and "post_run_cell" in verdict[2], verdict
+    assert verdict[:2] == ["wrong", "0"] and "forged" not in verdict[2], verdict
 
 
 def test_nothing_a_submission_tries_leaves_the_sandbox(attacked):

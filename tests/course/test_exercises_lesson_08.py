@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import learners_copy
 
 from course.exercises import check_previous_token_score as exported
 from course.exercises.lesson08 import (
@@ -14,6 +15,13 @@ from course.exercises.lesson08 import (
     reference_similarity_scores,
 )
 from helpers.analysis.head_roles import role_sums, token_kinds
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+reference_previous_token_score, reference_similarity_scores = (
+    learners_copy(reference_previous_token_score),
+    learners_copy(reference_similarity_scores),
+)
 
 
 def hint(check, fn) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from conftest import learners_copy
 
 from course.exercises import check_induction_score as exported
 from course.exercises.feedback import CHECK_BUG
@@ -14,6 +15,14 @@ from course.exercises.lesson10 import (
     reference_induction_score,
     reference_patch_hook,
     reference_repeated_batch,
+)
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+reference_induction_score, reference_patch_hook, reference_repeated_batch = (
+    learners_copy(reference_induction_score),
+    learners_copy(reference_patch_hook),
+    learners_copy(reference_repeated_batch),
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_hint, not_attempted
+from conftest import assert_hint, learners_copy, not_attempted
 
 from course.exercises.lesson11 import (
     check_absorbed_weights,
@@ -20,6 +20,14 @@ from course.exercises.lesson11 import (
     reference_cache_entry,
 )
 from helpers.rotary import apply_rotary
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+reference_absorbed_weights, reference_cache_bytes, reference_cache_entry = (
+    learners_copy(reference_absorbed_weights),
+    learners_copy(reference_cache_bytes),
+    learners_copy(reference_cache_entry),
+)
 
 
 # ---------------------------------------------------------------------------------------------

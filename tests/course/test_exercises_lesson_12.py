@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_hint, not_attempted
+from conftest import assert_hint, learners_copy, not_attempted
 from solution_text import MIN_CHARS, _expressions, _statements, squeeze
 from test_hints_give_nothing_away import shown_strings
 
@@ -29,6 +29,14 @@ from helpers.analysis.attribution import direct_logit_attribution, logit_lens, r
 from helpers.analysis.circuits import record_head_outputs
 from helpers.analysis.ioi import IOIBatch
 from helpers.gpt import GPT, GPTConfig
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+reference_head_attribution, reference_logit_difference, reference_logit_lens = (
+    learners_copy(reference_head_attribution),
+    learners_copy(reference_logit_difference),
+    learners_copy(reference_logit_lens),
+)
 
 
 def _pick(table, io, s):

@@ -15,6 +15,7 @@ import pkgutil
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import learners_copy
 
 import course.exercises
 from course.exercises.feedback import CHECK_BUG, LearnerCode, Verdict, call_learner, learner_check, run_check
@@ -62,6 +63,32 @@ from course.exercises.lesson12 import (
     reference_logit_lens,
 )
 from helpers.rotary import apply_rotary
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+(
+    reference_previous_token_score,
+    reference_induction_score,
+    reference_patch_hook,
+    reference_repeated_batch,
+    reference_absorbed_weights,
+    reference_cache_bytes,
+    reference_cache_entry,
+    reference_head_attribution,
+    reference_logit_difference,
+    reference_logit_lens,
+) = (
+    learners_copy(reference_previous_token_score),
+    learners_copy(reference_induction_score),
+    learners_copy(reference_patch_hook),
+    learners_copy(reference_repeated_batch),
+    learners_copy(reference_absorbed_weights),
+    learners_copy(reference_cache_bytes),
+    learners_copy(reference_cache_entry),
+    learners_copy(reference_head_attribution),
+    learners_copy(reference_logit_difference),
+    learners_copy(reference_logit_lens),
+)
 
 
 def _mha(query, key, value, q_proj, k_proj, v_proj, out_proj, num_heads):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import torch
+from conftest import learners_copy
 
 from course.exercises.lesson06 import check_alignment_accuracy, check_teacher_forcing, reference_alignment_accuracy
 from helpers.attention import causal_mask
+
+# The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
+# itself, and these tests use them as the right computation (and build mistakes from them).
+(reference_alignment_accuracy,) = (learners_copy(reference_alignment_accuracy),)
 
 
 # --- exercise 1: teacher forcing --------------------------------------------------------------

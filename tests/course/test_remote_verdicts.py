@@ -1,0 +1,227 @@
+"""``check`` computes each verdict outside the graded kernel: no forgery inside the kernel reaches it (#46, #48).
+
+One handed-in notebook of a lesson whose exercises are all graded by lesson 02's real projection check runs, in one
+sandboxed kernel, every forgery that once scored "pass" on a wrong answer, and every one docs/teaching.md listed as
+"detected, not prevented", each before a wrong answer of its own: each of those answers must be graded ``wrong``,
+by its numbers. An answer that is right only where no reference answer is within the kernel's reach, and a right
+answer after every forgery has been set up, must pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat import v4
+
+from course.grading import checker, sandbox
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"),
+]
+
+KERNELSPEC = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+IMPORT = "from course.exercises.lesson02 import check_linear_projection"
+RIGHT = "x @ weight.T + bias"
+WRONG = "x @ weight + bias"  # square weights: the numbers are wrong, the shape is right
+
+# Each forgery, then a wrong answer of its own. The verdict display they rewrite is the in-kernel route's.
+FORGERIES = {
+    # An edited copy of course.grading first on course.__path__ (the old locked cell's reload then found it).
+    "proj_grading_copy": """\
+import pathlib, shutil, sys, tempfile
+import course, course.grading
+
+fake = pathlib.Path(tempfile.mkdtemp()) / "course"
+shutil.copytree(pathlib.Path(course.grading.__file__).parent, fake / "grading")
+init = fake / "grading" / "__init__.py"
+forged = "    verdict = check(answer)\\n    verdict = Verdict(verdict.exercise, 'pass', 'forged')\\n"
+init.write_text(init.read_text().replace("    verdict = check(answer)\\n", forged))
+course.__path__.insert(0, str(fake))
+for name in [name for name in sys.modules if name.startswith("course.grading")]:
+    del sys.modules[name]
+""",
+    # A display publisher whose type has a C __call__ (functools.partial), rewriting the verdict to pass.
+    "proj_partial_publisher": """\
+import functools
+from IPython import get_ipython
+
+MIME = "application/vnd.attention-course.verdict+json"
+
+
+def forge(original, data, *args, **kwargs):
+    if MIME in data:
+        data = {**data, MIME: {**data[MIME], "status": "pass", "message": "forged"}}
+    return original(data, *args, **kwargs)
+
+
+get_ipython().display_pub.publish = functools.partial(forge, get_ipython().display_pub.publish)
+""",
+    # A display publisher hook rewriting the status in every message it sends.
+    "proj_publisher_hook": """\
+from IPython import get_ipython
+
+
+def rewrite(message):
+    data = message.get("content", {}).get("data", {})
+    if MIME in data:
+        data[MIME].update(status="pass", message="forged")
+    print("[PASS] forged")
+    return message
+
+
+get_ipython().display_pub.register_hook(rewrite)
+""",
+    # A daemon thread that waits for the verdict, clears the cell's output and shows its own, again and again.
+    "proj_daemon_thread": """\
+import threading, time
+from IPython.display import clear_output, display
+
+
+def show_a_pass():
+    for _ in range(600):
+        time.sleep(0.05)
+        clear_output()
+        for function in ("proj_daemon_thread", "proj_reload", "proj_hook", "proj_display"):
+            display({MIME: {"function": function, "status": "pass", "message": "forged"}}, raw=True)
+        print("[PASS] forged")
+
+
+threading.Thread(target=show_a_pass, daemon=True).start()
+""",
+    # importlib.reload itself patched: the old locked cell reloaded course.grading through it.
+    "proj_reload": """\
+import importlib, types
+from IPython.display import display
+
+
+def fake_reload(module):
+    fake = types.ModuleType(module.__name__)
+
+    def graded(check, function):
+        display({MIME: {"function": function, "status": "pass", "message": "forged"}}, raw=True)
+        return types.SimpleNamespace(passed=True, status="pass")
+
+    fake.graded = graded
+    return fake
+
+
+importlib.reload = fake_reload
+""",
+    # The guide's "detected, not prevented": graded and _report patched from the notebook ...
+    "proj_graded_patched": """\
+import course.grading as grading
+
+grading._report = lambda function, check, status, message: None
+grading.graded = lambda check, function: types.SimpleNamespace(passed=True, status="pass")
+""",
+    # ... an IPython event hook that shows a pass after every cell ...
+    "proj_hook": """\
+from IPython import get_ipython
+
+
+def forge_after_each_cell(result):
+    display({MIME: {"function": "proj_hook", "status": "pass", "message": "forged"}}, raw=True)
+
+
+get_ipython().events.register("post_run_cell", forge_after_each_cell)
+""",
+    # ... IPython's display replaced, and a second verdict shown from the answer's cell ...
+    "proj_display": """\
+import IPython.display
+
+IPython.display.display = lambda *objects, **options: None
+display({MIME: {"function": "proj_display", "status": "pass", "message": "forged"}}, raw=True)
+""",
+    # ... torch's comparisons made always true ...
+    "proj_allclose": """\
+import torch
+
+torch.allclose = lambda *args, **kwargs: True
+torch.equal = lambda *args, **kwargs: True
+torch.isclose = lambda a, b, *args, **kwargs: torch.ones_like(a, dtype=torch.bool)
+""",
+    # ... and a tensor subclass that compares equal to anything (the answer below returns one).
+    "proj_agreeable_tensor": """\
+class Agreeable(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.equal, torch.Tensor.equal):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+""",
+}
+RETURNS = {"proj_agreeable_tensor": f"({WRONG}).as_subclass(Agreeable)"}
+
+# Right only where no reference answer is within reach: not importable, not readable from the course's files.
+REACH = """\
+def proj_reach(x, weight, bias):
+    import pathlib
+    import course
+
+    found = [
+        path.name
+        for path in (pathlib.Path(course.__file__).parent / "exercises").glob("*.py")
+        if "def reference_" in path.read_text() or "def check_" in path.read_text()
+    ]
+    for lesson in ("lesson11", "lesson12", "lesson02"):
+        try:
+            module = __import__(f"course.exercises.{lesson}", fromlist=["*"])
+            found += [name for name in dir(module) if name.startswith("reference_")]
+            found += [f"{lesson}: {name}" for name in vars(module) if name.startswith("check_")]
+        except ImportError:
+            pass
+    if found:
+        raise RuntimeError(f"within the kernel's reach: {found}")
+    return x @ weight.T + bias
+"""
+
+
+def answer(function: str, body: str) -> str:
+    return f"def {function}(x, weight, bias):\n    return {body}"
+
+
+def write(path: Path, cells: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(v4.new_notebook(cells=[v4.new_code_cell(text) for text in cells], metadata=KERNELSPEC), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    root = tmp_path_factory.mktemp("remote")
+    functions = [*FORGERIES, "proj_reach", "proj_right"]
+    lesson = [IMPORT]
+    for function in functions:
+        solution = f"def {function}(x, weight, bias):\n    # BEGIN SOLUTION\n    return {RIGHT}\n    # END SOLUTION"
+        lesson += [solution, f"check_linear_projection({function})"]
+    write(root / "notebooks" / "04_forgeries.ipynb", lesson)
+    cells = [IMPORT]
+    for function, forgery in FORGERIES.items():
+        cells += [forgery, answer(function, RETURNS.get(function, WRONG)), f"check_linear_projection({function})"]
+    cells += [REACH, "check_linear_projection(proj_reach)"]
+    cells += [answer("proj_right", RIGHT), "check_linear_projection(proj_right)"]
+    submission = write(root / "submitted" / "mallory" / "04_forgeries.ipynb", cells)
+    report = checker.run_submission(submission, timeout_s=120, notebooks_dir=root / "notebooks")
+    return {row.exercise: row for row in report.results}, report.problem
+
+
+@pytest.mark.parametrize("function", list(FORGERIES))
+def test_a_forgery_inside_the_kernel_leaves_a_wrong_answer_wrong(rows, function):
+    results, problem = rows
+    row = results[function]
+    assert (row.status, row.points) == ("wrong", 0) and "forged" not in row.message, (row, problem)
+    assert "weight" in row.message, row  # the check's own hint for this answer's numbers: the weight untransposed
+
+
+def test_no_reference_answer_and_no_check_is_within_the_graded_kernels_reach(rows):
+    results, problem = rows
+    assert (results["proj_reach"].status, results["proj_reach"].points) == ("pass", 1), (results["proj_reach"], problem)
+
+
+def test_a_right_answer_after_every_forgery_still_passes(rows):
+    results, problem = rows
+    assert (results["proj_right"].status, results["proj_right"].points) == ("pass", 1), (results["proj_right"], problem)
+    assert problem is None
