@@ -246,5 +246,5 @@ def test_an_exercise_defined_twice_is_graded_after_its_last_definition():
     submission = v4.new_notebook(cells=[v4.new_code_cell(text) for text in cells])
     notebook, graded, numbers = checker.grading_notebook(submission, exercises)
     (index,) = graded
-    assert numbers[index] == 6 and "graded(" in notebook.cells[index].source  # the check after the last def
+    assert numbers[index] == 6 and "answer_the_checker(" in notebook.cells[index].source  # the check after the last def
     assert notebook.cells[index - 1].source == RIGHT and notebook.cells[2].source == CHECK
