@@ -394,7 +394,7 @@ class GPT(nn.Module):
         presents, all_weights = [], []
         for index, block in enumerate(self.blocks):
             past = None if cache is None else cache.layers[index]
-            rotation = rotations.get(block.attention.rotary_base)
+            rotation = rotations.get(self._rotary_base(block))
             x, present, *weights = block(x, positions, past, need_weights, rotation)
             presents.append(present)
             all_weights += weights
@@ -403,12 +403,17 @@ class GPT(nn.Module):
             cache.update(self, presents, length=start + x.size(1))
         return (logits, all_weights) if need_weights else logits
 
+    def _rotary_base(self, block: nn.Module) -> float:
+        """A block's rotary base: its attention's (a layer's kind), or the config's for an attention that places
+        its rotations itself (lesson 11's latent attention has no base of its own)."""
+        return getattr(block.attention, "rotary_base", self.config.rotary_base)
+
     def _rotations(self, positions: Tensor, dtype: torch.dtype) -> dict[float, tuple[Tensor, Tensor]]:
         """The (cos, sin) of ``positions``, (L, d / 2) each, by rotary base: computed once for all the layers that
         share a base (one base for a Llama; Gemma's local and global layers have one each). Empty if not rotary."""
         if self.config.positions != "rotary":
             return {}
-        bases = {block.attention.rotary_base for block in self.blocks}
+        bases = {self._rotary_base(block) for block in self.blocks}
         rotations = {}
         for base in bases:
             cos, sin = rotary_cos_sin(positions, self.config.head_dim, base, dtype)
@@ -435,7 +440,7 @@ class GPT(nn.Module):
         positions = torch.arange(x.size(1), device=x.device)
         rotations = self._rotations(positions, x.dtype)
         for block in self.blocks[layer:]:
-            x, _ = block(x, positions, None, False, rotations.get(block.attention.rotary_base))
+            x, _ = block(x, positions, None, False, rotations.get(self._rotary_base(block)))
         return self._read_out(x, last_only)
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
