@@ -47,6 +47,7 @@ INTEGRATION = {
     "course/test_handout.py",
     "course/test_nbgrader_term.py",
     "course/test_student_copies.py",
+    "models/test_gemma.py",
     "models/test_language_model.py",
     "models/translation/test_distributed.py",
     "test_browser.py",
@@ -64,6 +65,7 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 # (most tests first) starts the nbgrader term, 5 tests and two minutes, among the last files. `make test` passes
 # --no-loadscope-reorder to keep this order.
 SLOWEST_FIRST = [
+    "tests/models/test_gemma.py",  # two 270M models: first until timed on a quiet machine (measured under load)
     "notebooks/11_latent_attention.ipynb",  # 127 s (junitxml of make test, 2 December, quiet)
     "tests/course/test_checking_submissions.py",  # 108 s
     "notebooks/09_language_model.ipynb",  # 97 s
