@@ -15,6 +15,11 @@ A key is fetched when the greedy answer's first digits are the key. One JSON lin
 ``--log`` when given; the table is printed.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/lesson13_passkey.py --keys 5 --log /tmp/passkey.jsonl
+
+First run (2 December, ``--keys 4``, seed 13; prompts of 667 tokens, the key 627 tokens before the question's end):
+intact 4 of 4; every layer local 0; layer 5 local 0; layer 11 local 0; layer 17 local 4 of 4. Without layer 5 or
+11 reading past the window the model answers with words ("a key that is used to open a"); layer 17, the last,
+is not needed to fetch the key.
 """
 
 from __future__ import annotations
