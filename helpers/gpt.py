@@ -10,6 +10,12 @@ Generation writes one token at a time. Without a cache every step runs the whole
 cache every layer keeps the keys and values of the tokens it has seen, (N, h_kv, T, d) each, and a step runs only
 the newest token: its query attends over the cached keys plus its own. The outputs are the same (tested);
 the work per token no longer grows with the length.
+
+A model's layers may differ (Gemma 3): ``layer_kinds`` makes each layer "local" (a sliding window, with its own
+rotary base) or "global" (full causal attention), and the Gemma choices (QK-norm, a norm after each block as well
+as before it, the embedding scaled by sqrt(E), a GELU-gated feed-forward, a head size d other than E / h, a query
+scale of its own) are switches of the same config. With ``new_cache(rolling=True)`` each local layer's cache keeps
+only its window of keys and values, so its memory stops growing at the window.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from helpers.kv_cache import KVCache, extend, kv_cache_bytes
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
-from helpers.swiglu import SwiGLU
+from helpers.swiglu import GeGLU, SwiGLU
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_gpt"]
 
 POSITIONS = ("rotary", "sinusoidal", "none")
 NORMS = ("layer", "rms")
-FEED_FORWARDS = ("gelu", "swiglu")
+FEED_FORWARDS = ("gelu", "swiglu", "geglu")
+LAYER_KINDS = ("local", "global")
 
 
 def _positive_int(name: str, value) -> None:
@@ -48,8 +55,20 @@ class GPTConfig:
     (1: multi-query); ``window`` limits each token's attention to itself and the ``window - 1`` tokens before it.
 
     ``norm`` "layer" (LayerNorm) or "rms" (RMSNorm, eps ``norm_eps``); ``feed_forward`` "gelu" (two layers with
-    biases) or "swiglu"; ``rotary_base`` the base of the rotary frequencies; ``tie_embeddings`` makes the output
-    layer reuse the token embedding's matrix (V, E). The defaults are the small GPT of lesson 07.
+    biases), "swiglu" or "geglu" (gated by GELU(tanh), Gemma's); ``rotary_base`` the base of the rotary
+    frequencies; ``tie_embeddings`` makes the output layer reuse the token embedding's matrix (V, E). The defaults
+    are the small GPT of lesson 07.
+
+    Layers that differ (each default keeps a model whose layers are alike, as above):
+
+    * ``layer_kinds``: None (every layer as ``window`` says), or one "local" or "global" per layer: a local layer
+      attends within ``window`` tokens and rotates by ``local_rotary_base`` (``rotary_base`` if None), a global
+      layer attends to every earlier token and rotates by ``rotary_base``;
+    * ``head_size``: d, when it is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 > E = 640);
+    * ``qk_norm``: an RMSNorm over each head's d features of the queries and the keys, before the rotation;
+    * ``post_norms``: a norm on each block's output as well, before it joins the residual stream;
+    * ``query_scale``: the factor of the scores (None: 1 / sqrt(d));
+    * ``embed_scale``: the token vectors multiplied by sqrt(E).
     """
 
     vocab_size: int
@@ -66,11 +85,20 @@ class GPTConfig:
     feed_forward: str = "gelu"
     rotary_base: float = 10000.0
     tie_embeddings: bool = False
+    layer_kinds: tuple[str, ...] | None = None
+    local_rotary_base: float | None = None
+    head_size: int | None = None
+    qk_norm: bool = False
+    post_norms: bool = False
+    query_scale: float | None = None
+    embed_scale: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "embed_dim", "num_heads", "num_kv_heads", "num_layers", "ff_dim", "max_len"):
             _positive_int(name, getattr(self, name))
-        if self.embed_dim % self.num_heads:
+        if self.head_size is not None:
+            _positive_int("head_size", self.head_size)
+        elif self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim ({self.embed_dim}) must be a multiple of num_heads ({self.num_heads})")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
@@ -79,7 +107,7 @@ class GPTConfig:
             )
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.positions == "rotary" and (self.embed_dim // self.num_heads) % 2:
+        if self.positions == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions rotate pairs: the head size d must be even, got {self.head_dim}")
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)):
             raise ValueError(f"window must be a positive int number of tokens or None, got {self.window!r}")
@@ -93,11 +121,48 @@ class GPTConfig:
             raise ValueError(f"norm_eps must be a small positive number, got {self.norm_eps!r}")
         if not (isinstance(self.rotary_base, int | float) and math.isfinite(self.rotary_base) and self.rotary_base > 0):
             raise ValueError(f"rotary_base must be a finite positive number, got {self.rotary_base!r}")
+        self._check_layer_choices()
+
+    def _check_layer_choices(self) -> None:
+        if self.layer_kinds is not None:
+            kinds = self.layer_kinds
+            if isinstance(kinds, str) or not isinstance(kinds, tuple | list) or len(kinds) != self.num_layers:
+                raise ValueError(
+                    f"layer_kinds must be a tuple of {self.num_layers} kinds, one per layer, each one of "
+                    f"{LAYER_KINDS}; got {kinds!r:.120}"
+                )
+            wrong = sorted({k for k in kinds if k not in LAYER_KINDS}, key=str)
+            if wrong:
+                raise ValueError(f"layer_kinds may hold only {LAYER_KINDS}, got {wrong}")
+            self.layer_kinds = tuple(kinds)  # a list would make the config unhashable and compare unequal
+            if "local" in kinds and self.window is None:
+                raise ValueError("a local layer attends within a window: set window (a number of tokens)")
+        base = self.local_rotary_base
+        if base is not None and not (isinstance(base, int | float) and math.isfinite(base) and base > 0):
+            raise ValueError(f"local_rotary_base must be a finite positive number or None, got {base!r}")
+        scale = self.query_scale
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
+            raise ValueError(f"query_scale must be a positive number (the scores' factor) or None, got {scale!r}")
+        for name in ("qk_norm", "post_norms", "embed_scale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def head_dim(self) -> int:
-        """d = E / h."""
-        return self.embed_dim // self.num_heads
+        """d: ``head_size`` if set, else E / h."""
+        return self.head_size if self.head_size is not None else self.embed_dim // self.num_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The window of layer ``layer`` (None: full causal attention)."""
+        if self.layer_kinds is None:
+            return self.window
+        return self.window if self.layer_kinds[layer] == "local" else None
+
+    def layer_rotary_base(self, layer: int) -> float:
+        """The rotary base of layer ``layer``: ``local_rotary_base`` for a local layer (if set), else
+        ``rotary_base``."""
+        local = self.layer_kinds is not None and self.layer_kinds[layer] == "local"
+        return self.local_rotary_base if local and self.local_rotary_base is not None else self.rotary_base
 
 
 class CausalSelfAttention(AttentionCore):
@@ -119,13 +184,22 @@ class CausalSelfAttention(AttentionCore):
     spelled out, as with ``need_weights``.
     """
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
-        self.projections = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads, bias=False)
+        self.projections = GroupedQueryAttention(
+            config.embed_dim, config.num_heads, config.num_kv_heads, bias=False, head_dim=config.head_size
+        )
         self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
         self.head_dim = config.head_dim
-        self.rotary, self.window = config.positions == "rotary", config.window
-        self.rotary_base = config.rotary_base
+        # Layer ``layer``'s kind: its window (None: global) and its rotary base.
+        self.rotary, self.window = config.positions == "rotary", config.layer_window(layer)
+        self.rotary_base = config.layer_rotary_base(layer)
+        self.scale = config.query_scale  # None: 1 / sqrt(d)
+        if config.qk_norm:  # one RMSNorm over each head's d features, shared by the heads
+            self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
+            self.k_norm = RMSNorm(config.head_dim, config.norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
         self.weights_from_scores: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 
     def forward(
@@ -136,21 +210,29 @@ class CausalSelfAttention(AttentionCore):
         need_weights: bool = False,
         rotation: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]] | tuple[Tensor, tuple[Tensor, Tensor], Tensor]:
-        """x (N, L, E) at ``positions`` (L,); past keys and values (N, h_kv, T - L, d) each, or None.
+        """x (N, L, E) at ``positions`` (L,); past keys and values (N, h_kv, P, d) each, or None: the P tokens
+        before these, P = T - L, or fewer in a rolling cache, which keeps a local layer's last ``window`` only.
         ``rotation``: the (cos, sin) of the positions, (L, d / 2) each, if the caller computed them already.
 
-        Returns the output (N, L, E) and the keys and values of all T tokens, (N, h_kv, T, d) each; with
-        ``need_weights`` also the attention weights (N, h, L, T)."""
+        Returns the output (N, L, E) and the keys and values of the P + L tokens, (N, h_kv, P + L, d) each; with
+        ``need_weights`` also the attention weights (N, h, L, P + L)."""
         p, d = self.projections, self.head_dim
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
+        if self.q_norm is not None:  # QK-norm: each head's query and key scaled to a fixed root mean square
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
             q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
-        k, v = extend(past, (k, v))  # (N, h_kv, T, d): the new tokens go after the old ones
-        mask = sdpa_mask(causal_mask_at(positions, k.size(2), self.window))  # (L, T), True = may attend
-        out, weights = self.attend_heads(q, k, v, mask, need_weights=need_weights, positions=positions)
+        kept = 0 if past is None else past[0].size(2)  # P
+        k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
+        # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
+        # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
+        mask = sdpa_mask(causal_mask_at(positions - (positions[0] - kept), k.size(2), self.window))  # (L, P + L), True = may
+        out, weights = self.attend_heads(
+            q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
+        )
         out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
         return (out, (k, v), weights) if need_weights else (out, (k, v))
 
@@ -158,23 +240,35 @@ class CausalSelfAttention(AttentionCore):
 class DecoderBlock(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then x + feed-forward(norm(x)). (N, L, E) -> (N, L, E).
 
-    The norms are LayerNorm or RMSNorm, the feed-forward GELU (E -> F -> E) or SwiGLU, as the config says."""
+    The norms are LayerNorm or RMSNorm, the feed-forward GELU (E -> F -> E), SwiGLU or GeGLU, as the config says.
+    With ``post_norms`` (Gemma) each branch's output is normed too before it is added:
+    x + norm(attention(norm(x))), then x + norm(feed-forward(norm(x))). ``layer`` picks the layer's kind."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.norm1, self.norm2 = _norm(config), _norm(config)
-        self.attention = CausalSelfAttention(config)
+        self.attention = CausalSelfAttention(config, layer)
         if config.feed_forward == "swiglu":
             self.feed_forward = SwiGLU(config.embed_dim, config.ff_dim)
+        elif config.feed_forward == "geglu":
+            self.feed_forward = GeGLU(config.embed_dim, config.ff_dim)
         else:
             self.feed_forward = nn.Sequential(
                 nn.Linear(config.embed_dim, config.ff_dim), nn.GELU(), nn.Linear(config.ff_dim, config.embed_dim)
             )
+        # None, not an nn.Identity, without post_norms: the Llama and lesson 07 blocks keep their modules as they were
+        self.attention_out_norm = _norm(config) if config.post_norms else None
+        self.feed_forward_out_norm = _norm(config) if config.post_norms else None
 
     def forward(self, x, positions, past=None, need_weights=False, rotation=None):
         attended, present, *weights = self.attention(self.norm1(x), positions, past, need_weights, rotation)
+        if self.attention_out_norm is not None:
+            attended = self.attention_out_norm(attended)
         x = x + attended
-        return (x + self.feed_forward(self.norm2(x)), present, *weights)
+        fed = self.feed_forward(self.norm2(x))
+        if self.feed_forward_out_norm is not None:
+            fed = self.feed_forward_out_norm(fed)
+        return (x + fed, present, *weights)
 
 
 def _norm(config: GPTConfig) -> nn.Module:
@@ -200,15 +294,18 @@ class GPT(nn.Module):
         self.positional = (
             PositionalEncoding(config.embed_dim, config.max_len) if config.positions == "sinusoidal" else None
         )
-        self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(DecoderBlock(config, layer) for layer in range(config.num_layers))
         self.norm = _norm(config)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight  # one (V, E) matrix: embedding and output layer
 
     def embed(self, ids: Tensor, start: int = 0) -> Tensor:
-        """Token vectors (N, L, E) of ``ids`` (N, L) at positions start .. start + L - 1 (sinusoidal added)."""
+        """Token vectors (N, L, E) of ``ids`` (N, L) at positions start .. start + L - 1 (sinusoidal added; times
+        sqrt(E) with ``embed_scale``, which makes them as large as the residual stream Gemma trained with)."""
         x = self.token_embedding(ids)
+        if self.config.embed_scale:
+            x = x * torch.tensor(math.sqrt(self.config.embed_dim), dtype=x.dtype)  # rounded to x's dtype first
         return x if self.positional is None else self.positional(x, start=start)
 
     def _check_cache(self, cache: KVCache, N: int) -> None:
@@ -228,16 +325,19 @@ class GPT(nn.Module):
             return
         length = cache.length
         dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
-        expected = (N, c.num_kv_heads, length, c.head_dim)
         for index, entry in enumerate(cache.layers):
             if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
                 raise TypeError(f"cache layer {index} must be a (keys, values) pair of tensors, got {entry!r:.80}")
+            keep = cache.keep[index]  # a rolling cache keeps a local layer's last window of tokens only
+            kept = length if keep is None else min(length, keep)
+            expected = (N, c.num_kv_heads, kept, c.head_dim)
+            held = f"T = {length} as in layer 0" if keep is None else f"the last {kept} of T = {length} tokens"
             for name, tensor in zip(("keys", "values"), entry, strict=True):
                 if tuple(tensor.shape) != expected:
                     raise ValueError(
                         f"cache layer {index} holds {name} of shape {tuple(tensor.shape)} (N, h_kv, T, d) but this "
-                        f"call needs {expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, T = {length} as in "
-                        f"layer 0, d = {c.head_dim}): a cache serves one model and one batch; make one with "
+                        f"call needs {expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, {held}, "
+                        f"d = {c.head_dim}): a cache serves one model and one batch; make one with "
                         "model.new_cache()"
                     )
                 if tensor.dtype != dtype or tensor.device != device:
@@ -255,20 +355,35 @@ class GPT(nn.Module):
             self._check_cache(cache, x.size(0))
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + x.size(1), device=x.device)  # (L,)
-        rotation = None
-        if self.config.positions == "rotary":  # one (cos, sin) for every layer
-            cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, x.dtype)
-            rotation = cos.to(x.device), sin.to(x.device)
+        rotations = self._rotations(positions, x.dtype)
         presents, all_weights = [], []
         for index, block in enumerate(self.blocks):
             past = None if cache is None else cache.layers[index]
+            rotation = rotations.get(self._rotary_base(block))
             x, present, *weights = block(x, positions, past, need_weights, rotation)
             presents.append(present)
             all_weights += weights
         logits = self._read_out(x, last_only)
-        if cache is not None:
-            cache.update(self, presents)  # every layer at once, only after the whole step has run
+        if cache is not None:  # every layer at once, only after the whole step has run
+            cache.update(self, presents, length=start + x.size(1))
         return (logits, all_weights) if need_weights else logits
+
+    def _rotary_base(self, block: nn.Module) -> float:
+        """A block's rotary base: its attention's (a layer's kind), or the config's for an attention that places
+        its rotations itself (lesson 11's latent attention has no base of its own)."""
+        return getattr(block.attention, "rotary_base", self.config.rotary_base)
+
+    def _rotations(self, positions: Tensor, dtype: torch.dtype) -> dict[float, tuple[Tensor, Tensor]]:
+        """The (cos, sin) of ``positions``, (L, d / 2) each, by rotary base: computed once for all the layers that
+        share a base (one base for a Llama; Gemma's local and global layers have one each). Empty if not rotary."""
+        if self.config.positions != "rotary":
+            return {}
+        bases = {self._rotary_base(block) for block in self.blocks}
+        rotations = {}
+        for base in bases:
+            cos, sin = rotary_cos_sin(positions, self.config.head_dim, base, dtype)
+            rotations[base] = cos.to(positions.device), sin.to(positions.device)
+        return rotations
 
     def _read_out(self, x: Tensor, last_only: bool) -> Tensor:
         if last_only:
@@ -288,12 +403,9 @@ class GPT(nn.Module):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must be a residual stream (N, L, E) with E = {self.config.embed_dim}, got {shape}")
         positions = torch.arange(x.size(1), device=x.device)
-        rotation = None
-        if self.config.positions == "rotary":
-            cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rotary_base, x.dtype)
-            rotation = cos.to(x.device), sin.to(x.device)
+        rotations = self._rotations(positions, x.dtype)
         for block in self.blocks[layer:]:
-            x, _ = block(x, positions, None, False, rotation)
+            x, _ = block(x, positions, None, False, rotations.get(self._rotary_base(block)))
         return self._read_out(x, last_only)
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
@@ -315,14 +427,26 @@ class GPT(nn.Module):
             ids = ids.long()
         return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
 
-    def new_cache(self) -> KVCache:
-        """An empty ``KVCache`` for this model (it refuses to serve another)."""
-        return KVCache(len(self.blocks), owner=self)
+    def new_cache(self, rolling: bool = False) -> KVCache:
+        """An empty ``KVCache`` for this model (it refuses to serve another).
+
+        ``rolling=True``: each windowed (local) layer keeps only the keys and values of its last ``window``
+        tokens, all its queries can still reach, so its memory stops growing at the window; global layers keep
+        every token. The outputs are the same as with a full cache (tested)."""
+        if not isinstance(rolling, bool):
+            raise TypeError(f"rolling must be True or False, got {rolling!r}")
+        keep = [block.attention.window for block in self.blocks] if rolling else None
+        return KVCache(len(self.blocks), owner=self, keep=keep)
 
 
 @torch.no_grad()
 def generate(
-    model: GPT, prompt: Tensor, max_new_tokens: int, use_cache: bool = True, eos_id: int | None = None
+    model: GPT,
+    prompt: Tensor,
+    max_new_tokens: int,
+    use_cache: bool = True,
+    eos_id: int | None = None,
+    rolling: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Greedy generation: prompt (N, T0) -> tokens (N, T0 + new) and each step's logits (N, new, V).
 
@@ -330,7 +454,8 @@ def generate(
     position) and keeps the last position's logits; with it, the prompt fills the cache once and every later
     step runs the newest token only, the output layer on the last position only.
     With ``eos_id`` generation stops once every row has produced that token (a row that finished early
-    is filled with ``eos_id``), so ``new`` can be below ``max_new_tokens``.
+    is filled with ``eos_id``), so ``new`` can be below ``max_new_tokens``. ``rolling=True`` generates with a
+    rolling cache (``model.new_cache(rolling=True)``): the local layers keep their window of tokens only.
     """
     if not isinstance(prompt, Tensor) or prompt.dim() != 2 or prompt.size(1) < 1:
         shape = tuple(prompt.shape) if isinstance(prompt, Tensor) else type(prompt).__name__
@@ -346,7 +471,9 @@ def generate(
     ):
         raise ValueError(f"eos_id must be a token id in 0 .. V - 1 or None, got {eos_id!r}")
     tokens, step_logits = prompt, []
-    cache = model.new_cache() if use_cache else None
+    if rolling and not use_cache:
+        raise ValueError("rolling=True is a kind of cache: it needs use_cache=True")
+    cache = (model.new_cache(rolling=True) if rolling else model.new_cache()) if use_cache else None
     new = prompt
     finished = torch.zeros(prompt.size(0), 1, dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):

@@ -28,10 +28,18 @@ heads, d head size):
 A new kind of attention keeps what it needs in the same object and checks its own entries as ``GPT`` does;
 ``check_filled_together`` is the check they share (every layer filled, or none).
 
+A rolling cache (``KVCache(..., keep=[...])``, ``GPT.new_cache(rolling=True)``) keeps, for each layer with a bound,
+only the last ``keep[i]`` tokens of every entry: a sliding-window (local) layer never reads further back, so its
+memory stops growing at the window, while ``length`` still counts every token seen (the next token's position).
+It drops the oldest tokens and keeps the rest in order, rather than overwriting slot ``position % window`` of a
+ring in place: every step replaces an entry after the whole step has run (above), so each step copies the
+kept keys once either way, and keys in position order need no map from slots to positions for the mask.
+
 What a cache costs is counted here too, once for every kind of attention (E is never needed: only what is
 kept): ``layer_cache_numbers`` (the numbers one token adds to one layer's cache: 2·h·d for MHA, 2·h_kv·d for
 GQA, 2·d for MQA, d_c + d_R for latent attention), ``cache_bytes_per_token`` (a whole model's, in bytes) and
-``kv_cache_bytes`` (a keys-and-values cache of T tokens and N sequences).
+``kv_cache_bytes`` (a keys-and-values cache of T tokens and N sequences), and ``rolling_kv_cache_bytes`` (the
+same with some layers bounded by their window).
 """
 
 from __future__ import annotations
@@ -41,7 +49,15 @@ import weakref
 import torch
 from torch import Tensor, nn
 
-__all__ = ["CACHE_KINDS", "KVCache", "cache_bytes_per_token", "extend", "kv_cache_bytes", "layer_cache_numbers"]
+__all__ = [
+    "CACHE_KINDS",
+    "KVCache",
+    "cache_bytes_per_token",
+    "extend",
+    "kv_cache_bytes",
+    "layer_cache_numbers",
+    "rolling_kv_cache_bytes",
+]
 
 Entry = tuple[Tensor, ...]
 
@@ -142,12 +158,25 @@ class KVCache:
 
     ``KVCache(num_layers)`` is empty and belongs to no model until one fills it; ``model.new_cache()`` makes
     one tagged with that model. ``layers[i]`` is None or the layer's tuple of tensors (N, ·, T, ·).
+
+    ``keep``: None (every layer keeps every token), or per layer the most tokens it keeps (None: all), so that
+    ``layers[i]`` is (N, ·, min(T, keep[i]), ·): a rolling cache for sliding-window layers.
     """
 
-    def __init__(self, num_layers: int, owner: nn.Module | None = None) -> None:
+    def __init__(self, num_layers: int, owner: nn.Module | None = None, keep: list[int | None] | None = None) -> None:
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        if keep is not None:
+            keep = list(keep)
+            bad = [k for k in keep if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1)]
+            if len(keep) != num_layers or bad:
+                raise ValueError(
+                    f"keep must hold one bound per layer ({num_layers}), each a positive int number of tokens or "
+                    f"None (keep all), got {keep!r:.120}"
+                )
         self.layers: list[Entry | None] = [None] * num_layers
+        self.keep: list[int | None] = [None] * num_layers if keep is None else keep
+        self._length: int | None = None  # tokens seen, once a step that drops some has said so
         self._owner = None if owner is None else weakref.ref(owner)
 
     @property
@@ -157,9 +186,12 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        """T: how many tokens the cache holds (the position of the next token)."""
+        """T: how many tokens the cache has seen (the position of the next token); a rolling cache's bounded
+        layers hold fewer."""
         first = self.layers[0]
-        return 0 if first is None else first[0].size(-2)
+        if first is None:
+            return 0
+        return first[0].size(-2) if self._length is None else self._length
 
     def check_owner(self, model: nn.Module) -> None:
         """Refuse a cache that another model filled or was made for: its keys come from other weights."""
@@ -171,12 +203,20 @@ class KVCache:
                 "when another model has the same sizes): make one for this model with model.new_cache()"
             )
 
-    def update(self, model: nn.Module, entries: list[Entry]) -> None:
-        """Store every layer's new entry at once, after a whole step has run, and tag the cache with ``model``."""
+    def update(self, model: nn.Module, entries: list[Entry], length: int | None = None) -> None:
+        """Store every layer's new entry at once, after a whole step has run, and tag the cache with ``model``.
+
+        ``length``: the tokens seen after this step (T); needed when ``keep`` bounds a layer, since every layer
+        may then hold fewer. A bounded layer keeps the last ``keep[i]`` tokens of its entry, copied, so that the
+        longer tensor they were cut from is freed."""
         if len(entries) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} entries, one per layer, got {len(entries)}")
+        bounded = any(k is not None for k in self.keep)
+        if bounded and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise ValueError(f"a rolling cache needs the step's length T (a positive int), got {length!r}")
         self.check_owner(model)
-        self.layers = list(entries)
+        self.layers = [_last(entry, keep) for entry, keep in zip(entries, self.keep, strict=True)]
+        self._length = length
         self._owner = weakref.ref(model)
 
     def check_filled_together(self) -> bool:
@@ -212,3 +252,43 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes held by all cached tensors."""
         return sum(t.numel() * t.element_size() for entry in self.layers if entry is not None for t in entry)
+
+
+def _last(entry: Entry, keep: int | None) -> Entry:
+    """The entry's last ``keep`` tokens (dim -2), copied; the entry itself if it holds no more than that."""
+    if keep is None or entry[0].size(-2) <= keep:
+        return entry
+    return tuple(t[..., -keep:, :].clone() for t in entry)
+
+
+def rolling_kv_cache_bytes(
+    windows: list[int | None],
+    num_kv_heads: int,
+    head_dim: int,
+    tokens: int,
+    bytes_per_number: int = 2,
+    batch_size: int = 1,
+) -> int:
+    """Size of a rolling KV cache after ``tokens`` tokens: per layer 2 (keys and values) × h_kv × d × min(T, W)
+    × bytes (× N), where W is that layer's window (None: a global layer, which keeps all T).
+
+    ``windows`` holds one entry per layer (Gemma 3 270M: 512 five times, then None, three times over). With every
+    entry None it is ``kv_cache_bytes``'s 2 × n_layers × h_kv × d × T × bytes × N. Every size must be a positive
+    int; ``tokens`` may be 0 (an empty cache)."""
+    sizes = {"num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    sizes.update(bytes_per_number=bytes_per_number, batch_size=batch_size)
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"tokens must be an int >= 0 (the tokens seen), got {tokens!r}")
+    windows = list(windows) if not isinstance(windows, str | int) else None
+    bad = (
+        windows is None
+        or not windows
+        or any(w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1) for w in windows)
+    )
+    if bad:
+        raise ValueError("windows must list one window per layer, each a positive int number of tokens or None")
+    kept = sum(tokens if w is None else min(tokens, w) for w in windows)  # tokens held, summed over the layers
+    return 2 * num_kv_heads * head_dim * kept * bytes_per_number * batch_size

