@@ -229,7 +229,8 @@ class CausalSelfAttention(AttentionCore):
         k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
         # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
         # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
-        mask = sdpa_mask(causal_mask_at(positions - (positions[0] - kept), k.size(2), self.window))  # (L, P + L), True = may
+        local_positions = positions - (positions[0] - kept)  # (L,), counted from the first kept key
+        mask = sdpa_mask(causal_mask_at(local_positions, k.size(2), self.window))  # (L, P + L), True = may attend
         out, weights = self.attend_heads(
             q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
         )
