@@ -45,9 +45,11 @@ def reference_cache_bytes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d
     return cache_bytes_per_token(kind, n_layers, d, h, h_kv, d_c, d_R, bytes_per_number=2)
 
 
-# Three configurations in which every mistake below gives a different number.
+# Two configurations. The check diagnoses each kind at the first one first, and there every mistake below gives a
+# different number: h_kv is not h / 2, where MHA counted with h_kv heads would read as MHA's keys without their
+# values (in the second, h = 8 makes MQA counted with every query head read as bits).
 _BYTES_CASES = [
-    {"n_layers": 5, "h": 6, "h_kv": 3, "d": 8, "d_c": 20, "d_R": 2},
+    {"n_layers": 5, "h": 6, "h_kv": 2, "d": 8, "d_c": 20, "d_R": 2},
     {"n_layers": 3, "h": 8, "h_kv": 2, "d": 16, "d_c": 36, "d_R": 6},
 ]
 
@@ -61,6 +63,11 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
         "that is one layer's cache: every layer keeps its own, so multiply by n_layers.": per_layer,
         "that is in bits: a 16-bit number takes 2 bytes, not 16.": right * 8,
     }
+    if kind == "MHA":
+        mistakes[
+            "MHA counted with h_kv heads: MHA caches every query head's key and value, h heads (h_kv is the "
+            "grouped-query kinds' count, which MHA does not share)."
+        ] = 2 * n_layers * h_kv * d * 2
     if kind in ("MHA", "GQA", "MQA"):
         mistakes["only the keys are counted: the cache holds keys AND values, 2 · (heads) · d per layer."] = right // 2
     if kind == "GQA":
@@ -74,8 +81,11 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     if kind == "MLA":
         mistakes |= {
             "one byte per number: 16-bit numbers take 2 bytes each.": right // 2,
-            "4 bytes a number: that is 32-bit (float32) numbers; the exercise counts 16-bit numbers, 2 bytes "
-            "each.": right * 2,
+            # MLA alone at twice its count: a key and a value each, as the other kinds cache (4 bytes a number in
+            # MLA's line alone gives the same count; counted that way everywhere, _EVERY_KIND names it).
+            "MLA counted as a key and a value of d_c + d_R numbers each: MLA caches ONE latent of d_c numbers "
+            "and ONE rotary key of d_R per token and layer, both shared by every head; nothing of it is cached "
+            "twice.": right * 2,
             "the latent counted twice, as if keys and values had one each: MLA caches ONE latent c (d_c numbers), "
             "both are rebuilt from it.": n_layers * (2 * d_c + d_R) * 2,
             "the decoupled rotary key is missing: the cache keeps c AND the rotated key k^R, d_c + d_R per "

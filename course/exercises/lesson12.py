@@ -206,6 +206,26 @@ def _rms_scale(x: Tensor, eps: float) -> Tensor:
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
+# Exercise 1's (N, N) table, met again in the lens: every prompt's logits read at every prompt's names.
+CROSSED = (
+    "an (N, N) = ({N}, {N}) table for each residual: every prompt's logits were read at every prompt's names. Prompt "
+    "n has its own two names, io[n] and s[n]: pick row n's logit at its own ids (choose the rows along with the "
+    "columns), one difference per prompt, and average those N."
+)
+
+
+def _crossed(residuals: Tensor, norm: RMSNorm, unembedding: Tensor, io: Tensor, s: Tensor) -> Tensor:
+    """(n_layers + 1, N, N): entry [l, n, m] is prompt n's logit difference read at prompt m's names."""
+    logits = norm(residuals) @ unembedding.T  # (n_layers + 1, N, V)
+    return logits[:, :, io] - logits[:, :, s]
+
+
+def _is_crossed(answer: Tensor, residuals: Tensor, norm: RMSNorm, unembedding: Tensor, io: Tensor, s: Tensor) -> bool:
+    """An (n_layers + 1, N) answer (or its transpose) that is the (N, N) tables averaged over either axis."""
+    crossed = _crossed(residuals, norm, unembedding, io, s)
+    return any(close(answer, table) or close(answer, table.T) for table in (crossed.mean(-1), crossed.mean(-2)))
+
+
 def _lens_mistakes(
     residuals: Tensor, norm: RMSNorm, unembedding: Tensor, io: Tensor, s: Tensor
 ) -> dict[str, Callable[[], Tensor]]:
@@ -248,6 +268,8 @@ def _lens_mistakes(
             (residuals * norm(direction)).sum(-1).mean(-1),
             (norm(residuals) * norm(direction)).sum(-1).mean(-1),
         ],
+        CROSSED.format(N=residuals.size(1)) + " Averaged over the whole table, the other prompts' names count as "
+        "much as each prompt's own.": lambda: _crossed(residuals, norm, unembedding, io, s).mean((-1, -2)),
         "every entry is the same number, the last residual's: entry l is read from residual l (the residual "
         "entering block l; the last, the final norm's input).": lambda: right[-1].expand_as(right),
     }
@@ -286,6 +308,11 @@ def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
                 )
             raise wrong(f"one number per residual, (n_layers + 1,) = ({entries},), got a single number.")
         if tuple(answer.shape) in ((entries, N), (N, entries)):
+            if _is_crossed(answer, residuals, norm, unembedding, io, s):
+                raise wrong(
+                    CROSSED.format(N=N)
+                    + " Averaged over one axis of the table it came out one number per residual and prompt."
+                )
             raise wrong(
                 f"one number per residual and prompt, {tuple(answer.shape)}: average over the prompts, one number "
                 f"per residual, (n_layers + 1,) = ({entries},)."

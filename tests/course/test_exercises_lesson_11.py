@@ -12,6 +12,8 @@ import torch
 from conftest import assert_hint, learners_copy, not_attempted
 
 from course.exercises.lesson11 import (
+    _BYTES_CASES,
+    _bytes_mistakes,
     check_absorbed_weights,
     check_cache_bytes,
     check_cache_entry,
@@ -80,7 +82,11 @@ def _keys_only_but_mla(kind, n_layers, h, h_kv, d, d_c, d_R):
             _wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * h * (d_c + d_R) * 2),
             ["counted per head"],
         ),
-        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + d_R) * 4), ["4 bytes a number"]),
+        (
+            _wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * 2 * (d_c + d_R) * 2),
+            ["a key and a value"],
+        ),
+        (_wrong_for("MHA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h_kv * d * 2), ["MHA", "h heads"]),
         (_wrong_for("GQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["GQA", "h_kv key/value"]),
         (_wrong_for("MQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["MQA", "ONE key"]),
         (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (2 * d_c + d_R) * 2), ["ONE latent"]),
@@ -92,6 +98,29 @@ def _keys_only_but_mla(kind, n_layers, h, h_kv, d, d_c, d_R):
 )
 def test_each_cache_bytes_mistake_is_named(mistake, fragments):
     assert_hint(check_cache_bytes(mistake), *fragments)
+
+
+@pytest.mark.parametrize(
+    "mistake, misleading",
+    [
+        # MHA with h_kv heads once read as "only the keys" (the first case had h_kv = h / 2 by chance); MLA as a key
+        # and a value of d_c + d_R each, as "4 bytes a number".
+        (_wrong_for("MHA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h_kv * d * 2), "only the keys"),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * 2 * (d_c + d_R) * 2), "4 bytes"),
+    ],
+)
+def test_a_mistake_is_not_told_another_ones_hint(mistake, misleading):
+    verdict = check_cache_bytes(mistake)
+    assert not verdict.passed and misleading not in verdict.message, verdict.message
+
+
+def test_the_first_bytes_case_tells_every_mistake_apart():
+    """The configuration each kind is diagnosed at first gives every named mistake of that kind its own number."""
+    case = _BYTES_CASES[0]
+    for kind in ("MHA", "GQA", "MQA", "MLA"):
+        numbers = list(_bytes_mistakes(kind, **case).values())
+        assert len(set(numbers)) == len(numbers), (kind, case)
+        assert reference_cache_bytes(kind, **case) not in numbers, (kind, case)
 
 
 def test_a_non_number_is_refused():

@@ -99,6 +99,12 @@ def _per_prompt(residuals, norm, unembedding, io, s):
     return torch.stack([_pick(norm(r) @ unembedding.T, io, s) for r in residuals])
 
 
+def _crossed(residuals, norm, unembedding, io, s):
+    """A learner's lens that reads every prompt at every prompt's names: (n_layers + 1, N, N)."""
+    logits = norm(residuals) @ unembedding.T
+    return logits[:, :, io] - logits[:, :, s]
+
+
 def test_the_reference_logit_lens_passes_and_a_stub_is_not_attempted():
     assert check_logit_lens(reference_logit_lens).passed
     assert check_logit_lens(_lens(lambda r, norm, last: norm(r))).passed
@@ -121,6 +127,9 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
         (_per_prompt, ["per residual and prompt, (4, 5)", "average over the prompts"]),
         (lambda *a: _per_prompt(*a).T, ["per residual and prompt, (5, 4)"]),
         (lambda *a: reference_logit_lens(*a)[-1], ["the last residual's", "EVERY residual"]),
+        (lambda *a: _crossed(*a).mean(-1), ["(N, N) = (5, 5) table", "own two names", "one axis"]),
+        (lambda *a: _crossed(*a).mean(-2).T, ["(N, N) = (5, 5) table", "own two names", "one axis"]),
+        (lambda *a: _crossed(*a).mean((-1, -2)), ["(N, N) = (5, 5) table", "own two names", "whole table"]),
         (lambda *a: _per_prompt(*a).sum(1), ["summed over the prompts"]),
         (lambda r, norm, u, io, s: (norm(r.mean(1)) @ u.T)[:, io].mean(1) - (norm(r.mean(1)) @ u.T)[:, s].mean(1),
          ["averaged before the norm", "not linear"]),
@@ -140,6 +149,14 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
 )  # fmt: skip
 def test_each_logit_lens_mistake_is_named(mistake, fragments):
     assert_hint(check_logit_lens(mistake), *fragments)
+
+
+def test_a_crossed_lens_is_not_told_to_average_over_the_prompts():
+    """Cross-indexed names averaged over one axis are (n_layers + 1, N), as an unaveraged lens is: that hint's "average
+    over the prompts" would send the learner to average a wrong table."""
+    verdict = check_logit_lens(lambda *a: _crossed(*a).mean(-1))
+    assert not verdict.passed and "average over the prompts" not in verdict.message, verdict.message
+    assert "average over the prompts" in check_logit_lens(_per_prompt).message  # the unaveraged lens keeps it
 
 
 # ---------------------------------------------------------------------------------------------
