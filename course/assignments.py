@@ -222,8 +222,13 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
     calls = []
     for statement in ast.parse(source).body:
         call = getattr(statement, "value", None)
-        is_check = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("check_")
-        if is_check and isinstance(statement, (ast.Expr, ast.Assign)):
+        # One condition, not a flag, so that mypy narrows ``call`` to an ast.Call whose func is an ast.Name.
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id.startswith("check_")
+            and isinstance(statement, (ast.Expr, ast.Assign))
+        ):
             if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
                 raise MarkerProblem(f"{call.func.id}(...) should take the exercise's function alone, e.g. check_x(x)")
             if call.func.id not in imports:

@@ -576,7 +576,8 @@ def _worker_died(path: Path, error: WorkerDied) -> SubmissionReport:
 
 def _validate_batch(paths: Sequence[Path]) -> list[str]:
     """What makes this batch ungradable before anything runs: a name no gradebook row can hold, a notebook twice."""
-    problems, seen = [], {}
+    problems: list[str] = []
+    seen: dict[tuple[str, str], Path] = {}  # (student, lesson) -> the first notebook given for it
     for path in paths:
         student, lesson = student_of(path), Path(path).stem
         problems += filter(None, [name_problem(student, "student folder"), name_problem(lesson, "lesson file")])

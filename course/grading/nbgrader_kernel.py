@@ -104,7 +104,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.transport, self.ip = "ipc", str(Path(box["sockets"]) / "kernel")
         self.connection_file = str(Path(box["sockets"]) / "kernel.json")
         # The kernel sits in a session of its own inside the sandbox: it interrupts itself when asked by message.
-        self.kernel_spec.interrupt_mode = "message"
+        spec = self.kernel_spec
+        assert spec is not None, "the kernel nbgrader starts is a named, installed one (its spec was found)"
+        spec.interrupt_mode = "message"
 
     def _leave_sandbox(self) -> None:
         if self._scratch is not None:

@@ -94,6 +94,13 @@ def _tools() -> dict[str, str | None]:
     return {name: shutil.which(name) for name in names}
 
 
+def _found(tools: dict[str, str | None]) -> dict[str, str]:
+    """The tools' paths, for a caller that has already refused a missing one (so none is None here)."""
+    found = {name: path for name, path in tools.items() if path is not None}
+    assert len(found) == len(tools), f"a sandbox tool is missing: {tools}"
+    return found
+
+
 def unavailable() -> str | None:
     """Why no sandbox can be made here (None: it can): a missing tool, or bwrap refusing to start one."""
     tools = _tools()
@@ -102,7 +109,8 @@ def unavailable() -> str | None:
         packages = {"bwrap": "bubblewrap", "prlimit": "util-linux", "setpriv": "util-linux"}
         wanted = sorted({packages[name] for name in missing})
         return f"{', '.join(missing)} not found (install the Debian/Ubuntu package {' and '.join(wanted)})"
-    trial = [tools["bwrap"], "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "true"]
+    paths = _found(tools)
+    trial = [paths["bwrap"], "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--proc", "/proc", "true"]
     try:
         done = subprocess.run(trial, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -111,11 +119,11 @@ def unavailable() -> str | None:
         reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
         return f"bwrap cannot make a sandbox on this machine ({reason}); it needs user or mount namespaces"
     if os.geteuid() == 0:  # as kernel_prefix does: the sandbox's user makes the locked namespace inside
-        trial = [tools["bwrap"], "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
-        trial += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(tools, SANDBOX_UIDS[0])]
-        trial += [*_locked_user_namespace(tools), "true"]
+        trial = [paths["bwrap"], "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+        trial += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(paths, SANDBOX_UIDS[0])]
+        trial += [*_locked_user_namespace(paths), "true"]
     else:
-        trial = [tools["bwrap"], "--ro-bind", "/", "/", "--unshare-user", "--disable-userns", "true"]
+        trial = [paths["bwrap"], "--ro-bind", "/", "/", "--unshare-user", "--disable-userns", "true"]
     try:
         done = subprocess.run(trial, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -129,13 +137,13 @@ def unavailable() -> str | None:
     return None
 
 
-def _as_user(tools: dict[str, str | None], uid: int) -> list[str]:
+def _as_user(tools: dict[str, str], uid: int) -> list[str]:
     """setpriv's words that make the rest of the command run as ``uid`` (and its group), with no capabilities."""
     return [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all"]  # fmt: skip
 
 
-def _locked_user_namespace(tools: dict[str, str | None]) -> list[str]:
+def _locked_user_namespace(tools: dict[str, str]) -> list[str]:
     """bwrap's words for a user namespace the command cannot leave for a new one (``unshare -Ur`` fails).
 
     Its process namespace keeps this bwrap, which the sandbox's user could signal, out of the kernel's reach: the
@@ -206,9 +214,10 @@ def kernel_prefix(
     what a readable view shows there (the graded kernel's stand-in for course/exercises). Raises
     ``SandboxUnavailable`` when a tool is missing.
     """
-    tools = _tools()
-    if None in tools.values():
+    located = _tools()
+    if None in located.values():
         raise SandboxUnavailable(unavailable() or "a sandbox tool is missing")
+    tools = _found(located)
     words = [tools["prlimit"], f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_s}"]
     words += [f"--nproc={limits.processes}"] if os.geteuid() == 0 else []
     words += [f"--fsize={limits.file_bytes}", "--core=0", "--", tools["bwrap"]]

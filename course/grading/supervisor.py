@@ -153,7 +153,9 @@ def _sandboxed_kernel_manager(sandbox: dict):
     manager = SandboxedKernelManager(
         kernel_name="python3", transport="ipc", ip=str(sockets / "kernel"), connection_file=str(sockets / "kernel.json")
     )
-    manager.kernel_spec.interrupt_mode = "message"
+    spec = manager.kernel_spec
+    assert spec is not None, "the python3 kernel spec is ipykernel's own, always installed beside it"
+    spec.interrupt_mode = "message"
     return manager
 
 
@@ -200,6 +202,7 @@ def _client_class():
         async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
             if cell_index not in self.exercises:
                 return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            assert self.kc is not None, "cells run only once the kernel's client is started"
             channel = KernelChannel(self.kc)
             grading = asyncio.ensure_future(self._grade(channel, cell_index))
             self.kc.allow_stdin = True  # this cell's input() requests are the kernel's answers
@@ -242,6 +245,7 @@ def _client_class():
                 entry = await finished
             self.verdicts[cell_index] = entry
             if not channel.closed:  # the kernel waits for the next call: tell it the check is done
+                assert self.kc is not None  # async_execute_cell started this grading with a client
                 line = f"[{entry['status'].upper()}] {function}: {entry['message']}"
                 self.kc.input(wire.frame({"op": "done", "line": line}, trusted=True))
 
@@ -253,7 +257,8 @@ class KernelChannel:
     is the prompt of its next ``input()``, the check's next request the reply to it."""
 
     def __init__(self, kc) -> None:
-        self.kc, self.closed, self.loop = kc, False, None
+        self.kc, self.closed = kc, False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the grading loop, set by _grade before the check runs
 
     async def next_prompt(self) -> str:
         """The prompt of the kernel's next input request (ChannelBroken once the cell has finished)."""
@@ -282,6 +287,7 @@ class KernelChannel:
         """Send ``request`` (from the check's thread) and wait for the kernel's reply, read as data only."""
         from course.grading import remote, wire
 
+        assert self.loop is not None, "ask() runs in the check's thread, which _grade starts after setting the loop"
         future = asyncio.run_coroutine_threadsafe(self._exchange(wire.frame(request, trusted=True)), self.loop)
         try:
             prompt = future.result()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 from helpers.analysis.circuits import record_head_outputs
 from helpers.analysis.ioi import IOIBatch
 from helpers.attention import unflatten_heads
-from helpers.gpt import GPT
+from helpers.gpt import GPT, DecoderBlock
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
@@ -48,16 +49,22 @@ def _check_model(model) -> None:
         raise TypeError(f"expected a helpers.gpt.GPT (e.g. lesson 09's SmolLM2), got {type(model).__name__}")
 
 
+def _blocks(model: GPT) -> list[DecoderBlock]:
+    """The model's decoder blocks, in order. nn.ModuleList yields plain Modules to a type checker, whose
+    attributes read as ``Tensor | Module``; GPT builds its list from DecoderBlocks only."""
+    return cast(list[DecoderBlock], list(model.blocks))
+
+
 @contextmanager
 def _recording(model: GPT) -> Iterator[dict[str, list[Tensor]]]:
     """Inside the block, every forward pass records the residual entering each block and the final norm
     ("residual": n_layers + 1 tensors (N, T, E)) and each block's MLP output ("mlp": n_layers tensors (N, T, E))."""
     recorded: dict[str, list[Tensor]] = {"residual": [], "mlp": []}
     handles = [module.register_forward_pre_hook(lambda _, args: recorded["residual"].append(args[0].detach()))
-               for module in [*model.blocks, model.norm]]  # fmt: skip
+               for module in [*_blocks(model), model.norm]]  # fmt: skip
     handles += [
         block.feed_forward.register_forward_hook(lambda _, __, out: recorded["mlp"].append(out.detach()))
-        for block in model.blocks
+        for block in _blocks(model)
     ]
     try:
         yield recorded
@@ -134,7 +141,7 @@ def direct_logit_attribution(model: GPT, batch: IOIBatch, per_prompt: bool = Fal
     layer l writes ``out_proj.weight[:, k·d:(k+1)·d] @ o_k`` into the residual (the GPT's attention has no
     biases, so the heads' writes are the whole attention output)."""
     _check_model(model)
-    projections = [block.attention.projections.out_proj for block in model.blocks]
+    projections = [block.attention.projections.out_proj for block in _blocks(model)]
     h = model.config.num_heads
     with _recording(model) as recorded, record_head_outputs(projections, h) as heads_out:
         logits = model(batch.ids)
@@ -227,8 +234,8 @@ def query_attribution(
     first, second = (_per_prompt_positions(p, N, T, "a key position") for p in keys)
     if bool((first > query_at).any()) or bool((second > query_at).any()):
         raise ValueError("a causal query reads only keys at or before it: every key position must be <= the query's")
-    block = model.blocks[layer]
-    projections = [b.attention.projections.out_proj for b in model.blocks[:layer]]
+    block = _blocks(model)[layer]
+    projections = [b.attention.projections.out_proj for b in _blocks(model)[:layer]]
     h, d = config.num_heads, config.head_dim
     with _recording(model) as recorded, record_head_outputs(projections, h) as heads_out:
         model(ids)
