@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from helpers.gpt import GPT, GPTConfig
+from helpers.models.language_model import GGUF_TO_COURSE as llama_names
 from helpers.models.language_model import (
     _gguf,
     _go_offline,
@@ -210,23 +211,12 @@ def _expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}).
-GGUF_TO_COURSE = {
-    "token_embd.weight": "token_embedding.weight",
-    "output_norm.weight": "norm.weight",
-    "output.weight": "lm_head.weight",
-    "blk.{i}.attn_norm.weight": "blocks.{i}.norm1.weight",
-    "blk.{i}.attn_q.weight": "blocks.{i}.attention.projections.q_proj.weight",
-    "blk.{i}.attn_k.weight": "blocks.{i}.attention.projections.k_proj.weight",
-    "blk.{i}.attn_v.weight": "blocks.{i}.attention.projections.v_proj.weight",
-    "blk.{i}.attn_output.weight": "blocks.{i}.attention.projections.out_proj.weight",
+# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}): SmolLM2's names, and
+# Gemma's QK-norms and the norms after each block.
+GGUF_TO_COURSE = llama_names | {
     "blk.{i}.attn_q_norm.weight": "blocks.{i}.attention.q_norm.weight",
     "blk.{i}.attn_k_norm.weight": "blocks.{i}.attention.k_norm.weight",
     "blk.{i}.post_attention_norm.weight": "blocks.{i}.attention_out_norm.weight",
-    "blk.{i}.ffn_norm.weight": "blocks.{i}.norm2.weight",
-    "blk.{i}.ffn_gate.weight": "blocks.{i}.feed_forward.gate_proj.weight",
-    "blk.{i}.ffn_up.weight": "blocks.{i}.feed_forward.up_proj.weight",
-    "blk.{i}.ffn_down.weight": "blocks.{i}.feed_forward.down_proj.weight",
     "blk.{i}.post_ffw_norm.weight": "blocks.{i}.feed_forward_out_norm.weight",
 }
 
