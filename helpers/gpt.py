@@ -15,7 +15,9 @@ A model's layers may differ (Gemma 3): ``layer_kinds`` makes each layer "local" 
 rotary base) or "global" (full causal attention), and the Gemma choices (QK-norm, a norm after each block as well
 as before it, the embedding scaled by sqrt(E), a GELU-gated feed-forward, a head size d other than E / h, a query
 scale of its own) are switches of the same config. With ``new_cache(rolling=True)`` each local layer's cache keeps
-only its window of keys and values, so its memory stops growing at the window.
+only its window of keys and values, so its memory stops growing at the window. A layer may also be "linear"
+(linear attention) or "delta" (the gated delta rule, ``helpers.delta_rule``): no softmax, and its cache is one
+(d, d) state per head that does not grow with T.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
+from helpers.delta_rule import STATE_KINDS, DeltaRuleAttention
 from helpers.embeddings import PositionalEncoding
 from helpers.kv_cache import KVCache, extend, kv_cache_bytes
 from helpers.masks import causal_mask_at, sdpa_mask
@@ -41,7 +44,7 @@ __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_g
 POSITIONS = ("rotary", "sinusoidal", "none")
 NORMS = ("layer", "rms")
 FEED_FORWARDS = ("gelu", "swiglu", "geglu")
-LAYER_KINDS = ("local", "global")
+LAYER_KINDS = ("local", "global", *STATE_KINDS)
 
 
 def _positive_int(name: str, value) -> None:
@@ -63,7 +66,9 @@ class GPTConfig:
 
     * ``layer_kinds``: None (every layer as ``window`` says), or one "local" or "global" per layer: a local layer
       attends within ``window`` tokens and rotates by ``local_rotary_base`` (``rotary_base`` if None), a global
-      layer attends to every earlier token and rotates by ``rotary_base``;
+      layer attends to every earlier token and rotates by ``rotary_base``; "linear" or "delta" makes a layer
+      linear attention or the gated delta rule (``helpers.delta_rule.DeltaRuleAttention``: h heads of d, its
+      cache a state (N, h, d, d));
     * ``head_size``: d, when it is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 > E = 640);
     * ``qk_norm``: an RMSNorm over each head's d features of the queries and the keys, before the rotation;
     * ``post_norms``: a norm on each block's output as well, before it joins the residual stream;
@@ -248,7 +253,7 @@ class DecoderBlock(nn.Module):
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.norm1, self.norm2 = _norm(config), _norm(config)
-        self.attention = CausalSelfAttention(config, layer)
+        self.attention = _attention(config, layer)
         if config.feed_forward == "swiglu":
             self.feed_forward = SwiGLU(config.embed_dim, config.ff_dim)
         elif config.feed_forward == "geglu":
@@ -270,6 +275,18 @@ class DecoderBlock(nn.Module):
         if self.feed_forward_out_norm is not None:
             fed = self.feed_forward_out_norm(fed)
         return (x + fed, present, *weights)
+
+
+def _attention(config: GPTConfig, layer: int) -> nn.Module:
+    """Layer ``layer``'s attention: softmax (``CausalSelfAttention``) or, for a "linear" or "delta" kind, a
+    ``DeltaRuleAttention`` with the same heads and positions."""
+    kind = None if config.layer_kinds is None else config.layer_kinds[layer]
+    if kind not in STATE_KINDS:
+        return CausalSelfAttention(config, layer)
+    rotary = config.positions == "rotary"
+    return DeltaRuleAttention(
+        config.embed_dim, config.num_heads, config.head_dim, kind, rotary, config.layer_rotary_base(layer)
+    )
 
 
 def _norm(config: GPTConfig) -> nn.Module:
@@ -327,6 +344,9 @@ class GPT(nn.Module):
         length = cache.length
         dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
         for index, entry in enumerate(cache.layers):
+            if isinstance(self.blocks[index].attention, DeltaRuleAttention):
+                self._check_state(entry, index, N)
+                continue
             if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
                 raise TypeError(f"cache layer {index} must be a (keys, values) pair of tensors, got {entry!r:.80}")
             keep = cache.keep[index]  # a rolling cache keeps a local layer's last window of tokens only
@@ -347,6 +367,22 @@ class GPT(nn.Module):
                         f"is {dtype} on {device}: make a new cache with model.new_cache() after moving the model"
                     )
         cache.check_owner(self)  # last: a cache of other sizes gets the message that names them
+
+    def _check_state(self, entry, index: int, N: int) -> None:
+        """A "linear" or "delta" layer's cache entry: ``(state,)``, (N, h, d, d), in the model's dtype and device."""
+        c, weight = self.config, self.lm_head.weight
+        expected = (N, c.num_heads, c.head_dim, c.head_dim)
+        state = entry[0] if isinstance(entry, tuple) and len(entry) == 1 else None
+        if not isinstance(state, Tensor) or tuple(state.shape) != expected:
+            raise ValueError(
+                f"cache layer {index} (kind {c.layer_kinds[index]!r}) must hold (state,), a state (N, h, d, d) = "
+                f"{expected}, got {entry!r:.80}: make one with model.new_cache()"
+            )
+        if state.dtype != weight.dtype or state.device != weight.device:
+            raise TypeError(
+                f"cache layer {index} holds a state of dtype {state.dtype} on {state.device} but the model is "
+                f"{weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving the model"
+            )
 
     def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)

@@ -24,6 +24,8 @@ heads, d head size):
 
     helpers.latent_attention.LatentGPT  (latents, rotary keys), (N, T, d_c) and (N, T, d_R): one latent per
                                          token, every head's keys and values rebuilt from it
+    helpers.delta_rule.DeltaRuleAttention  (state,), (N, h, d_k, d_v): a GPT layer of kind "linear" or "delta"
+                                         keeps one matrix per head, the same size after any number of tokens
 
 A new kind of attention keeps what it needs in the same object and checks its own entries as ``GPT`` does;
 ``check_filled_together`` is the check they share (every layer filled, or none).
@@ -38,8 +40,9 @@ kept keys once either way, and keys in position order need no map from slots to 
 What a cache costs is counted here too, once for every kind of attention (E is never needed: only what is
 kept): ``layer_cache_numbers`` (the numbers one token adds to one layer's cache: 2·h·d for MHA, 2·h_kv·d for
 GQA, 2·d for MQA, d_c + d_R for latent attention), ``cache_bytes_per_token`` (a whole model's, in bytes) and
-``kv_cache_bytes`` (a keys-and-values cache of T tokens and N sequences), and ``rolling_kv_cache_bytes`` (the
-same with some layers bounded by their window).
+``kv_cache_bytes`` (a keys-and-values cache of T tokens and N sequences), ``rolling_kv_cache_bytes`` (the
+same with some layers bounded by their window), and ``recurrent_state_bytes`` (linear attention's and the delta
+rule's state, h · d_k · d_v numbers per layer and sequence: no T in it).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ __all__ = [
     "extend",
     "kv_cache_bytes",
     "layer_cache_numbers",
+    "recurrent_state_bytes",
     "rolling_kv_cache_bytes",
 ]
 
@@ -139,6 +143,19 @@ def kv_cache_bytes(
         _int_at_least(name, value, 1)
     per_token = cache_bytes_per_token("GQA", num_layers, head_dim, num_kv_heads=num_kv_heads, bytes_per_number=1)
     return per_token * tokens * bytes_per_number * batch_size
+
+
+def recurrent_state_bytes(
+    num_layers: int, num_heads: int, key_dim: int, value_dim: int, bytes_per_number: int = 2, batch_size: int = 1
+) -> int:
+    """Size of the state a linear-attention or delta-rule layer keeps instead of a KV cache: n_layers × h ×
+    d_k × d_v × bytes (× N), one (d_k, d_v) matrix per head, whatever the number of tokens read (every size a
+    positive int)."""
+    sizes = {"num_layers": num_layers, "num_heads": num_heads, "key_dim": key_dim, "value_dim": value_dim}
+    sizes.update(bytes_per_number=bytes_per_number, batch_size=batch_size)
+    for name, value in sizes.items():
+        _int_at_least(name, value, 1)
+    return num_layers * num_heads * key_dim * value_dim * bytes_per_number * batch_size
 
 
 # ---------------------------------------------------------------------------------------------
