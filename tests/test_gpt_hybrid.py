@@ -215,7 +215,7 @@ def test_rolling_cache_bytes_refuses_bad_sizes(arguments, message):
     "changes, message",
     [
         ({"layer_kinds": ("local",) * 5}, "layer_kinds must be a tuple of 6 kinds"),
-        ({"layer_kinds": ("local",) * 5 + ("sliding",)}, r"layer_kinds may hold only \('local', 'global'\)"),
+        ({"layer_kinds": ("local",) * 5 + ("sliding",)}, r"layer_kinds may hold only \('local', 'global', 'linear'"),
         ({"window": None}, "a local layer attends within a window"),
         ({"head_size": 0}, "head_size must be a positive int"),
         ({"query_scale": -1.0}, "query_scale must be a positive number"),
