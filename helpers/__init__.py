@@ -10,8 +10,8 @@ The course's machinery (exercise checks, assignments, the corpus generator) live
 ``course``, which imports this one; this package never imports it.
 
 Layout: the ideas a lesson graduates into sit at the top level (``attention`` and the ``masks`` it re-exports,
-``kv_cache`` (the one cache and what it costs), ``layers``, ``flash``, ``gpt``, ``latent_attention``, ``rotary``,
-``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
+``kv_cache`` (the one cache and what it costs), ``layers``, ``flash``, ``gpt``, ``latent_attention``, ``delta_rule``,
+``rotary``, ``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
 (corpora, tokenization, batching), ``models`` (the translator and the pretrained models), ``analysis``
 (measuring what heads do), ``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer
 imports only the ones below it.
@@ -83,6 +83,17 @@ _EXPORTS = {
     "cache_bytes_per_token": "helpers.kv_cache",
     "kv_cache_bytes": "helpers.kv_cache",
     "layer_cache_numbers": "helpers.kv_cache",
+    "recurrent_state_bytes": "helpers.kv_cache",
+    # helpers.delta_rule (lesson 14): linear attention and the (gated) delta rule, a state instead of a cache
+    "DeltaRuleAttention": "helpers.delta_rule",
+    "delta_rule_chunked": "helpers.delta_rule",
+    "delta_rule_recurrent": "helpers.delta_rule",
+    "delta_rule_step": "helpers.delta_rule",
+    "delta_rule_weights": "helpers.delta_rule",
+    "linear_attention": "helpers.delta_rule",
+    "linear_attention_recurrent": "helpers.delta_rule",
+    "linear_attention_step": "helpers.delta_rule",
+    "linear_attention_weights": "helpers.delta_rule",
     # helpers.latent_attention (lesson 11), and its trained comparison in helpers.analysis.cache_budget
     "DEEPSEEK_V2": "helpers.latent_attention",
     "SMOLLM2": "helpers.latent_attention",
