@@ -21,8 +21,8 @@ only its window of keys and values, so its memory stops growing at the window.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -195,12 +195,14 @@ class CausalSelfAttention(AttentionCore):
         self.rotary, self.window = config.positions == "rotary", config.layer_window(layer)
         self.rotary_base = config.layer_rotary_base(layer)
         self.scale = config.query_scale  # None: 1 / sqrt(d)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if config.qk_norm:  # one RMSNorm over each head's d features, shared by the heads
             self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
-        self.weights_from_scores: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+        self.weights_from_scores = None
 
     def forward(
         self,
@@ -220,7 +222,7 @@ class CausalSelfAttention(AttentionCore):
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
-        if self.q_norm is not None:  # QK-norm: each head's query and key scaled to a fixed root mean square
+        if self.q_norm is not None and self.k_norm is not None:  # QK-norm: each head's q and k scaled to a fixed RMS
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
@@ -235,7 +237,10 @@ class CausalSelfAttention(AttentionCore):
             q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
         )
         out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
-        return (out, (k, v), weights) if need_weights else (out, (k, v))
+        if not need_weights:
+            return out, (k, v)
+        assert weights is not None, "attend_heads returns the weights when asked"
+        return out, (k, v), weights
 
 
 class DecoderBlock(nn.Module):
@@ -249,6 +254,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = _norm(config), _norm(config)
         self.attention = CausalSelfAttention(config, layer)
+        self.feed_forward: nn.Module
         if config.feed_forward == "swiglu":
             self.feed_forward = SwiGLU(config.embed_dim, config.ff_dim)
         elif config.feed_forward == "geglu":
@@ -436,7 +442,8 @@ class GPT(nn.Module):
         every token. The outputs are the same as with a full cache (tested)."""
         if not isinstance(rolling, bool):
             raise TypeError(f"rolling must be True or False, got {rolling!r}")
-        keep = [block.attention.window for block in self.blocks] if rolling else None
+        blocks = cast(list[DecoderBlock], list(self.blocks))  # what __init__ put there
+        keep = [block.attention.window for block in blocks] if rolling else None
         return KVCache(len(self.blocks), owner=self, keep=keep)
 
 
