@@ -22,4 +22,4 @@ import sys
 # and each worker. Only the "iri" and "iri-reference" format checks need it, and nbformat's schemas use no format.
 # A None in sys.modules makes that one optional import fail as if the package were absent; nothing else changes.
 if "jsonschema" not in sys.modules:
-    sys.modules.setdefault("rfc3987_syntax", None)
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  # None on purpose: see above

@@ -33,6 +33,8 @@ class StandInDropout(nn.Module):
 class MatrixThenActivation(nn.Module):
     """A sublayer (N, L, E) -> (N, L, E): ``activation(t @ weight)``, for a check that needs any sublayer at all."""
 
+    weight: Tensor  # (E, E), the buffer registered in __init__
+
     def __init__(self, weight: Tensor, activation: Callable[[Tensor], Tensor]) -> None:
         super().__init__()
         self.register_buffer("weight", weight)

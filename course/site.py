@@ -294,6 +294,7 @@ def wrap_lesson_page(page_html: str, lessons: Sequence[Lesson], index: int, sect
     head_end = page_html.index("</head>")
     page_html = page_html[:head_end] + _head_links() + page_html[head_end:]
     body = re.search(r"<body\b[^>]*>", page_html)
+    assert body is not None, "found above, and only the head changed since"
     opening = body.group(0)
     opening = (
         opening.replace('class="', 'class="site-lesson ', 1)

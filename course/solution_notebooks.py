@@ -389,7 +389,7 @@ def check_imports(notebook: NotebookNode) -> dict[str, str]:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course.exercises."):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("course.exercises."):
                 for alias in node.names:
                     if alias.name.startswith("check_"):
                         found[alias.asname or alias.name] = node.module

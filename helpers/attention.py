@@ -481,7 +481,8 @@ def fused_self_attention_heads(
     N, L, _ = x.shape
     qkv = F.linear(x, in_proj_weight, in_proj_bias)  # (N, L, 3E)
     qkv = qkv.view(N, L, 3, num_heads, -1).permute(2, 0, 3, 1, 4)  # (3, N, h, L, d), a view
-    return qkv.unbind(0)
+    q, k, v = qkv.unbind(0)
+    return q, k, v
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,7 +669,7 @@ class MultiHeadAttention(AttentionCore):
         return query, key, value, key_padding_mask
 
 
-def _check_sizes(embed_dim, num_heads, dropout, num_kv_heads=None, kdim=None, vdim=None) -> None:
+def _check_sizes(embed_dim, num_heads, dropout: float, num_kv_heads=None, kdim=None, vdim=None) -> None:
     """Constructor checks shared by MultiHeadAttention and GroupedQueryAttention (clear messages, not torch's)."""
     sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "kdim": kdim, "vdim": vdim}
     for name, value in sizes.items():

@@ -76,13 +76,13 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, beta=None, log_alpha=None, in
     N, h, T, d_k = q.shape
     for name, gate in (("beta", beta), ("log_alpha", log_alpha)):
         if gate is not None and (not isinstance(gate, Tensor) or tuple(gate.shape) != (N, h, T)):
-            got = tuple(gate.shape) if isinstance(gate, Tensor) else type(gate).__name__
+            got = str(tuple(gate.shape)) if isinstance(gate, Tensor) else type(gate).__name__
             raise ValueError(f"{name} must be one number per head and token, (N, h, T) = {(N, h, T)}, got {got}")
     if log_alpha is not None and bool((log_alpha > 0).any()):
         raise ValueError("log_alpha must be <= 0 (alpha = exp(log_alpha) in (0, 1] scales the old state down)")
     expected = (N, h, d_k, v.size(-1))
     if initial_state is not None and (not isinstance(initial_state, Tensor) or initial_state.shape != expected):
-        got = tuple(initial_state.shape) if isinstance(initial_state, Tensor) else type(initial_state).__name__
+        got = str(tuple(initial_state.shape)) if isinstance(initial_state, Tensor) else type(initial_state).__name__
         raise ValueError(f"initial_state must be the state (N, h, d_k, d_v) = {expected}, got {got}")
 
 

@@ -136,6 +136,8 @@ class PositionalEncoding(nn.Module):
     in the state dict (it is computed, not learned), so checkpoints do not depend on ``max_len``.
     """
 
+    encoding: Tensor  # (P, E), the buffer registered in __init__
+
     def __init__(self, embed_dim: int, max_len: int = 512, dropout: float = 0.0, base: float = 10000.0) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:

@@ -23,8 +23,8 @@ only its window of keys and values, so its memory stops growing at the window. A
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -200,12 +200,14 @@ class CausalSelfAttention(AttentionCore):
         self.rotary, self.window = config.positions == "rotary", config.layer_window(layer)
         self.rotary_base = config.layer_rotary_base(layer)
         self.scale = config.query_scale  # None: 1 / sqrt(d)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if config.qk_norm:  # one RMSNorm over each head's d features, shared by the heads
             self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
             self.k_norm = RMSNorm(config.head_dim, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
-        self.weights_from_scores: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+        self.weights_from_scores = None
 
     def forward(
         self,
@@ -225,7 +227,7 @@ class CausalSelfAttention(AttentionCore):
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
-        if self.q_norm is not None:  # QK-norm: each head's query and key scaled to a fixed root mean square
+        if self.q_norm is not None and self.k_norm is not None:  # QK-norm: each head's q and k scaled to a fixed RMS
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
@@ -240,7 +242,10 @@ class CausalSelfAttention(AttentionCore):
             q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
         )
         out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
-        return (out, (k, v), weights) if need_weights else (out, (k, v))
+        if not need_weights:
+            return out, (k, v)
+        assert weights is not None, "attend_heads returns the weights when asked"
+        return out, (k, v), weights
 
 
 class DecoderBlock(nn.Module):
@@ -254,6 +259,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = _norm(config), _norm(config)
         self.attention = _attention(config, layer)
+        self.feed_forward: nn.Module
         if config.feed_forward == "swiglu":
             self.feed_forward = SwiGLU(config.embed_dim, config.ff_dim)
         elif config.feed_forward == "geglu":
@@ -371,11 +377,12 @@ class GPT(nn.Module):
     def _check_state(self, entry, index: int, N: int) -> None:
         """A "linear" or "delta" layer's cache entry: ``(state,)``, (N, h, d, d), in the model's dtype and device."""
         c, weight = self.config, self.lm_head.weight
+        kind = c.layer_kinds[index] if c.layer_kinds is not None else None  # a state layer always has its kind
         expected = (N, c.num_heads, c.head_dim, c.head_dim)
         state = entry[0] if isinstance(entry, tuple) and len(entry) == 1 else None
         if not isinstance(state, Tensor) or tuple(state.shape) != expected:
             raise ValueError(
-                f"cache layer {index} (kind {c.layer_kinds[index]!r}) must hold (state,), a state (N, h, d, d) = "
+                f"cache layer {index} (kind {kind!r}) must hold (state,), a state (N, h, d, d) = "
                 f"{expected}, got {entry!r:.80}: make one with model.new_cache()"
             )
         if state.dtype != weight.dtype or state.device != weight.device:
@@ -472,7 +479,8 @@ class GPT(nn.Module):
         every token. The outputs are the same as with a full cache (tested)."""
         if not isinstance(rolling, bool):
             raise TypeError(f"rolling must be True or False, got {rolling!r}")
-        keep = [block.attention.window for block in self.blocks] if rolling else None
+        blocks = cast(list[DecoderBlock], list(self.blocks))  # what __init__ put there
+        keep = [cast(int | None, block.attention.window) for block in blocks] if rolling else None
         return KVCache(len(self.blocks), owner=self, keep=keep)
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -158,7 +159,9 @@ def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale:
     absorbed queries are d_c + d_R wide but their scores are the naive ones, scaled by 1 / √(d + d_R).
     ``MultiHeadLatentAttention`` calls the same core through ``attend_heads``, where a hook can replace the softmax.
     """
-    return core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
+    out, weights = core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
+    assert weights is not None, "asked for with need_weights"
+    return out, weights
 
 
 def _check_flag(name: str, value) -> None:
@@ -406,10 +409,11 @@ class LatentGPT(GPT):
         """Every layer in the absorbed form (True) or the naive one (False)."""
         _check_flag("absorbed", absorbed)
         for block in self.blocks:
-            block.attention.absorbed = absorbed
+            cast(MultiHeadLatentAttention, block.attention).absorbed = absorbed  # what __init__ put there
         return self
 
-    def new_cache(self) -> LatentCache:
+    # No rolling form: latents are not kept per window. GPT's keyword is not accepted, as before.
+    def new_cache(self) -> LatentCache:  # type: ignore[override]
         return LatentCache(len(self.blocks), self.latent_config, owner=self)
 
     def _check_cache(self, cache, N: int) -> None:
@@ -438,6 +442,7 @@ class LatentGPT(GPT):
         filled = cache.check_filled_together()
         T = cache.length
         for index, entry in enumerate(cache.layers if filled else []):
+            assert entry is not None, "check_filled_together: every layer is filled"
             if tuple(entry[0].shape) != (N, T, lat.latent_dim) or tuple(entry[1].shape) != (N, T, lat.rotary_dim):
                 raise ValueError(
                     f"cache layer {index} holds latents {tuple(entry[0].shape)} and rotary keys "
@@ -496,7 +501,8 @@ def gpt_to_latent(model: GPT, bases: Sequence[Tensor | None] | None = None) -> L
     bases = [None] * n if bases is None else list(bases)
     if len(bases) != n:
         raise ValueError(f"one basis per layer: the model has {n} layers, got {len(bases)} bases")
-    layers = [latent_from_gqa(block.attention, basis) for block, basis in zip(model.blocks, bases, strict=True)]
+    attentions = [cast(CausalSelfAttention, block.attention) for block in model.blocks]  # checked: not a LatentGPT
+    layers = [latent_from_gqa(attention, basis) for attention, basis in zip(attentions, bases, strict=True)]
     ranks = {layer.config.latent_dim for layer in layers}
     if len(ranks) != 1:
         raise ValueError(f"every layer's basis must have the same rank r (the cache's d_c), got ranks {sorted(ranks)}")
@@ -523,7 +529,8 @@ def record_keys_values(model: GPT, ids: Tensor) -> list[Tensor]:
             def hook(module, args, output, key=(i, name)):
                 recorded[key] = output.detach().flatten(0, 1)
 
-            handles.append(getattr(block.attention.projections, name).register_forward_hook(hook))
+            projections = cast(CausalSelfAttention, block.attention).projections
+            handles.append(getattr(projections, name).register_forward_hook(hook))
     try:
         model(ids)
     finally:

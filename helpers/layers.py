@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import MultiHeadAttention, merge_masks
-from helpers.kv_cache import extend
+from helpers.kv_cache import Entry, extend
 
 __all__ = [
     "Decoder",
@@ -56,7 +56,7 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
     """'relu' or 'gelu' (as torch's layers accept), or any function Tensor -> Tensor."""
     if callable(activation):
         return activation
-    functions = {"relu": F.relu, "gelu": F.gelu}
+    functions: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
     if activation not in functions:
         raise ValueError(f"activation should be 'relu', 'gelu' or a function, got {activation!r}")
     return functions[activation]
@@ -76,6 +76,8 @@ class EncoderLayer(nn.Module):
     holds the per-head weights (N, h, S, S), detached. With it off the attention asks for no weights and runs
     torch's fused kernel. ``recording(module)`` switches it for every layer of a stack.
     """
+
+    head_gate: Tensor | None  # (h,) per-head output gates, set by helpers.models.pretrained.encoder_layer
 
     def __init__(
         self,
@@ -294,10 +296,10 @@ class InspectableDecoderLayer(nn.Module):
     def step(
         self,
         x: Tensor,
-        past: tuple[Tensor, Tensor, Tensor, Tensor] | None,
+        past: Entry | None,
         memory: Tensor | None = None,
         memory_key_padding_mask: Tensor | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
+    ) -> tuple[Tensor, Entry]:
         """The layer's output for the newest target position only, from the projected keys and values it keeps.
 
         x (N, 1, E): the newest position's input. past: None at the first position, then what the previous
@@ -326,7 +328,7 @@ class InspectableDecoderLayer(nn.Module):
                 "past must be None or the (keys, values, memory keys, memory values) a previous step returned, "
                 f"got {type(past).__name__}"
             )
-        kept = []
+        kept: list[Tensor] = []  # the self-attention's keys and values after this step
 
         def self_attention(h: Tensor) -> Tensor:  # (N, 1, E): the new position's query over t + 1 keys
             attention = self.self_attn
@@ -521,7 +523,7 @@ RecordingLayer = EncoderLayer | InspectableDecoderLayer
 
 
 def _inspectable_layers(
-    module: nn.Module, kinds: tuple[type[nn.Module], ...] = (EncoderLayer, InspectableDecoderLayer)
+    module: nn.Module, kinds: tuple[type[RecordingLayer], ...] = (EncoderLayer, InspectableDecoderLayer)
 ) -> list[RecordingLayer]:
     layers = [m for m in module.modules() if isinstance(m, kinds)]
     if not layers:
@@ -554,7 +556,7 @@ def recording(module: nn.Module, enabled: bool = True) -> Iterator[None]:
             layer.record = setting
 
 
-def _stack_records(module: nn.Module, attribute: str, kinds: tuple[type[nn.Module], ...]) -> Tensor:
+def _stack_records(module: nn.Module, attribute: str, kinds: tuple[type[RecordingLayer], ...]) -> Tensor:
     layers = _inspectable_layers(module, kinds)
     records = [getattr(layer, attribute) for layer in layers]
     missing = [i for i, r in enumerate(records) if r is None]

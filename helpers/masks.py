@@ -137,6 +137,7 @@ def merge_masks(
     Returns None or a float mask of shape (N or 1, h or 1, L, S), ``-inf`` where blocked.
     """
     mask = None
+    expected: tuple[int, ...] | str  # the shape attn_mask should have, or the shapes it may have
     if attn_mask is not None:
         if attn_mask.dim() == 2:
             expected = (L, S)
@@ -153,6 +154,7 @@ def merge_masks(
                 f"attn_mask should have shape {expected} = (L, S) or (N*num_heads, L, S) with L={L}, S={S}, "
                 f"N={N}, num_heads={num_heads}; got {tuple(attn_mask.shape)}"
             )
+        assert shaped is not None, "ok: attn_mask had a shape it could be viewed as"
         mask = _blocked_to_additive(shaped, "attn_mask", dtype)
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (N, S):

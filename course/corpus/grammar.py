@@ -148,7 +148,8 @@ def realise_np(np: NP, case: str) -> Phrase:
         # German: article + (adjective) + noun + des + owner; English: the + owner's + (adjective) + noun.
         # The head's article has no English word of its own: it is linked to the noun it belongs to.
         possessor = np.possessor
-        owner = pair(definite_article(possessor.gender, "gen"), "the") + pair(possessor.genitive, possessor.en + "'s")  # type: ignore[arg-type, operator]
+        assert possessor is not None and possessor.genitive is not None  # raised on above, with the reason
+        owner = pair(definite_article(possessor.gender, "gen"), "the") + pair(possessor.genitive, possessor.en + "'s")  # type: ignore[arg-type]
         g_noun = _new_group()
         head = Phrase([(det_de, (g_noun,))], [])
         if np.adj:
@@ -306,7 +307,7 @@ def _english_verb(clause: Clause, form: str, g_verb: int, g_aux: int, neg_group:
         return [(w, (g_verb,)) for w in verb.en_past.split()]
     if form == "simple":
         return [(w, (g_verb,)) for w in verb.en_present(plural).split()]
-    be = [("are" if plural else "is", (g_verb,))]
+    be: list[Token] = [("are" if plural else "is", (g_verb,))]
     if neg_group is not None:  # "trägt keinen Hut" -> "is not wearing a hat"
         be.append(("not", (neg_group,)))
     return be + [(w, (g_verb,)) for w in verb.en_ing.split()]
@@ -317,6 +318,8 @@ def _clause_parts(clause: Clause, *, front_place: bool = False, form: str = "pro
     plural = clause.subject.plural
     g_verb = _new_group()
     g_aux = _new_group()
+    finite_de: list[Token]
+    right_de: list[Token]
     if clause.tense == "perfect":
         if not verb.perfect:
             raise ValueError(f"verb {verb.key} is not used in the perfect")

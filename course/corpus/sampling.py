@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from course.corpus import grammar as G
 from course.corpus.lexicon import (
@@ -691,6 +691,7 @@ def _simple(rng: random.Random) -> G.SentencePair:
 
 def _front_place(rng: random.Random) -> G.SentencePair:
     clause = simple_clause(rng, need_place=True)
+    assert clause.place is not None  # need_place: complete_clause retries until it has one
     if clause.place.place.case != "dat" or "goal" in clause.place.place.tags or clause.place.place.fixed:
         raise Retry  # directions stay after the verb
     return _finish(G.main_clause(clause, front_place=True), [clause], {"fronted_place"})
@@ -811,7 +812,7 @@ def realise_reason(reason: Reason, subject: G.Subject) -> G.Phrase:
     groups: dict[str, int] = {}
     sides = []
     for side, text in (("de", reason.de), ("en", reason.en)):
-        tokens = []
+        tokens: list[G.Token] = []
         for item in text.split():
             word, link = item.rsplit(":", 1)
             groups.setdefault(link, G._new_group())
@@ -1088,7 +1089,7 @@ def _comma_join(main: G.Phrase, sub: G.Phrase) -> G.Phrase:
     return G.Phrase([*main.de[:-1], (word + ",", groups), *sub.de], main.en + sub.en)
 
 
-_PATTERNS = {
+_PATTERNS: dict[str, Callable[[random.Random], G.SentencePair]] = {
     "simple": _simple,
     "front_place": _front_place,
     "front_time": _front_time,

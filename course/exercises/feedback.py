@@ -16,7 +16,7 @@ import functools
 import inspect
 import sysconfig
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ CHECK_BUG = "the check itself could not finish (a bug in the course, not in your
 # What the learner's code is told to return when it returns numpy, unless the check says otherwise
 # (``@learner_check(returns="an int (a number of bytes)")``).
 TENSOR = "a tensor (a torch.Tensor)"
+# A usual mistake's name (the hint) -> its result, or a function that computes it lazily (diagnose, diagnose_cases).
+Mistakes = Mapping[str, Tensor | Callable[[], Tensor]]
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,10 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     function = function._function if isinstance(function, LearnerCode) else function
     _expect_signature(function, args, kwargs)
     generators = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Generator)]
-    state = generators[0].get_state() if generators else None
+    drawn = (generators[0], generators[0].get_state()) if generators else None  # the generator, its state before
     result = _call_once(function, args, kwargs, returns)
-    if generators:
-        _expect_drawn_from(function, generators[0], state, result, args, kwargs, returns)
+    if drawn is not None:
+        _expect_drawn_from(function, *drawn, result, args, kwargs, returns)
     # An object made by the learner's class runs the learner's methods: it stays behind the proxy too.
     return LearnerCode(result) if isinstance(function, type) and callable(result) else result
 
@@ -135,9 +137,9 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
                 "as it came: build the result in a new tensor (work on a copy, or use operations that return "
                 "a new tensor) and return that."
             )
-    where = _numpy_inside(result)
-    if where is not None:
-        raise wrong(_numpy_hint(name, where, result, returns))
+    numpy_at = _numpy_inside(result)
+    if numpy_at is not None:
+        raise wrong(_numpy_hint(name, numpy_at, result, returns))
     return result
 
 
@@ -182,7 +184,7 @@ def _name(function: Callable[..., Any]) -> str:
 def _tensor_inputs(args: tuple, kwargs: dict) -> list[tuple[tuple, Tensor]]:
     """Every tensor among the arguments, or one level inside a tuple, list or dict argument, with where it is:
     (position or keyword,) or (position or keyword, index or key)."""
-    found = []
+    found: list[tuple[tuple, Tensor]] = []
     for key, value in (*enumerate(args), *kwargs.items()):
         if isinstance(value, Tensor):
             found.append(((key,), value))
@@ -225,7 +227,7 @@ def _positional_names(function: Callable[..., Any], count: int) -> list[str]:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
         parameters = []
-    names = []
+    names: list[str] = []
     for parameter in parameters:
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
             names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
@@ -486,7 +488,7 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
     )
 
 
-def diagnose(answer: Tensor, mistakes: dict[str, Tensor | Callable[[], Tensor]], fallback: str) -> _Wrong:
+def diagnose(answer: Tensor, mistakes: Mistakes, fallback: str) -> _Wrong:
     """Name the first known mistake whose result matches ``answer``, else give ``fallback``.
 
     A mistake's result may be given lazily, as a function; one that cannot be computed for these
@@ -503,9 +505,7 @@ def diagnose(answer: Tensor, mistakes: dict[str, Tensor | Callable[[], Tensor]],
     return wrong(fallback)
 
 
-def diagnose_cases(
-    answers: list[Tensor], mistakes: list[dict[str, Tensor | Callable[[], Tensor]]], fallback: str
-) -> _Wrong:
+def diagnose_cases(answers: Sequence[Tensor], mistakes: Sequence[Mistakes], fallback: str) -> _Wrong:
     """Name the first mistake whose results match the answers in EVERY case where it can be computed.
 
     ``answers[i]`` is the learner's result on case i and ``mistakes[i]`` the usual mistakes' results on it (a hint

@@ -115,6 +115,8 @@ def check_positional_encoding(positional_encoding: Callable[[int, int], Tensor])
     """Check ``positional_encoding(num_positions, dim)`` -> (P, E) against the paper's formula."""
 
     def body() -> str:
+        answers: list[Tensor]  # the learner's result on each case
+        expected: list[Tensor]  # the reference's
         answers, expected, tables = [], [], []
         for num_positions, dim in ((12, 8), (50, 16)):
             try:

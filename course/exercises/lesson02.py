@@ -79,6 +79,8 @@ def check_linear_projection(linear_projection: Callable[[Tensor, Tensor, Tensor]
 
     def body() -> str:
         generator = torch.Generator().manual_seed(2)
+        answers: list[Tensor]  # the learner's result on each case
+        expected: list[Tensor]  # the reference's
         answers, expected, tables = [], [], []
         # Square weights first (a transposed weight still fits), then two projections to other sizes.
         for e_in, e_out in ((4, 4), (6, 3), (5, 5)):

@@ -104,6 +104,7 @@ def _call_learner(function: Callable[..., Tensor], args: tuple[Tensor, ...], nam
 
 # The usual mistakes, each a hint and the weights it gives for (q, k, mask); float64 inputs, mask may be None.
 _Mistake = Callable[[Tensor, Tensor, "Tensor | None"], Tensor]
+_MaskedMistake = Callable[[Tensor, Tensor, Tensor], Tensor]  # one that needs the mask (exercise 3)
 
 # Mistakes that only show with a batch in front: code that counts dimensions from the start. For one sentence,
 # q is (L, d) and the scores (L, S): ``q.shape[1]`` is d and ``dim=1`` the keys. With a batch, q is (N, L, d) and
@@ -157,7 +158,7 @@ _WEIGHT_MISTAKES: dict[str, _Mistake] = {
 }
 
 # Exercise 3 (a boolean mask, True = may attend); each mistake's output is its weights @ v.
-_MASKED_MISTAKES: dict[str, _Mistake] = {
+_MASKED_MISTAKES: dict[str, _MaskedMistake] = {
     "the softmax runs over the wrong dimension: each query's row must sum to 1, "
     "`softmax(scores, dim=-1)`.": lambda q, k, m: _weights(q, k, m, softmax_dim=-2),
     "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer sum to 1. "
@@ -179,7 +180,9 @@ _MASKED_MISTAKES: dict[str, _Mistake] = {
 }
 
 
-def _table(mistakes: dict[str, _Mistake], q: Tensor, k: Tensor, mask: Tensor | None, v: Tensor | None = None):
+def _table(
+    mistakes: dict[str, Callable[..., Tensor]], q: Tensor, k: Tensor, mask: Tensor | None, v: Tensor | None = None
+):
     """One case's mistakes, computed lazily in float64: their weights, or their outputs when ``v`` is given."""
     q, k = q.double(), k.double()
     if v is None:
@@ -221,6 +224,8 @@ def check_attention_weights(attention_weights: Callable[[Tensor, Tensor], Tensor
     """Check ``attention_weights(q, k)``: q (..., L, d), k (..., S, d) -> weights (..., L, S)."""
 
     def body() -> str:
+        answers: list[Tensor]  # the learner's result on each case
+        expected: list[Tensor]  # the reference's
         answers, expected, tables = [], [], []
         for index, (q, k) in enumerate(_weight_cases()):
             try:
@@ -305,6 +310,8 @@ def check_masked_attention(masked_attention: Callable[[Tensor, Tensor, Tensor, T
     """Check ``masked_attention(q, k, v, mask)`` -> output (..., L, dv); mask (L, S) bool, True = may attend."""
 
     def body() -> str:
+        answers: list[Tensor]  # the learner's result on each case
+        expected: list[Tensor]  # the reference's
         answers, expected, tables = [], [], []
         for index, (q, k, v, mask) in enumerate(_masked_cases()):
             output, weights = scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -272,7 +273,7 @@ def reference_multi_head_attention(query, key, value, q_proj, k_proj, v_proj, ou
 
 
 # The usual mistakes: hint (formatted with E, h, d) -> the switches of ``_reference_mha`` that reproduce it.
-_MHA_MISTAKES: dict[str, dict] = {
+_MHA_MISTAKES: dict[str, dict[str, Any]] = {
     "the output projection is missing: after merging the heads, apply `out_proj` so the heads' results are mixed "
     "into one (N, L, E) output.": dict(out_proj=False),
     "the projections use the weight untransposed, `x @ W.weight + W.bias`: nn.Linear stores its weight as "
@@ -310,7 +311,8 @@ _MHA_MISTAKES: dict[str, dict] = {
     ),
     "the softmax is missing: turn each head's scaled scores into weights with `torch.softmax(scores, dim=-1)` "
     "before multiplying by V.": dict(softmax=False),
-} | {
+}
+_MHA_MISTAKES |= {
     f"{name.upper()} is computed with `{other}_proj`: each of Q, K and V has its own projection, use `{name}_proj` "
     f"for {name.upper()}.": {f"{name}_with": other}
     for name, other in (("k", "q"), ("k", "v"), ("v", "q"), ("v", "k"))
@@ -366,6 +368,8 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
     """
 
     def body() -> str:
+        answers: list[Tensor]  # the learner's result on each case
+        expected: list[Tensor]  # the reference's
         answers, expected, tables = [], [], []
         for index, (query, key, value, proj, h) in enumerate(_mha_cases()):
             try:
@@ -375,7 +379,9 @@ def check_multi_head_attention(multi_head_attention: Callable[..., Tensor]) -> V
                     break  # the self-attention case already shows the mistake: name it from there
                 raise
             answers.append(answer)
-            expected.append(reference_multi_head_attention(query, key, value, *proj.values(), h))
+            expected.append(
+                reference_multi_head_attention(query, key, value, proj["q"], proj["k"], proj["v"], proj["o"], h)
+            )
             tables.append(_mha_table(query, key, value, proj, h, cross=index == 1))
         if all(close(a, e) for a, e in zip(answers, expected, strict=True)):
             return "the same output as nn.MultiheadAttention, for self-attention and for cross-attention with L != S."

@@ -59,7 +59,7 @@ def _bare_norm(t: Tensor) -> Tensor:
 def _block_inputs() -> list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]]:
     """Two blocks (E = 6 and E = 5), each with its own sublayer and a norm with non-trivial γ and β."""
     generator = torch.Generator().manual_seed(50)
-    cases = []
+    cases: list[tuple[Tensor, Callable[[Tensor], Tensor], nn.LayerNorm]] = []
     for E, activation in ((6, torch.tanh), (5, torch.nn.functional.gelu)):
         x = 3 * torch.randn(2, 4, E, generator=generator, dtype=torch.float64) + 1  # far from normalised, on purpose
         weight = torch.randn(E, E, generator=generator, dtype=torch.float64)
@@ -267,24 +267,35 @@ _SUB_BLOCKS = {
 }
 
 
-def _record_sub_blocks(layer: nn.TransformerDecoderLayer) -> tuple[list[tuple[str, Tensor]], Callable[[], None]]:
+# (part, the tensor it was given, None if it was given only keywords), in the order the parts ran
+Calls = list[tuple[str, Tensor | None]]
+
+
+def _record_sub_blocks(layer: nn.TransformerDecoderLayer) -> tuple[Calls, Callable[[], None]]:
     """Record (part, the tensor it was given) each time a sub-block's first part runs; returns the list and undo."""
-    seen: list[tuple[str, Tensor]] = []
+    seen: Calls = []
     handles = [
         getattr(layer, name).register_forward_pre_hook(
             lambda module, args, name=name: seen.append((name, args[0].detach().clone() if args else None))
         )
         for name in _SUB_BLOCKS
     ]
-    return seen, lambda: [handle.remove() for handle in handles]
+
+    def undo() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return seen, undo
 
 
-def _first_wrong_sub_block(seen: list[tuple[str, Tensor]], reference: list[tuple[str, Tensor]]) -> str:
+def _first_wrong_sub_block(seen: Calls, reference: Calls) -> str:
     """The first sub-block whose result differs: the input of the part after it differs from the reference's."""
     ours = dict(seen[::-1])  # the first call of each part
     order = list(_SUB_BLOCKS)
     for index, (name, given) in enumerate(reference):
-        if name in ours and not close(ours[name], given):
+        # A part given only keywords recorded None, which close cannot compare (it raises): a known gap, left as
+        # it is here because handling it would change what the check says.
+        if name in ours and not close(ours[name], given):  # type: ignore[arg-type]
             return order[max(index - 1, 0)] if index else order[0]
     return order[-1]
 

@@ -7,6 +7,7 @@ J English words, I German words.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -330,7 +331,7 @@ def _same(values: Sequence[float], expected: Sequence[float], tolerance: float =
     return all(abs(v - e) < tolerance for v, e in zip(values, expected, strict=True))
 
 
-def _as_number(answer: object) -> float:
+def _as_number(answer: Any) -> float:
     """The learner's answer as one float, or a hint saying what was returned instead."""
     if answer is None:
         raise wrong("your function returned None: did you forget the `return`?")

@@ -158,7 +158,7 @@ TILED_MISTAKES = {
 }
 
 
-def _tiled_update(m: Tensor, total: Tensor, out: Tensor, scores: Tensor, v_block: Tensor, how: str = "right"):
+def _tiled_update(m: Tensor, total: Tensor, out: Tensor, scores: Tensor, v_block: Tensor, *, how: str = "right"):
     """(R,), (R,), (R, dv), (R, B), (B, dv) -> new max, sum, output; or one usual mistake."""
     new_max = torch.maximum(m, scores.amax(-1))
     rescale = torch.exp(m - new_max)
@@ -195,7 +195,7 @@ def check_tiled_attention_update(tiled_attention_update: Callable[..., tuple]) -
             return "the running output shrinks by the same exp(old − new) as the sum, then gains p @ v_block."
         raise diagnose(
             new_out,
-            {hint: _tiled_update(*(t.double() for t in args), how)[2] for hint, how in TILED_MISTAKES.items()},
+            {hint: _tiled_update(*(t.double() for t in args), how=how)[2] for hint, how in TILED_MISTAKES.items()},
             "new_max and new_sum are right, but new_out should be "
             "running_out · exp(running_max − new_max) + exp(scores − new_max) @ v_block.",
         )
@@ -222,7 +222,7 @@ CACHE_MISTAKES = {
 }
 
 
-def _cache_step(q, k_new, v_new, k_cache, v_cache, how: str = "right") -> tuple[Tensor, Tensor, Tensor]:
+def _cache_step(q, k_new, v_new, k_cache, v_cache, *, how: str = "right") -> tuple[Tensor, Tensor, Tensor]:
     """Attention of the new query over the cached keys and its own; or one usual mistake."""
     if how == "prepended":
         keys, values = torch.cat((k_new, k_cache), dim=-2), torch.cat((v_new, v_cache), dim=-2)
@@ -396,7 +396,7 @@ ROTARY_STEP_MISTAKES = {
 }
 
 
-def _rotary_step(q, k_new, v_new, k_cache, v_cache, how: str = "right") -> tuple[Tensor, Tensor, Tensor]:
+def _rotary_step(q, k_new, v_new, k_cache, v_cache, *, how: str = "right") -> tuple[Tensor, Tensor, Tensor]:
     """The new token at position T: rotate its q and k, append k and v, attend; or one usual mistake."""
     T = k_cache.size(-2)
     position = {"position 0": 0, "position T + 1": T + 1, "position T - 1": T - 1}.get(how, T)
@@ -428,7 +428,7 @@ def check_rotary_cache_step(rotary_cache_step: Callable[..., tuple]) -> Verdict:
         if close(out, right_out) and close(keys, right_keys) and close(values, right_values):
             return "the new token's query and key turned to position T, the cache grown, the output attends to all."
         for hint, how in ROTARY_STEP_MISTAKES.items():
-            result = _rotary_step(*args64, how)
+            result = _rotary_step(*args64, how=how)
             if close(out, result[0]) and close(keys, result[1]):
                 raise wrong(hint)
         raise wrong(

@@ -200,7 +200,7 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
     w_q = layer.q_proj.weight.view(h, d, E)
     w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)
     w_o = layer.out_proj.weight.view(E, h, d).transpose(0, 1)  # (h, E, d)
-    query = {
+    query: dict[str, Tensor | list[Tensor]] = {
         "the queries were folded with W_UV: the score's key comes from W_UK (k_i = W_UK,i c), so the query side "
         "needs W_UK,iᵀ W_Q,i; W_UV belongs with the output.": w_uv.transpose(1, 2) @ w_q,
         "the 1/√(d + d_R) scale is folded in: keep the matrices as they are, the scale stays in the score.": (
@@ -222,7 +222,7 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
         "head i's block is d ROWS of E numbers; a view as (h, E, d) cuts the rows across heads.": w_uk.transpose(1, 2)
         @ layer.q_proj.weight.view(h, E, d).transpose(1, 2),
     }
-    output = {
+    output: dict[str, Tensor | list[Tensor]] = {
         "the output was folded with W_UK: a head's output is weights · values, v_i = W_UV,i c, so the output "
         "side needs W_O,i W_UV,i.": w_o @ w_uk,
         "W_O's head blocks were taken as rows: out_proj.weight is (E, h·d) and head i's block is its COLUMNS "

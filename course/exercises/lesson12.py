@@ -9,7 +9,7 @@ each mistake it names gives numbers of its own.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -68,7 +68,7 @@ def _sizes_hint(error: LearnerError, sizes: str) -> _Wrong | None:
     return None
 
 
-def _diagnose(answer: Tensor, mistakes: dict[str, Callable[[], Tensor | list[Tensor]]], fallback: str) -> _Wrong:
+def _diagnose(answer: Tensor, mistakes: Mapping[str, Callable[[], Tensor | list[Tensor]]], fallback: str) -> _Wrong:
     """``feedback.diagnose``, where one mistake may stand for several answers (a list; any of them names it)."""
     for hint, result in mistakes.items():
         try:
@@ -352,7 +352,7 @@ def reference_head_attribution(
 
 def _head_mistakes(
     head_outputs: Tensor, out_weight: Tensor, final_residual: Tensor, norm: RMSNorm, direction: Tensor
-) -> dict[str, Callable[[], Tensor]]:
+) -> dict[str, Callable[[], Tensor | list[Tensor]]]:
     h, d = head_outputs.shape[1:]
     E = out_weight.size(0)
     writes = torch.einsum("nhd,ehd->hne", head_outputs, out_weight.unflatten(1, (h, d)))

@@ -37,7 +37,7 @@ RULE = (
 )
 
 # Ways to pick rows out of a table without a matrix product, each with the name a hint shows.
-_ROW_LOOK_UPS = {
+_ROW_LOOK_UPS: dict[Callable[..., Any], str] = {
     Tensor.__getitem__: "indexing, `weight[ids]`",
     F.embedding: "`F.embedding`",
     torch.embedding: "`torch.embedding`",
@@ -50,7 +50,10 @@ _ROW_LOOK_UPS = {
 }
 
 # nn.Linear's computation in one call: nn.Linear.forward, F.linear and torch's own linear all end up here.
-_LINEAR = {F.linear: "`F.linear` (or `nn.Linear`)", torch._C._nn.linear: "`F.linear` (or `nn.Linear`)"}
+_LINEAR: dict[Callable[..., Any], str] = {
+    F.linear: "`F.linear` (or `nn.Linear`)",
+    torch._C._nn.linear: "`F.linear` (or `nn.Linear`)",
+}
 
 
 def _attention_shortcuts() -> dict[Callable[..., Any], str]:

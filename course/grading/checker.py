@@ -242,7 +242,7 @@ def grading_notebook(
             replaces = following is not None and any(
                 function == exercise.function for _, function in _check_calls(cells[following][0].source)
             )
-            if replaces and id(cells[following][0]) not in graded:
+            if following is not None and replaces and id(cells[following][0]) not in graded:
                 cells[following] = (trusted, cells[following][1])
             else:
                 cells.insert(place + 1, (trusted, None))
@@ -444,7 +444,7 @@ def run_submission(
 
 def _run_submission(
     path: Path,
-    timeout_s: int,
+    timeout_s: int | None,
     notebook_timeout_s: int | None,
     notebooks_dir: str | Path | None,
     output_cap: int,
@@ -537,8 +537,9 @@ def _run_submission(
     verdicts = {}
     for index, entry in result.get("verdicts", {}).items():
         exercise = graded.get(int(index))
-        genuine = exercise is not None and entry.get("function") == exercise.function
-        if genuine and entry.get("status") in ("pass", "wrong", "not attempted", "error"):
+        if exercise is None or entry.get("function") != exercise.function:
+            continue  # not a verdict on a graded exercise's own function
+        if entry.get("status") in ("pass", "wrong", "not attempted", "error"):
             verdicts[exercise.function] = entry
     for index, limit in result.get("timed_out", {}).items():
         if int(index) in graded:

@@ -50,7 +50,9 @@ def answer_the_checker(function: str) -> None:
 
 def _call(request: dict, handles: dict[int, Any]) -> dict:
     """Run one call the checker asked for; its result (or what it raised) and the arguments after it."""
-    function = handles.get(request.get("handle"))
+    # Handles count from 0, so -1 finds none. A call of the None an unknown handle gives raises TypeError below,
+    # which goes back to the checker as what the function raised.
+    function: Any = handles.get(request.get("handle", -1))
     args = [_rebuild(value, handles) for value in request.get("args", ())]
     kwargs = {key: _rebuild(value, handles) for key, value in request.get("kwargs", {}).items()}
     reply: dict[str, Any] = {}
@@ -60,7 +62,9 @@ def _call(request: dict, handles: dict[int, Any]) -> dict:
         with contextlib.ExitStack() as recording:
             for key, paths in request.get("pre_hooks", {}).items():
                 module = kwargs.get(key) if isinstance(key, str) else args[key] if key < len(args) else None
-                for path in paths if isinstance(module, nn.Module) else ():
+                if not isinstance(module, nn.Module):
+                    continue
+                for path in paths:
                     sub = module.get_submodule(path)
                     handle = sub.register_forward_pre_hook(
                         lambda _, given, key=key, path=path: seen.append((key, path, _after(tuple(given))))

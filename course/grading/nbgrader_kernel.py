@@ -75,6 +75,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                     "user (only for students you trust: see the teaching guide, section 5)."
                 )
             self._enter_sandbox(Path(kw.get("cwd") or os.getcwd()))
+        assert self._scratch is not None and self._env is not None, "_enter_sandbox sets both, a restart keeps them"
         kw["env"], kw["cwd"] = dict(self._env), str(self._scratch / "work")
         try:
             return await super()._async_pre_start_kernel(**kw)

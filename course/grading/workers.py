@@ -73,7 +73,7 @@ def _start_worker(environment: dict[str, str], interrupt_ignored: bool, hangup_i
     signal.signal(signal.SIGHUP, signal.SIG_IGN if hangup_ignored else _on_signal)
 
 
-def _call_in_worker(function: Callable, item: object) -> object:
+def _call_in_worker(function: Callable[[Item], Result], item: Item) -> Result:
     global _busy
     _busy = True
     try:
@@ -98,8 +98,11 @@ def in_workers(
         return
     context = multiprocessing.get_context("spawn")
     others = set(multiprocessing.active_children())
-    ignored = [signal.getsignal(number) == signal.SIG_IGN for number in (signal.SIGINT, signal.SIGHUP)]
-    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=(environment, *ignored)) as pool:
+    interrupt_ignored, hangup_ignored = (
+        signal.getsignal(number) == signal.SIG_IGN for number in (signal.SIGINT, signal.SIGHUP)
+    )
+    initargs = (environment, interrupt_ignored, hangup_ignored)
+    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=initargs) as pool:
         futures = [pool.submit(_call_in_worker, function, item) for item in items]
         try:
             for future in futures:

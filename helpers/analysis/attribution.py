@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from helpers.analysis.circuits import record_head_outputs
 from helpers.analysis.ioi import IOIBatch
 from helpers.attention import unflatten_heads
-from helpers.gpt import GPT, DecoderBlock
+from helpers.gpt import GPT, CausalSelfAttention, DecoderBlock
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
@@ -53,6 +53,16 @@ def _blocks(model: GPT) -> list[DecoderBlock]:
     """The model's decoder blocks, in order. nn.ModuleList yields plain Modules to a type checker, whose
     attributes read as ``Tensor | Module``; GPT builds its list from DecoderBlocks only."""
     return cast(list[DecoderBlock], list(model.blocks))
+
+
+def _attentions(model: GPT) -> list[CausalSelfAttention]:
+    """Each block's softmax attention, in order. Attribution reads each head's weights and projections, which a
+    "linear" or "delta" layer (a recurrent state, lesson 14) does not have: such a model is refused by name."""
+    attentions = [block.attention for block in _blocks(model)]
+    others = [i for i, attention in enumerate(attentions) if not isinstance(attention, CausalSelfAttention)]
+    if others:
+        raise ValueError(f"attribution reads softmax attention heads; layers {others} are of another kind")
+    return cast(list[CausalSelfAttention], attentions)
 
 
 @contextmanager
@@ -141,7 +151,7 @@ def direct_logit_attribution(model: GPT, batch: IOIBatch, per_prompt: bool = Fal
     layer l writes ``out_proj.weight[:, k·d:(k+1)·d] @ o_k`` into the residual (the GPT's attention has no
     biases, so the heads' writes are the whole attention output)."""
     _check_model(model)
-    projections = [block.attention.projections.out_proj for block in _blocks(model)]
+    projections = [attention.projections.out_proj for attention in _attentions(model)]
     h = model.config.num_heads
     with _recording(model) as recorded, record_head_outputs(projections, h) as heads_out:
         logits = model(batch.ids)
@@ -235,13 +245,14 @@ def query_attribution(
     if bool((first > query_at).any()) or bool((second > query_at).any()):
         raise ValueError("a causal query reads only keys at or before it: every key position must be <= the query's")
     block = _blocks(model)[layer]
-    projections = [b.attention.projections.out_proj for b in _blocks(model)[:layer]]
+    attentions = _attentions(model)
+    projections = [a.projections.out_proj for a in attentions[:layer]]
     h, d = config.num_heads, config.head_dim
     with _recording(model) as recorded, record_head_outputs(projections, h) as heads_out:
         model(ids)
     full = _at(recorded["residual"][layer], query_at)  # (N, E): the residual block L's norm sees at the query
     linear, bias = _frozen_norm(block.norm1, full)
-    p = block.attention.projections
+    p = attentions[layer].projections
     w_q = p.q_proj.weight[head * d : (head + 1) * d]  # (d, E): head k's rows of W_Q (no bias in the GPT)
     if config.positions == "rotary":
         positions = torch.arange(T)

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeGuard, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -125,6 +126,7 @@ class HeadAttention(AttentionCore):
         q, k, v = (split_heads(p(x), self.num_heads) for p in self.projections())  # (N, h, T, d) each
         may_attend = ~causal_mask(x.size(1), device=x.device)  # (T, T): query i reads keys 0..i
         heads, weights = self.attend_heads(q, k, v, may_attend, need_weights=True)  # (N, h, T, d), (N, h, T, T)
+        assert weights is not None, "asked for with need_weights"
         return self.out_proj(merge_heads(heads)), weights  # (N, T, h·d): head 0's d numbers first
 
     def projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
@@ -155,7 +157,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def output_projections(self) -> list[nn.Linear]:
         """Each layer's ``out_proj``, whose input is (N, T, h·d): where ``head_hooks`` attach."""
-        return [_remember_heads(layer.out_proj, self.num_heads) for layer in self.layers]
+        return [_remember_heads(layer.out_proj, self.num_heads) for layer in _layers(self)]
 
     def forward(self, ids: Tensor, need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         """ids (N, T) -> logits (N, T, V), and with ``need_weights`` the per-layer weights (N, h, T, T)."""
@@ -276,9 +278,9 @@ def composition_scores(model: AttentionOnlyTransformer, kind: str, earlier: int 
     h = model.num_heads
     scores = torch.zeros(h, h)
     for i in range(h):
-        ov = _head_matrices(model.layers[earlier], i)["OV"]
+        ov = _head_matrices(_layers(model)[earlier], i)["OV"]
         for j in range(h):
-            reader = _head_matrices(model.layers[later], j)
+            reader = _head_matrices(_layers(model)[later], j)
             first, second = {"Q": (ov, reader["QK"]), "K": (reader["QK"], ov.T), "V": (ov, reader["OV"])}[kind]
             scores[i, j] = (first @ second).norm() / (first.norm() * second.norm())
     return scores
@@ -292,7 +294,15 @@ def composition_scores(model: AttentionOnlyTransformer, kind: str, earlier: int 
 _HEADS_OF: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 
 
-def _remember_heads(projection: nn.Module, num_heads: int) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)  # a projection, returned as itself
+
+
+def _layers(model: AttentionOnlyTransformer) -> list[HeadAttention]:
+    """The model's layers, the HeadAttentions its __init__ made (a ModuleList's items are typed as any Module)."""
+    return cast(list[HeadAttention], list(model.layers))
+
+
+def _remember_heads(projection: M, num_heads: int) -> M:
     _HEADS_OF[projection] = num_heads
     return projection
 
@@ -311,7 +321,7 @@ def _check_num_heads(projections: Sequence[nn.Module], num_heads: int) -> None:
             raise ValueError(f"layer {layer}'s {features} head features do not split into {num_heads} heads")
 
 
-def _is_index(value) -> bool:
+def _is_index(value) -> TypeGuard[int]:
     """A position in a list: an int, and not a bool (True would silently be 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -14,16 +14,20 @@ R = number of roles. Attention weights are (n_layers, N, h, T, T): rows are quer
 
 from __future__ import annotations
 
+import functools
+import operator
 import string
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from helpers.attention import unflatten_heads
+from helpers.layers import EncoderLayer
 from helpers.models.pretrained import PretrainedEncoder, encode, mean_pool, run_layer, sentence_embeddings
 
 __all__ = [
@@ -43,6 +47,12 @@ __all__ = [
     "spearman",
     "token_kinds",
 ]
+
+
+def _layers(model: PretrainedEncoder) -> list[EncoderLayer]:
+    """The model's layers, the EncoderLayers its __init__ made (a ModuleList's items are typed as any Module)."""
+    return cast(list[EncoderLayer], list(model.layers))
+
 
 ROLES = ("previous", "next", "same", "[CLS]", "[SEP]", "punctuation", "entropy")
 SINKS = ("[CLS]", "[SEP]", "punctuation")
@@ -119,7 +129,7 @@ class HeadRoles:
     @property
     def sink(self) -> Tensor:
         """(n_layers, h): the mean weight on ``[CLS]``, ``[SEP]`` and punctuation together."""
-        return sum(self[kind] for kind in SINKS)
+        return functools.reduce(operator.add, (self[kind] for kind in SINKS))
 
     def specialists(self, threshold: float = 0.5) -> list[tuple[str, int, int, float]]:
         """Heads giving one kind of target at least ``threshold`` of their weight, on average over every query.
@@ -146,7 +156,7 @@ def contributions(model: PretrainedEncoder, input_ids: Tensor, attention_mask: T
     x = model.embeddings(input_ids)  # (N, T, E)
     padding = attention_mask == 0
     shares = []
-    for layer in model.layers:
+    for layer in _layers(model):
         attn = layer.self_attn
         E, h = x.size(-1), attn.num_heads
         values = unflatten_heads(F.linear(x, attn.in_proj_weight[2 * E :], attn.in_proj_bias[2 * E :]), h)
@@ -175,7 +185,8 @@ def measure_head_roles(
         raise ValueError("measure_head_roles needs at least one sentence")
     if weighting not in ("attention", "contribution"):
         raise ValueError(f'weighting must be "attention" or "contribution", got {weighting!r}')
-    total, count = None, None
+    total: Tensor | None = None
+    count: Tensor | None = None
     for start in range(0, len(sentences), batch_size):
         ids, mask, tokens = encode(tokenizer, list(sentences[start : start + batch_size]))
         if weighting == "attention":
@@ -185,6 +196,7 @@ def measure_head_roles(
         sums, counts = role_sums(torch.stack(weights), mask, token_kinds(tokens, ids.size(1)))
         total = sums if total is None else total + sums
         count = counts if count is None else count + counts
+    assert total is not None and count is not None, "sentences is not empty"
     return HeadRoles(total / count[:, None, None], len(sentences))
 
 
@@ -210,11 +222,11 @@ def gated_heads(model: PretrainedEncoder, gates: Tensor) -> Iterator[None]:
     if tuple(gates.shape) != expected:
         raise ValueError(f"gates must have shape (n_layers, h) = {expected}, got {tuple(gates.shape)}")
     try:
-        for layer, gate in zip(model.layers, gates, strict=True):
+        for layer, gate in zip(_layers(model), gates, strict=True):
             layer.head_gate = gate
         yield
     finally:
-        for layer in model.layers:
+        for layer in _layers(model):
             layer.head_gate = None
 
 
@@ -307,7 +319,7 @@ class SimilarityTask:
         """The input of every layer, (2P, T, E) each, with every head on: reused by ``ablation_costs``."""
         x = model.embeddings(self.input_ids)
         inputs = []
-        for layer in model.layers:
+        for layer in _layers(model):
             inputs.append(x)
             x, _ = run_layer(layer, x, self.attention_mask == 0, need_weights=False)
         return inputs
@@ -356,6 +368,7 @@ def gradient_importance(model: PretrainedEncoder, task: SimilarityTask) -> Tenso
     gates = head_gates(model).requires_grad_(True)
     with torch.enable_grad(), gated_heads(model, gates):
         task.margin(model).backward()
+    assert gates.grad is not None, "the backward pass above reached the gates"
     return gates.grad.detach().clone()
 
 

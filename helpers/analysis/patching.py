@@ -26,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
+from typing import cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from helpers.analysis.circuits import record_head_outputs
-from helpers.attention import unflatten_heads
-from helpers.gpt import GPT
+from helpers.attention import GroupedQueryAttention, unflatten_heads
+from helpers.gpt import GPT, CausalSelfAttention
 
 __all__ = ["PathPatch", "knock_out", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
 
@@ -164,9 +165,9 @@ class PathPatch:
         return (self.patched - self.clean) / (self.clean - self.corrupted)
 
 
-def _projections(model: GPT, layer: int) -> nn.Module:
+def _projections(model: GPT, layer: int) -> GroupedQueryAttention:
     """The attention projections of one block: q_proj, k_proj, v_proj (inputs of the heads), out_proj."""
-    return model.blocks[layer].attention.projections
+    return cast(CausalSelfAttention, model.blocks[layer].attention).projections  # what GPT's __init__ put there
 
 
 def query_heads_moved(model: GPT, kind: str, receivers: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -67,15 +67,16 @@ def blocked_key(model: GPT, layers: Iterable[int], key: int = 0, renormalize: bo
             f"the attention of layers {foreign} is not a variant of helpers.attention.AttentionCore, so it has no "
             "weights_from_scores to replace: blocked_key cannot hide a key there"
         )
-    busy = [i for i, module in zip(layers, modules, strict=True) if module.weights_from_scores is not None]
+    cores = [module for module in modules if isinstance(module, AttentionCore)]  # all of them: foreign refused
+    busy = [i for i, module in zip(layers, cores, strict=True) if module.weights_from_scores is not None]
     if busy:
         raise RuntimeError(f"layers {busy} already have their attention weights replaced (blocked_key inside another)")
     try:
-        for module in modules:
+        for module in cores:
             module.weights_from_scores = _weights_without_key(key, bool(renormalize))
         yield model
     finally:
-        for module in modules:
+        for module in cores:
             module.weights_from_scores = None
 
 

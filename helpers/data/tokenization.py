@@ -187,6 +187,7 @@ def train_tokenizer(
     texts = [_check_text(text) for text in texts]
     if not texts:
         raise ValueError("train_tokenizer needs at least one sentence")
+    trainer: trainers.Trainer
     if kind == "word":
         backend = tokenizers.Tokenizer(models.WordLevel(unk_token=UNK))
         trainer = trainers.WordLevelTrainer(

@@ -282,7 +282,8 @@ def _missing_tokenizer_fields(path: Path) -> list[str]:
     except Exception:
         return []
     wanted = ["tokenizer.ggml.model", "tokenizer.ggml.tokens"]
-    wanted += {"gpt2": ["tokenizer.ggml.merges"], "llama": ["tokenizer.ggml.scores"]}.get(kind, [])
+    extra: dict[str | None, list[str]] = {"gpt2": ["tokenizer.ggml.merges"], "llama": ["tokenizer.ggml.scores"]}
+    wanted += extra.get(kind, [])  # kind None: the file names none
     return [name for name in wanted if name not in fields]
 
 

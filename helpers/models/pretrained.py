@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -259,10 +260,12 @@ class PretrainedEncoder(nn.Module):
         (what head ablation does: silencing a head in layer l changes nothing below it).
         """
         padding = None if attention_mask is None else attention_mask == 0  # (N, T) key_padding_mask, True = padding
-        weights = []
-        for layer in self.layers[start:]:
+        weights: list[Tensor] = []
+        for layer in cast(list[EncoderLayer], list(self.layers[start:])):  # the EncoderLayers __init__ made
             x, layer_weights = run_layer(layer, x, padding, need_weights)
-            weights.append(layer_weights)
+            if need_weights:
+                assert layer_weights is not None, "a layer that records keeps its weights"
+                weights.append(layer_weights)
         return x, (weights if need_weights else None)
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["accepting_old_names", "renamed_fields"]
+
+C = TypeVar("C")  # the decorated class, returned as itself
 
 
 def renamed_fields(owner: str, renames: Mapping[str, str], values: Mapping[str, Any], stacklevel: int = 3) -> dict:
@@ -40,25 +42,27 @@ def renamed_fields(owner: str, renames: Mapping[str, str], values: Mapping[str, 
     return renamed
 
 
-def accepting_old_names(renames: Mapping[str, str]) -> Callable[[type], type]:
+def accepting_old_names(renames: Mapping[str, str]) -> Callable[[type[C]], type[C]]:
     """Class decorator (put it above ``@dataclass``): old keywords and attributes map to the new fields, warning.
 
     ``renames`` maps each old name to its new field name; the class keeps it as ``RENAMED_FIELDS``.
     """
     renames = dict(renames)
 
-    def decorate(cls: type) -> type:
+    def decorate(cls: type[C]) -> type[C]:
         unknown = sorted(set(renames.values()) - set(getattr(cls, "__dataclass_fields__", {})))
         if unknown:
             raise TypeError(f"{cls.__name__} has no fields {unknown} to rename to")
-        init = cls.__init__
+        # The class is changed in place (a new __init__, a new attribute), which its static type cannot describe.
+        patched: Any = cls
+        init = patched.__init__
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             init(self, *args, **renamed_fields(cls.__name__, renames, kwargs))
 
-        cls.__init__ = __init__
-        cls.RENAMED_FIELDS = renames
+        patched.__init__ = __init__
+        patched.RENAMED_FIELDS = renames
         for old, new in renames.items():
             getter = functools.partial(_old_attribute, owner=cls.__name__, old=old, new=new)
             setattr(cls, old, property(getter, doc=f"Deprecated: {new}."))

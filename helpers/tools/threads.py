@@ -114,6 +114,7 @@ def pick_threads(processes: int | None = None) -> int:
     An ``OMP_NUM_THREADS`` that is not a positive integer is ignored with a warning, once per value, that says what
     was expected and how many threads were used instead: a variable set wrong in a shell should not stop a lesson
     (the command line, a process one starts on purpose, refuses it instead: ``cli.main``)."""
+    problem: str | None
     try:
         explicit = threads_from_environment()
     except ValueError as error:

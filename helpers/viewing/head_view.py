@@ -254,7 +254,9 @@ class HeadView(anywidget.AnyWidget):
         }
 
     def _repr_mimebundle_(self, **kwargs):
-        data, metadata = super()._repr_mimebundle_(**kwargs)
+        bundle = super()._repr_mimebundle_(**kwargs)
+        assert bundle is not None, "AnyWidget gives None only to a widget without a view, and this one has one"
+        data, metadata = bundle
         # A PNG for front ends without widgets (PDF via LaTeX, GitHub); JupyterLab prefers the widget.
         data["image/png"] = fallback_png(self.state())
         return data, metadata
@@ -352,7 +354,7 @@ _SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\
 def script_safe_json(value) -> str:
     """``value`` as JSON that can sit inside an HTML <script> element whatever its strings hold."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text.translate(str.maketrans(_SCRIPT_ESCAPES))
+    return text.translate({ord(character): escape for character, escape in _SCRIPT_ESCAPES.items()})
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")

@@ -518,9 +518,11 @@ def format_seconds(seconds: float) -> str:
     """A duration in seconds as a short label in the largest unit under it: 0.0021 -> "2.1 ms", 3e-5 -> "30 µs"."""
     if seconds == 0:
         return "0 s"
-    for scale, unit in _TIME_UNITS:
-        if abs(seconds) >= scale or unit == "ns":
+    for scale, unit in _TIME_UNITS[:-1]:
+        if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
+    scale, unit = _TIME_UNITS[-1]  # ns, the smallest, for anything below the others (and NaN)
+    return f"{seconds / scale:.3g} {unit}"
 
 
 def seconds_axis(ax: Axes, axis: str = "y", log: bool = True) -> Axes:

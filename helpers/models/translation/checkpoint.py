@@ -115,10 +115,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
             f"with plain values): {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         ) from error
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        found = sorted(map(str, payload))[:8] if isinstance(payload, dict) else type(payload).__name__
+        held = sorted(map(str, payload))[:8] if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(
             f"{path} is not a translation checkpoint: expected a dict with format {FORMAT!r} "
-            f"(written by helpers.models.translation.save_checkpoint), found {found}"
+            f"(written by helpers.models.translation.save_checkpoint), found {held}"
         )
     if payload.get("version") != VERSION:
         raise CheckpointError(

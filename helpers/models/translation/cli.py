@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -116,6 +117,7 @@ class _RenamedFlag(argparse.Action):
 
 # The namespace's record of which spelling of each renamed flag gave which value (kept out of the config's fields).
 _SPELLINGS = "_renamed_flag_spellings"
+Number = TypeVar("Number", int, float)  # what _number parses: the type it is given
 
 
 class CommandLineError(Exception):
@@ -126,7 +128,7 @@ class CommandLineError(Exception):
 # Option types: each checks one value while the command line is parsed, before anything loads,
 # and says what was expected. Reuse them for new options.
 # ---------------------------------------------------------------------------------------------
-def _number(text: str, kind: type) -> int | float:
+def _number(text: str, kind: type[Number]) -> Number:
     try:
         value = kind(text)
     except ValueError:
@@ -350,7 +352,7 @@ def _add_run_options(train: argparse.ArgumentParser) -> None:
 
 def _add_preset_overrides(train: argparse.ArgumentParser) -> None:
     """One flag per setting of the corpus preset (``TranslationConfig``), each with its old name if it had one."""
-    for flag, field, kind, note in [
+    flags: list[tuple[str, str, Callable[[str], Any], str]] = [
         ("--tokenizer", "tokenizer", str, ""),
         ("--vocab-size", "vocab_size", int_at_least(MIN_VOCAB_SIZE), ""),
         ("--embed-dim", "embed_dim", positive_int, "; E"),
@@ -365,7 +367,8 @@ def _add_preset_overrides(train: argparse.ArgumentParser) -> None:
         ("--eval-every", "eval_every", non_negative_int, "; 0 = only at the end"),
         ("--val-sentences", "val_sentences", positive_int, ""),
         ("--seed", "seed", non_negative_int, ""),
-    ]:
+    ]
+    for flag, field, kind, note in flags:
         old = [name for name, new in RENAMED_FLAGS.items() if new == flag]
         train.add_argument(
             flag,
@@ -624,6 +627,7 @@ def _resumed_run(args: argparse.Namespace, device: torch.device) -> _Run:
         corpus_name, data_dir, limit = _check_info(info)
     except ValueError as error:
         raise CheckpointError(f"{args.resume}: {error}") from None
+    assert isinstance(info, dict), "_check_info refuses anything else"
     train_corpus, val_corpus = _corpora(corpus_name, data_dir, limit, args.download)
     return _Run(translator, corpus_name, train_corpus, val_corpus, info, resume)
 

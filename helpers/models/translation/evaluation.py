@@ -75,14 +75,14 @@ def word_attention(attention: Tensor, source_words: Sequence[int], target_words:
     sums the attention its tokens got (``Freien`` and ``.`` both belong to ``Freien.``); a word's row
     averages the rows of its tokens, so every row still sums to at most 1.
     """
-    source_words, target_words = torch.as_tensor(source_words), torch.as_tensor(target_words)
-    I, J = int(source_words.max()) + 1, int(target_words.max()) + 1  # noqa: E741 (the notation's word counts)
+    source_word, target_word = torch.as_tensor(source_words), torch.as_tensor(target_words)  # (S,), (T,)
+    I, J = int(source_word.max()) + 1, int(target_word.max()) + 1  # noqa: E741 (the notation's word counts)
     to_source = torch.zeros(attention.size(-1), I)  # (S, I) one-hot, zero rows for BOS/EOS
-    keep = source_words >= 0
-    to_source[keep.nonzero().squeeze(1), source_words[keep]] = 1.0
+    keep = source_word >= 0
+    to_source[keep.nonzero().squeeze(1), source_word[keep]] = 1.0
     to_target = torch.zeros(J, attention.size(-2))  # (J, T) averaging matrix
-    keep = target_words >= 0
-    to_target[target_words[keep], keep.nonzero().squeeze(1)] = 1.0
+    keep = target_word >= 0
+    to_target[target_word[keep], keep.nonzero().squeeze(1)] = 1.0
     to_target = to_target / to_target.sum(dim=1, keepdim=True).clamp(min=1.0)
     return to_target @ attention.float() @ to_source  # (..., J, T) @ (..., T, S) @ (S, I) -> (..., J, I)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -24,7 +25,7 @@ from torch import Tensor, nn
 from helpers.attention import causal_mask
 from helpers.data.tokenization import PAD_ID
 from helpers.embeddings import PositionalEncoding, TokenEmbedding
-from helpers.kv_cache import KVCache
+from helpers.kv_cache import Entry, KVCache
 from helpers.layers import InspectableDecoderLayer, Transformer, cross_attention_weights, recording
 from helpers.models.translation.config import TranslationConfig
 
@@ -107,7 +108,7 @@ class Seq2SeqTransformer(nn.Module):
             raise TypeError(f"cache must be None or model.new_cache() (= new_decoder_cache(model)), got {kind}")
         cache.check_owner(self)
         x = self.positions(self.tgt_embedding(token), start=cache.length)  # (N, 1, E)
-        entries = []
+        entries: list[Entry] = []
         for layer, past in zip(self.decoder_layers, cache.layers, strict=True):
             x, entry = layer.step(x, past, memory if past is None else None, src_padding)
             entries.append(entry)
@@ -123,7 +124,9 @@ class Seq2SeqTransformer(nn.Module):
     # -- looking inside ---------------------------------------------------------------------------
     @property
     def decoder_layers(self) -> list[InspectableDecoderLayer]:
-        return list(self.transformer.decoder.layers)
+        # The course's own stacks hold these; the twin of on_torch_layers holds torch's, read only for the
+        # attributes both kinds have (self_attn, multihead_attn).
+        return cast(list[InspectableDecoderLayer], list(self.transformer.decoder.layers))
 
     def cross_attention(self) -> Tensor:
         """Cross-attention recorded by the last forward pass: (n_layers, N, h, L, S), one per head."""
@@ -148,7 +151,8 @@ def ablated_heads(model: Seq2SeqTransformer, heads: set[tuple[int, int]], attent
     afterwards, even on error.
     """
     d = model.config.embed_dim // model.config.num_heads
-    layers = {
+    # The course's MultiHeadAttention, or torch's nn.MultiheadAttention in on_torch_layers' twin: both have out_proj.
+    layers: dict[str, list[Any]] = {
         "cross": [layer.multihead_attn for layer in model.decoder_layers],
         "decoder": [layer.self_attn for layer in model.decoder_layers],
         "encoder": [layer.self_attn for layer in model.transformer.encoder.layers],
@@ -184,9 +188,10 @@ def on_torch_layers(model: Seq2SeqTransformer) -> Seq2SeqTransformer:
     reference for tests and for benchmarks that compare the course's attention with torch's.
     """
     c = model.config
-    layer = dict(dim_feedforward=c.ff_dim, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
+    layer: dict[str, Any] = dict(dim_feedforward=c.ff_dim, dropout=c.dropout, batch_first=True, norm_first=c.norm_first)
     twin = copy.deepcopy(model)
-    twin.transformer = nn.Transformer(
+    # The twin's stacks are torch's on purpose, not the course's Transformer that the attribute is declared as.
+    twin.transformer = nn.Transformer(  # type: ignore[assignment]
         c.embed_dim,
         c.num_heads,
         custom_encoder=nn.TransformerEncoder(

@@ -118,20 +118,25 @@ class _Clock:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def budget_s(self) -> float:
+        """The time budget in seconds, for a clock that counts no steps."""
+        assert self.budget is not None, "a clock counts steps or seconds: one of total_steps and budget is given"
+        return self.budget
+
     def progress(self, step: int) -> float:
         """Fraction of training done, in [0, 1]: drives the learning-rate schedule."""
         if self.total_steps is not None:
             return step / self.total_steps
-        return self.elapsed() / self.budget
+        return self.elapsed() / self.budget_s()
 
     def finished(self, step: int) -> bool:
         if self.total_steps is not None:
             return step >= self.total_steps
-        return self.elapsed() >= self.budget
+        return self.elapsed() >= self.budget_s()
 
     def seconds_left(self, step: int) -> float:
         if self.total_steps is None:
-            return max(0.0, self.budget - self.elapsed())
+            return max(0.0, self.budget_s() - self.elapsed())
         return self.elapsed() / max(step, 1) * max(0, self.total_steps - step)
 
 
@@ -266,7 +271,7 @@ class _Reporter:
         self.lines = speaking and not _terminal()
         by_steps = clock.total_steps is not None
         self.bar = tqdm(
-            total=clock.total_steps if by_steps else round(clock.budget),
+            total=clock.total_steps if by_steps else round(clock.budget_s()),
             initial=step if by_steps else round(clock.elapsed()),
             disable=not (speaking and _terminal()),
             unit="step" if by_steps else "s",
@@ -454,7 +459,7 @@ class TrainingState:
     ``on_state`` receives and ``train(..., resume=...)`` takes back (plain values and tensors only).
     """
 
-    model: torch.nn.Module
+    model: Seq2SeqTransformer
     optimizer: torch.optim.Optimizer
     per_step: int  # batches in one optimiser step, over all ranks
     clock: _Clock
@@ -471,7 +476,7 @@ class TrainingState:
     @classmethod
     def fresh(
         cls,
-        model: torch.nn.Module,
+        model: Seq2SeqTransformer,
         optimizer: torch.optim.Optimizer,
         per_step: int,
         total_steps: int | None,
@@ -482,7 +487,7 @@ class TrainingState:
 
     @classmethod
     def resumed(
-        cls, model: torch.nn.Module, optimizer: torch.optim.Optimizer, per_step: int, saved: dict
+        cls, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer, per_step: int, saved: dict
     ) -> TrainingState:
         """The run that ``saved`` (a :meth:`to_dict`) describes, checked first; it keeps its own end."""
         check_training_state(saved, per_step, model)  # every tensor against its parameter, before loading

@@ -83,6 +83,7 @@ class Translator:
             for k, i in enumerate(chunk):
                 ids[i] = result.ids[k]
                 if return_attention:
+                    assert result.attention is not None, "the decoders return attention when asked"
                     attention[i] = result.attention[k]
         return Decoded(ids, attention if return_attention else None)  # type: ignore[arg-type]
 
@@ -94,6 +95,7 @@ class Translator:
     def translate_with_attention(self, sentence: str, beam_size: int = 1) -> Translation:
         """One sentence's translation with its (n_layers, h, L, S) cross-attention and axis labels."""
         decoded = self.decode_ids([sentence], beam_size=beam_size, return_attention=True)
+        assert decoded.attention is not None, "asked for with return_attention"
         ids = decoded.ids[0]
         return Translation(
             source=sentence,
