@@ -148,6 +148,16 @@ def test_the_parts_add_up_to_the_logit_difference(batch, norm):
     assert abs(float(per_part) - float(parts.total)) > 1e-2
 
 
+def test_a_model_with_a_delta_rule_layer_is_refused_by_name(batch):
+    """Attribution reads each head's output projection, which a recurrent-state layer (lesson 14) has not: the
+    error names the layer, instead of an AttributeError from inside the hooks."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=64, embed_dim=24, num_heads=6, num_kv_heads=6, num_layers=3, ff_dim=32,
+                       positions="rotary", layer_kinds=("global", "delta", "global"))  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape("layers [1] are of another kind")):
+        direct_logit_attribution(GPT(config).eval(), batch)
+
+
 def test_a_head_that_writes_nothing_has_no_direct_effect(batch):
     model = small_gpt()
     with torch.no_grad():
