@@ -23,7 +23,7 @@ from course.exercises.feedback import (
     run_check,
     wrong,
 )
-from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention, cache_bytes_per_token
+from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
 from helpers.rotary import apply_rotary
 
 __all__ = [
@@ -41,8 +41,10 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 def reference_cache_bytes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: int, d_R: int) -> int:
     """Bytes one token adds to the whole model's cache, 16-bit numbers (2 bytes): as
-    ``helpers.latent_attention.cache_bytes_per_token``."""
-    return cache_bytes_per_token(kind, n_layers, d, h, h_kv, d_c, d_R, bytes_per_number=2)
+    ``helpers.kv_cache.cache_bytes_per_token``, written out (a learner's copy must not call the graduated helper,
+    which the check refuses)."""
+    per_layer = {"MHA": 2 * h * d, "GQA": 2 * h_kv * d, "MQA": 2 * d, "MLA": d_c + d_R}[kind]  # numbers per layer
+    return n_layers * per_layer * 2
 
 
 # Two configurations. The check diagnoses each kind at the first one first, and there every mistake below gives a
@@ -173,8 +175,13 @@ def check_cache_bytes(cache_bytes: Callable[..., int]) -> Verdict:
 # Exercise 2: the absorbed matrices
 # ---------------------------------------------------------------------------------------------
 def reference_absorbed_weights(layer: MultiHeadLatentAttention) -> tuple[Tensor, Tensor]:
-    """(W_UK,iᵀ W_Q,i per head (h, d_c, E), W_O,i W_UV,i per head (h, E, d_c)), as ``layer.absorbed_weights()``."""
-    return layer.absorbed_weights()
+    """(W_UK,iᵀ W_Q,i per head (h, d_c, E), W_O,i W_UV,i per head (h, E, d_c)), as ``layer.absorbed_weights()``,
+    written out for a layer without query compression (a learner's copy must not call the graduated method)."""
+    h, d, d_c = layer.config.num_heads, layer.config.head_dim, layer.config.latent_dim
+    w_q = layer.q_proj.weight.view(h, d, -1)  # (h, d, E)
+    w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)  # (h, d, d_c) each
+    w_o = layer.out_proj.weight.view(-1, h, d).transpose(0, 1)  # (h, E, d)
+    return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv
 
 
 def _absorb_case(sizes: dict | None = None) -> MultiHeadLatentAttention:
