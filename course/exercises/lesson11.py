@@ -64,7 +64,15 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     mistakes = {
         "that is one layer's cache: every layer keeps its own, so multiply by n_layers.": per_layer,
         "that is in bits: a 16-bit number takes 2 bytes, not 16.": right * 8,
+        "that is one layer's count of numbers: multiply by n_layers (every layer keeps its own cache) and by 2 "
+        "bytes a number.": per_layer // 2,
     }
+    if kind in ("MHA", "GQA", "MQA"):
+        kv_heads = {"MHA": h, "GQA": h_kv, "MQA": 1}[kind]
+        mistakes[
+            "the queries are counted too: a query is used once, at its own step, and never cached; the cache keeps "
+            "only keys and values."
+        ] = n_layers * (h * d + 2 * kv_heads * d) * 2
     if kind == "MHA":
         mistakes[
             "MHA counted with h_kv heads: MHA caches every query head's key and value, h heads (h_kv is the "
@@ -76,10 +84,19 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
         mistakes["that counts every query head (h); GQA caches only its h_kv key/value heads."] = (
             2 * n_layers * h * d * 2
         )
+    if kind == "GQA":
+        mistakes[
+            "that counts g = h / h_kv, the query heads that share one key/value head; GQA caches the h_kv key/value "
+            "heads themselves."
+        ] = 2 * n_layers * (h // h_kv) * d * 2
     if kind == "MQA":
         mistakes["that counts every query head; multi-query attention caches ONE key and one value per layer."] = (
             2 * n_layers * h * d * 2
         )
+        mistakes[
+            "MQA counted with h_kv key/value heads, as GQA: multi-query attention has ONE key/value head, shared "
+            "by every query head (h_kv is the grouped kind's count)."
+        ] = 2 * n_layers * h_kv * d * 2
     if kind == "MLA":
         mistakes |= {
             "one byte per number: 16-bit numbers take 2 bytes each.": right // 2,
@@ -92,6 +109,8 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
             "both are rebuilt from it.": n_layers * (2 * d_c + d_R) * 2,
             "the decoupled rotary key is missing: the cache keeps c AND the rotated key k^R, d_c + d_R per "
             "layer.": n_layers * d_c * 2,
+            "the latent counted twice (once for keys, once for values) and the rotary key left out: MLA caches ONE "
+            "latent c of d_c numbers AND one rotary key of d_R.": n_layers * 2 * d_c * 2,
             "the rotary key counted once per head: it is ONE key shared by all heads (only the queries have one "
             "per head).": n_layers * (d_c + h * d_R) * 2,
             "MLA counted per head, h latents and h rotary keys: the latent is ONE vector per token and layer, "
