@@ -33,7 +33,7 @@ CHECK_BUG = "the check itself could not finish (a bug in the course, not in your
 # (``@learner_check(returns="an int (a number of bytes)")``).
 TENSOR = "a tensor (a torch.Tensor)"
 # The exercise whose check is running (``run_check`` sets it): each call of the learner's code refuses its
-# graduated helper (``course.exercises.shortcuts.GRADUATED_HELPERS``).
+# graduated helper (``course.exercises.graduated.GRADUATED_HELPERS``).
 _EXERCISE: ContextVar[str | None] = ContextVar("exercise", default=None)
 
 
@@ -166,7 +166,7 @@ def _reference_called(recorder: Any) -> str:
 
 def _graduated_helper(recorder: Any) -> str:
     """The graduated ``helpers`` function of the running exercise that the learner's call used ("" if none)."""
-    from course.exercises.shortcuts import graduated_helper_called  # shortcuts imports this module
+    from course.exercises.graduated import graduated_helper_called
 
     return graduated_helper_called(recorder, _EXERCISE.get())
 

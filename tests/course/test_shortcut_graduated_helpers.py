@@ -15,7 +15,7 @@ import helpers.analysis.ioi as ioi
 import helpers.flash
 import helpers.rotary
 from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12
-from course.exercises.shortcuts import GRADUATED_HELPERS
+from course.exercises.graduated import GRADUATED_HELPERS
 from helpers.kv_cache import cache_bytes_per_token
 from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
 from helpers.masks import causal_mask
