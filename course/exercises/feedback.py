@@ -17,6 +17,7 @@ import inspect
 import sysconfig
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ CHECK_BUG = "the check itself could not finish (a bug in the course, not in your
 TENSOR = "a tensor (a torch.Tensor)"
 # A usual mistake's name (the hint) -> its result, or a function that computes it lazily (diagnose, diagnose_cases).
 Mistakes = Mapping[str, Tensor | Callable[[], Tensor]]
+# The exercise whose check is running (``run_check`` sets it): each call of the learner's code refuses its
+# graduated helper (``course.exercises.graduated.GRADUATED_HELPERS``).
+_EXERCISE: ContextVar[str | None] = ContextVar("exercise", default=None)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,13 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
             "agree, but nothing of yours was checked. Write the computation yourself, with the operations the "
             "exercise names."
         )
+    helper = _graduated_helper(recorder)
+    if helper:
+        raise wrong(
+            f"`{name}` calls {helper}, the course's own version of the function this exercise asks you to write: "
+            "the numbers agree, but nothing of yours was checked. Write it yourself, with the operations the "
+            "exercise names (the helper is for the lessons after this one)."
+        )
     for where, tensor, copy in kept:
         if copy is not None and not _same_tensor(tensor, copy):
             raise wrong(
@@ -153,6 +164,13 @@ def _reference_called(recorder: Any) -> str:
         if name.startswith("reference_") and str(Path(file).resolve().parent) == _EXERCISES:
             return name
     return ""
+
+
+def _graduated_helper(recorder: Any) -> str:
+    """The graduated ``helpers`` function of the running exercise that the learner's call used ("" if none)."""
+    from course.exercises.graduated import graduated_helper_called
+
+    return graduated_helper_called(recorder, _EXERCISE.get())
 
 
 def _numpy_hint(name: str, where: str, result: Any, returns: str) -> str:
@@ -394,6 +412,7 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
     other exception is the check's own bug and says so, instead of blaming the learner.
     The body runs inside ``torch.random.fork_rng()``, so the caller's random stream is unchanged.
     """
+    running = _EXERCISE.set(exercise)
     try:
         with torch.random.fork_rng(devices=[]):
             verdict = Verdict(exercise, "pass", body())
@@ -410,6 +429,8 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
             verdict = Verdict(exercise, "wrong", f"your code raised {type(error).__name__}: {error}")
         else:
             verdict = Verdict(exercise, "wrong", f"{CHECK_BUG}: {type(error).__name__}: {error}")
+    finally:
+        _EXERCISE.reset(running)
     print(verdict)
     object.__setattr__(verdict, "_printed_in_cell", _cell_number())
     return verdict

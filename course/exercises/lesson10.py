@@ -22,7 +22,6 @@ from course.exercises.feedback import (
     run_check,
     wrong,
 )
-from helpers.analysis.circuits import induction_score
 
 __all__ = [
     "check_induction_score",
@@ -39,8 +38,12 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 def reference_induction_score(weights: Tensor, ids: Tensor) -> Tensor:
     """(N, h, T, T), (N, T) -> (h,): the weight on keys j < i with ids[j - 1] == ids[i], summed per query,
-    averaged over the queries that have such a key (as ``helpers.analysis.circuits.induction_score``)."""
-    return induction_score(weights, ids)
+    averaged over the queries that have such a key (as ``helpers.analysis.circuits.induction_score``, written out:
+    a learner's copy of it must not call the graduated helper, which the check refuses)."""
+    targets = _targets(ids, shift=1).to(weights.dtype)  # [n, i, j] = ids[j - 1] == ids[i], j < i
+    has_target = targets.sum(-1) > 0  # (N, T)
+    per_query = (weights * targets[:, None]).sum(-1)  # (N, h, T)
+    return (per_query * has_target[:, None]).sum(dim=(0, 2)) / has_target.sum()
 
 
 def _score_cases() -> list[tuple[Tensor, Tensor]]:
@@ -145,10 +148,17 @@ def reference_repeated_batch(
 ) -> tuple[Tensor, Tensor]:
     """(ids (N, T), predictable (N, T)): one segment of random length in [low, high] repeated right after
     itself at a random place; predictable marks the first ``length - 1`` positions of the second copy."""
-    from helpers.analysis.circuits import repeated_batch
-
-    batch = repeated_batch(batch_size, seq_len, vocab_size, (low, high), generator)
-    return batch.ids, batch.predictable
+    # ``helpers.analysis.circuits.repeated_batch``'s draws, written out: a learner's copy of this answer must not
+    # call the graduated helper, which the check refuses.
+    ids = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)
+    length = torch.randint(low, high + 1, (batch_size,), generator=generator)
+    start = (torch.rand(batch_size, generator=generator) * (seq_len - 2 * length + 1)).long()  # in [0, T - 2L]
+    positions = torch.arange(seq_len)
+    offset = positions[None, :] - (start + length)[:, None]  # (N, T): position within the second copy
+    second = (offset >= 0) & (offset < length[:, None])
+    source = (positions[None, :] - length[:, None]).clamp(min=0)
+    ids = torch.where(second, ids.gather(1, source), ids)
+    return ids, second & (offset < length[:, None] - 1)
 
 
 def _row_verdict(ids: Tensor, predictable: Tensor, n: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from course.exercises.feedback import (
     run_check,
     wrong,
 )
-from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention, cache_bytes_per_token
+from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
 from helpers.rotary import apply_rotary
 
 __all__ = [
@@ -41,8 +41,10 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 def reference_cache_bytes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: int, d_R: int) -> int:
     """Bytes one token adds to the whole model's cache, 16-bit numbers (2 bytes): as
-    ``helpers.latent_attention.cache_bytes_per_token``."""
-    return cache_bytes_per_token(kind, n_layers, d, h, h_kv, d_c, d_R, bytes_per_number=2)
+    ``helpers.kv_cache.cache_bytes_per_token``, written out (a learner's copy must not call the graduated helper,
+    which the check refuses)."""
+    per_layer = {"MHA": 2 * h * d, "GQA": 2 * h_kv * d, "MQA": 2 * d, "MLA": d_c + d_R}[kind]  # numbers per layer
+    return n_layers * per_layer * 2
 
 
 # Two configurations. The check diagnoses each kind at the first one first, and there every mistake below gives a
@@ -62,7 +64,15 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
     mistakes = {
         "that is one layer's cache: every layer keeps its own, so multiply by n_layers.": per_layer,
         "that is in bits: a 16-bit number takes 2 bytes, not 16.": right * 8,
+        "that is one layer's count of numbers: multiply by n_layers (every layer keeps its own cache) and by 2 "
+        "bytes a number.": per_layer // 2,
     }
+    if kind in ("MHA", "GQA", "MQA"):
+        kv_heads = {"MHA": h, "GQA": h_kv, "MQA": 1}[kind]
+        mistakes[
+            "the queries are counted too: a query is used once, at its own step, and never cached; the cache keeps "
+            "only keys and values."
+        ] = n_layers * (h * d + 2 * kv_heads * d) * 2
     if kind == "MHA":
         mistakes[
             "MHA counted with h_kv heads: MHA caches every query head's key and value, h heads (h_kv is the "
@@ -74,10 +84,19 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
         mistakes["that counts every query head (h); GQA caches only its h_kv key/value heads."] = (
             2 * n_layers * h * d * 2
         )
+    if kind == "GQA":
+        mistakes[
+            "that counts g = h / h_kv, the query heads that share one key/value head; GQA caches the h_kv key/value "
+            "heads themselves."
+        ] = 2 * n_layers * (h // h_kv) * d * 2
     if kind == "MQA":
         mistakes["that counts every query head; multi-query attention caches ONE key and one value per layer."] = (
             2 * n_layers * h * d * 2
         )
+        mistakes[
+            "MQA counted with h_kv key/value heads, as GQA: multi-query attention has ONE key/value head, shared "
+            "by every query head (h_kv is the grouped kind's count)."
+        ] = 2 * n_layers * h_kv * d * 2
     if kind == "MLA":
         mistakes |= {
             "one byte per number: 16-bit numbers take 2 bytes each.": right // 2,
@@ -90,6 +109,8 @@ def _bytes_mistakes(kind: str, n_layers: int, h: int, h_kv: int, d: int, d_c: in
             "both are rebuilt from it.": n_layers * (2 * d_c + d_R) * 2,
             "the decoupled rotary key is missing: the cache keeps c AND the rotated key k^R, d_c + d_R per "
             "layer.": n_layers * d_c * 2,
+            "the latent counted twice (once for keys, once for values) and the rotary key left out: MLA caches ONE "
+            "latent c of d_c numbers AND one rotary key of d_R.": n_layers * 2 * d_c * 2,
             "the rotary key counted once per head: it is ONE key shared by all heads (only the queries have one "
             "per head).": n_layers * (d_c + h * d_R) * 2,
             "MLA counted per head, h latents and h rotary keys: the latent is ONE vector per token and layer, "
@@ -173,8 +194,13 @@ def check_cache_bytes(cache_bytes: Callable[..., int]) -> Verdict:
 # Exercise 2: the absorbed matrices
 # ---------------------------------------------------------------------------------------------
 def reference_absorbed_weights(layer: MultiHeadLatentAttention) -> tuple[Tensor, Tensor]:
-    """(W_UK,iᵀ W_Q,i per head (h, d_c, E), W_O,i W_UV,i per head (h, E, d_c)), as ``layer.absorbed_weights()``."""
-    return layer.absorbed_weights()
+    """(W_UK,iᵀ W_Q,i per head (h, d_c, E), W_O,i W_UV,i per head (h, E, d_c)), as ``layer.absorbed_weights()``,
+    written out for a layer without query compression (a learner's copy must not call the graduated method)."""
+    h, d, d_c = layer.config.num_heads, layer.config.head_dim, layer.config.latent_dim
+    w_q = layer.q_proj.weight.view(h, d, -1)  # (h, d, E)
+    w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)  # (h, d, d_c) each
+    w_o = layer.out_proj.weight.view(-1, h, d).transpose(0, 1)  # (h, E, d)
+    return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv
 
 
 def _absorb_case(sizes: dict | None = None) -> MultiHeadLatentAttention:

@@ -1,4 +1,5 @@
-"""The one rule every exercise of lessons 01-05 states and every check applies: no shortcut, the asked type.
+"""The one rule every exercise of lessons 01-05 states and every check applies: no shortcut, the asked type; and,
+from lesson 06 on, no graduated helper (``course.exercises.graduated``).
 
 ``RULE`` is the sentence each exercise shows. Its two halves:
 

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import learners_copy
 
 from course.exercises.lesson07 import (
     check_kv_cache_step,
@@ -76,7 +77,9 @@ def test_online_softmax_check_names_each_mistake(hint, update):
 
 def test_online_softmax_check_passes_right_answers_and_spots_stubs():
     assert check_online_softmax_update(update_right).passed
-    assert check_online_softmax_update(online_softmax_update).passed  # the helper handles -inf rows too
+    assert check_online_softmax_update(learners_copy(online_softmax_update)).passed  # the helper's lines: -inf rows too
+    called = check_online_softmax_update(online_softmax_update)  # the graduated helper itself is refused by name
+    assert called.status == "wrong" and "`helpers.flash.online_softmax_update`" in called.message, called
     assert check_online_softmax_update(lambda m, s, b: [t.double() for t in update_right(m, s, b)]).passed
     assert check_online_softmax_update(_not_attempted).status == "not attempted"
 

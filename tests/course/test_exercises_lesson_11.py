@@ -94,8 +94,20 @@ def _keys_only_but_mla(kind, n_layers, h, h_kv, d, d_c, d_R):
         (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + h * d_R) * 2), ["shared by all"]),
         (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h * d * 2), ["never cached"]),
         (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (d_c + d_R)), ["one byte per number"]),
+        # Four more of the usual ones (#45): numbers of one layer, queries cached, GQA's group size, MQA with h_kv.
+        (lambda kind, n_layers, h, h_kv, d, d_c, d_R: _per_kind(kind, n_layers, h, h_kv, d, d_c, d_R),
+         ["one layer's count of numbers", "2 bytes"]),
+        (_wrong_for("MHA", lambda n_layers, h, h_kv, d, d_c, d_R: 3 * n_layers * h * d * 2), ["queries are counted"]),
+        (_wrong_for("GQA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * (h * d + 2 * h_kv * d) * 2),
+         ["queries are counted"]),
+        (_wrong_for("GQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * (h // h_kv) * d * 2),
+         ["g = h / h_kv"]),
+        (_wrong_for("MQA", lambda n_layers, h, h_kv, d, d_c, d_R: 2 * n_layers * h_kv * d * 2),
+         ["MQA counted with h_kv", "ONE key/value head"]),
+        (_wrong_for("MLA", lambda n_layers, h, h_kv, d, d_c, d_R: n_layers * 2 * d_c * 2),
+         ["latent counted twice", "rotary key left out"]),
     ],
-)
+)  # fmt: skip
 def test_each_cache_bytes_mistake_is_named(mistake, fragments):
     assert_hint(check_cache_bytes(mistake), *fragments)
 
