@@ -27,9 +27,11 @@ heads out, in four steps, each in one place:
    attend) or float (added), broadcastable to (N, h, L, S). ``weights`` is (N, h, L, S), or None when not
    asked for: then torch's fused kernel runs (``fused_attention``), which never builds the weights and reads
    grouped keys and values in place (``enable_gqa``) instead of copying the cache g times.
-3. ``masked_softmax(scores, mask) -> weights``: the one rule that turns scores into weights (softmax over the
-   keys; a query with no key left gets zero weights, as in ``F.scaled_dot_product_attention``). An experiment
-   replaces it with a ``weights_from_scores(scores (N, h, L, S), mask, positions (L,)) -> weights`` function.
+3. ``masked_softmax(scores, mask, sink) -> weights``: the one rule that turns scores into weights (softmax over the
+   keys; a query with no key left gets zero weights, as in ``F.scaled_dot_product_attention``). With ``sink``,
+   one logit per head (h,) (gpt-oss), the softmax also runs over that extra column, whose weight is dropped: a
+   head may attend to almost nothing. An experiment replaces the rule with a
+   ``weights_from_scores(scores (N, h, L, S), mask, positions (L,)) -> weights`` function.
 4. ``merge_heads(out (N, h, L, d)) -> (N, L, h·d)``: the heads side by side, head i in features i·d .. (i+1)·d - 1,
    the input of the front end's output projection (where a hook sees, zeroes or patches one head).
 

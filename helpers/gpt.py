@@ -207,6 +207,9 @@ class CausalSelfAttention(AttentionCore):
     positions (L,)) -> weights (N, h, L, T)`` that replaces it, for an experiment that changes what the heads
     may read (``helpers.analysis.sinks.blocked_key`` hides one key with it). With one set, the attention is
     spelled out, as with ``need_weights``.
+
+    Lesson 14's variants, each a parameter more: ``sinks`` (h,) with ``attention_sinks`` (the core's masked softmax
+    reads it; no fused kernel then), ``gate_proj`` (E -> h·d) with ``output_gate``: out_proj(heads · sigmoid(x W_g)).
     """
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
