@@ -27,9 +27,11 @@ heads out, in four steps, each in one place:
    attend) or float (added), broadcastable to (N, h, L, S). ``weights`` is (N, h, L, S), or None when not
    asked for: then torch's fused kernel runs (``fused_attention``), which never builds the weights and reads
    grouped keys and values in place (``enable_gqa``) instead of copying the cache g times.
-3. ``masked_softmax(scores, mask) -> weights``: the one rule that turns scores into weights (softmax over the
-   keys; a query with no key left gets zero weights, as in ``F.scaled_dot_product_attention``). An experiment
-   replaces it with a ``weights_from_scores(scores (N, h, L, S), mask, positions (L,)) -> weights`` function.
+3. ``masked_softmax(scores, mask, sink) -> weights``: the one rule that turns scores into weights (softmax over the
+   keys; a query with no key left gets zero weights, as in ``F.scaled_dot_product_attention``). With ``sink``,
+   one logit per head (h,) (gpt-oss), the softmax also runs over that extra column, whose weight is dropped: a
+   head may attend to almost nothing. An experiment replaces the rule with a
+   ``weights_from_scores(scores (N, h, L, S), mask, positions (L,)) -> weights`` function.
 4. ``merge_heads(out (N, h, L, d)) -> (N, L, h·d)``: the heads side by side, head i in features i·d .. (i+1)·d - 1,
    the input of the front end's output projection (where a hook sees, zeroes or patches one head).
 
@@ -211,19 +213,52 @@ def scaled_dot_product_attention(
     return weights @ value, weights
 
 
-def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+def masked_softmax(scores: Tensor, mask: Tensor | None = None, sink: Tensor | None = None) -> Tensor:
     """Scores (..., L, S) -> weights (..., L, S): the one place where attention scores become weights.
 
     ``mask``: None, boolean broadcastable to the scores (**True = may attend**), or float (added to the
     scores, ``-inf`` blocks). Softmax over the keys; a query whose every key is blocked gets all-zero weights
     (a plain softmax of -inf everywhere would be NaN, with NaN gradients), as in
     ``F.scaled_dot_product_attention``.
+
+    ``sink``: None, or one logit per head, (h,) for scores (..., h, L, S) (gpt-oss's attention sinks). The
+    softmax then runs over the S scores and one more column holding the head's sink logit, and that column's
+    weight is dropped: a row's weights over the real keys sum to 1 / (1 + e^(s - logsumexp(scores))) < 1, so
+    a head whose scores are all low may attend to almost nothing. ``sink = -inf`` is plain attention.
     """
+    if sink is not None:
+        return _softmax_with_sink(scores, mask, sink)
     if mask is None:
         return scores.softmax(dim=-1)
     scores = scores + _additive_mask(mask, scores)
     blocked_row = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., L, 1): no key left to read
     return scores.masked_fill(blocked_row, 0.0).softmax(dim=-1).masked_fill(blocked_row, 0.0)
+
+
+def _softmax_with_sink(scores: Tensor, mask: Tensor | None, sink: Tensor) -> Tensor:
+    """``masked_softmax`` over the scores (..., h, L, S) and a column of sink logits (h,), that column dropped."""
+    _check_sink(sink, scores)
+    if mask is not None:
+        scores = scores + _additive_mask(mask, scores)
+    sink_column = sink.to(scores.dtype).view(-1, 1, 1).expand(*scores.shape[:-1], 1)  # (..., h, L, 1)
+    logits = torch.cat((scores, sink_column), dim=-1)  # (..., h, L, S + 1)
+    # Only a row blocked everywhere with a sink of -inf has nothing left: zeros, as without a sink.
+    blocked_row = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    weights = logits.masked_fill(blocked_row, 0.0).softmax(dim=-1).masked_fill(blocked_row, 0.0)
+    return weights[..., :-1]  # the sink's weight goes nowhere: (..., h, L, S)
+
+
+def _check_sink(sink: Tensor, scores: Tensor) -> None:
+    """A sink is one real logit per head: (h,) with h = scores.size(-3) for scores (..., h, L, S)."""
+    if not isinstance(sink, Tensor) or not sink.is_floating_point():
+        kind = sink.dtype if isinstance(sink, Tensor) else type(sink).__name__
+        raise TypeError(f"sink must be a floating-point tensor (h,) of one logit per head, got {kind}")
+    if scores.dim() < 3 or sink.dim() != 1 or sink.size(0) != scores.size(-3):
+        heads = scores.size(-3) if scores.dim() >= 3 else "h"
+        raise ValueError(
+            f"sink must hold one logit per head, shape ({heads},) for scores {tuple(scores.shape)} (..., h, L, S); "
+            f"got shape {tuple(sink.shape)}"
+        )
 
 
 def check_query_key_value(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -342,6 +377,7 @@ def attend(
     positions: Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
+    sink: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-head attention: query (N, h, L, d), key (N, h_kv, S, d), value (N, h_kv, S, dv) -> (out, weights).
 
@@ -353,10 +389,18 @@ def attend(
     × ``scale``), weights from ``weights_from_scores(scores, mask, positions)`` (default ``masked_softmax``),
     dropout, weighted sum. Otherwise ``fused_attention`` computes the same output without building the weights
     (tested equal). ``positions`` (L,): the queries' positions, passed on to ``weights_from_scores`` only.
+    ``sink``: None, or one sink logit per query head, (h,), for ``masked_softmax`` (gpt-oss; the attention is then
+    spelled out: torch's kernel has no sink column). A ``weights_from_scores`` replaces the softmax, so it
+    cannot be combined with a sink (an error, not a sink silently dropped).
     """
     _check_heads(query, key, value)
     check_scale(scale)
-    if not (need_weights or weights_from_scores is not None):
+    if sink is not None and weights_from_scores is not None:
+        raise ValueError(
+            "weights_from_scores replaces masked_softmax and would drop the sink: pass one of them, or call "
+            "masked_softmax(scores, mask, sink=sink) inside your weights_from_scores"
+        )
+    if not (need_weights or weights_from_scores is not None or sink is not None):
         return fused_attention(query, key, value, mask, dropout_p=dropout_p, scale=scale), None
     groups = query.size(1) // key.size(1)
     keys, values = repeat_kv_heads(key, groups), repeat_kv_heads(value, groups)  # (N, h, S, ·)
@@ -369,6 +413,8 @@ def attend(
         scores = scores.mul_(scale) if in_place else scores * scale
     if weights_from_scores is not None:
         weights = weights_from_scores(scores, mask, positions)
+    elif sink is not None:
+        weights = masked_softmax(scores, mask, sink)
     else:
         weights = masked_softmax_(scores, mask) if in_place else masked_softmax(scores, mask)
     if dropout_p > 0.0:
@@ -405,15 +451,26 @@ class AttentionCore(nn.Module):
     for an experiment that changes what the heads may read (``helpers.analysis.sinks.blocked_key`` hides one
     key with it). A variant whose rule differs for good overrides ``scores_to_weights`` instead. Either way
     the attention is spelled out, as with ``need_weights``.
+
+    ``sinks``: a front end that registers a parameter ``sinks`` (h,) (``helpers.gpt`` with
+    ``GPTConfig(attention_sinks=True)``) gets gpt-oss's sink logits in ``masked_softmax``: one extra column per
+    head whose weight is dropped. A ``weights_from_scores`` hook would drop them silently, so the two together
+    are an error. (Not a class attribute: ``nn.Module`` keeps parameters apart and would not find it.)
     """
 
     weights_from_scores: WeightsFromScores | None = None
 
+    @property
+    def sink_logits(self) -> Tensor | None:
+        """The front end's ``sinks`` (h,) parameter, or None when it has none."""
+        return getattr(self, "sinks", None)
+
     def scores_to_weights(self, scores: Tensor, mask: Tensor | None, positions: Tensor | None) -> Tensor:
-        """scores (N, h, L, S) -> weights (N, h, L, S): the hook if one is set, else ``masked_softmax``."""
+        """scores (N, h, L, S) -> weights (N, h, L, S): the hook if one is set, else ``masked_softmax``
+        (with the module's sink logits, if it has any)."""
         if self.weights_from_scores is not None:
             return self.weights_from_scores(scores, mask, positions)
-        return masked_softmax(scores, mask)
+        return masked_softmax(scores, mask, self.sink_logits)
 
     def attend_heads(
         self,
@@ -427,6 +484,13 @@ class AttentionCore(nn.Module):
         scale: float | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``attend`` with this module's rule from scores to weights: (out (N, h, L, dv), weights or None)."""
+        sink = self.sink_logits
+        if sink is not None and self.weights_from_scores is not None:
+            raise ValueError(
+                "this attention has sink logits (sinks) and a weights_from_scores hook, which replaces "
+                "masked_softmax and would drop them: call masked_softmax(scores, mask, sink=module.sinks) in the hook "
+                "and set module.sinks = None, or remove the hook"
+            )
         replaced = self.weights_from_scores is not None or type(self).scores_to_weights is not (
             AttentionCore.scores_to_weights
         )
@@ -440,6 +504,7 @@ class AttentionCore(nn.Module):
             positions=positions,
             dropout_p=dropout_p,
             scale=scale,
+            sink=None if replaced else sink,
         )
 
 

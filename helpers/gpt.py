@@ -74,6 +74,15 @@ class GPTConfig:
     * ``post_norms``: a norm on each block's output as well, before it joins the residual stream;
     * ``query_scale``: the factor of the scores (None: 1 / sqrt(d));
     * ``embed_scale``: the token vectors multiplied by sqrt(E).
+
+    Attention that may read nothing (lesson 14; each default leaves the layers as above):
+
+    * ``attention_sinks``: gpt-oss's sink logits, a learned ``sinks`` (h,) per layer: each head's softmax runs over
+      its scores and one extra logit whose weight is dropped (``helpers.attention.masked_softmax``);
+    * ``output_gate``: Qwen3-Next's gated attention, sigmoid(x W_g) times the heads' outputs (N, L, h·d), one gate
+      per head and feature computed from the attention's input x, before the output projection;
+    * ``rotary_fraction``: the share of each head's d features that rotate (Qwen3-Next's partial rotary factor):
+      the first r = d · fraction (even), the others pass unrotated.
     """
 
     vocab_size: int
@@ -97,6 +106,9 @@ class GPTConfig:
     post_norms: bool = False
     query_scale: float | None = None
     embed_scale: bool = False
+    attention_sinks: bool = False
+    output_gate: bool = False
+    rotary_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "embed_dim", "num_heads", "num_kv_heads", "num_layers", "ff_dim", "max_len"):
@@ -148,14 +160,27 @@ class GPTConfig:
         scale = self.query_scale
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
             raise ValueError(f"query_scale must be a positive number (the scores' factor) or None, got {scale!r}")
-        for name in ("qk_norm", "post_norms", "embed_scale"):
+        for name in ("qk_norm", "post_norms", "embed_scale", "attention_sinks", "output_gate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        fraction = self.rotary_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+            raise ValueError(f"rotary_fraction must be in (0, 1], the share of d that rotates, got {fraction!r}")
+        if self.positions == "rotary" and (self.rotary_dim < 2 or self.rotary_dim % 2):
+            raise ValueError(
+                f"rotary_fraction {fraction} of d = {self.head_dim} rotates {self.rotary_dim} features: "
+                "it must be an even number of at least 2 (rotary positions rotate pairs)"
+            )
 
     @property
     def head_dim(self) -> int:
         """d: ``head_size`` if set, else E / h."""
         return self.head_size if self.head_size is not None else self.embed_dim // self.num_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """r: how many of each head's d features rotate, int(d · ``rotary_fraction``) (d unless partial)."""
+        return int(self.head_dim * self.rotary_fraction)
 
     def layer_window(self, layer: int) -> int | None:
         """The window of layer ``layer`` (None: full causal attention)."""
@@ -187,6 +212,9 @@ class CausalSelfAttention(AttentionCore):
     positions (L,)) -> weights (N, h, L, T)`` that replaces it, for an experiment that changes what the heads
     may read (``helpers.analysis.sinks.blocked_key`` hides one key with it). With one set, the attention is
     spelled out, as with ``need_weights``.
+
+    Lesson 14's variants, each a parameter more: ``sinks`` (h,) with ``attention_sinks`` (the core's masked softmax
+    reads it; no fused kernel then), ``gate_proj`` (E -> h·d) with ``output_gate``: out_proj(heads · sigmoid(x W_g)).
     """
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
@@ -200,6 +228,7 @@ class CausalSelfAttention(AttentionCore):
         self.rotary, self.window = config.positions == "rotary", config.layer_window(layer)
         self.rotary_base = config.layer_rotary_base(layer)
         self.scale = config.query_scale  # None: 1 / sqrt(d)
+        self.rotary_dim = config.rotary_dim  # r <= d: the first r features of each head rotate
         self.q_norm: RMSNorm | None
         self.k_norm: RMSNorm | None
         if config.qk_norm:  # one RMSNorm over each head's d features, shared by the heads
@@ -208,6 +237,12 @@ class CausalSelfAttention(AttentionCore):
         else:
             self.q_norm = self.k_norm = None
         self.weights_from_scores = None
+        if config.attention_sinks:  # gpt-oss: one logit per head, the softmax's extra column (read by the core)
+            self.sinks = nn.Parameter(torch.zeros(config.num_heads))
+        # Qwen3-Next: one gate per head and feature from the attention's input, (E -> h·d), on the heads' outputs
+        self.gate_proj = (
+            nn.Linear(config.embed_dim, config.num_heads * config.head_dim, bias=False) if config.output_gate else None
+        )
 
     def forward(
         self,
@@ -223,15 +258,16 @@ class CausalSelfAttention(AttentionCore):
 
         Returns the output (N, L, E) and the keys and values of the P + L tokens, (N, h_kv, P + L, d) each; with
         ``need_weights`` also the attention weights (N, h, L, P + L)."""
-        p, d = self.projections, self.head_dim
+        p = self.projections
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         v = split_heads(p.v_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
         if self.q_norm is not None and self.k_norm is not None:  # QK-norm: each head's q and k scaled to a fixed RMS
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
-            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, d, self.rotary_base, x.dtype)
-            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+            r = self.rotary_dim
+            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, r, self.rotary_base, x.dtype)
+            q, k = _rotate_first(q, cos, sin, r), _rotate_first(k, cos, sin, r)
         kept = 0 if past is None else past[0].size(2)  # P
         k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
         # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
@@ -241,11 +277,21 @@ class CausalSelfAttention(AttentionCore):
         out, weights = self.attend_heads(
             q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
         )
-        out = p.out_proj(merge_heads(out))  # heads concatenated (N, L, h·d), then mixed
+        out = merge_heads(out)  # heads concatenated (N, L, h·d)
+        if self.gate_proj is not None:  # each head's output scaled feature by feature by a gate in (0, 1)
+            out = out * torch.sigmoid(self.gate_proj(x))
+        out = p.out_proj(out)  # the heads mixed
         if not need_weights:
             return out, (k, v)
         assert weights is not None, "attend_heads returns the weights when asked"
         return out, (k, v), weights
+
+
+def _rotate_first(x: Tensor, cos: Tensor, sin: Tensor, r: int) -> Tensor:
+    """Rotate the first r of x's d features (..., T, d) pair by pair; the other d - r pass unrotated."""
+    if r == x.size(-1):
+        return rotate_pairs(x, cos, sin)
+    return torch.cat((rotate_pairs(x[..., :r], cos, sin), x[..., r:]), dim=-1)
 
 
 class DecoderBlock(nn.Module):
@@ -425,7 +471,7 @@ class GPT(nn.Module):
         bases = {self._rotary_base(block) for block in self.blocks}
         rotations = {}
         for base in bases:
-            cos, sin = rotary_cos_sin(positions, self.config.head_dim, base, dtype)
+            cos, sin = rotary_cos_sin(positions, self.config.rotary_dim, base, dtype)
             rotations[base] = cos.to(positions.device), sin.to(positions.device)
         return rotations
 

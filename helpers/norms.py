@@ -18,7 +18,8 @@ class RMSNorm(nn.Module):
     """``x / sqrt(mean(x², last dim) + eps) * weight``: (..., E) -> (..., E); equal to ``torch.nn.RMSNorm``.
 
     The mean of squares is taken in float32 even for half-precision inputs (as the reference models do),
-    and the result is cast back to x's dtype before the weight multiplies it.
+    in float64 for float64 inputs (a float32 round would cap a float64 comparison at 1e-7), and the result is
+    cast back to x's dtype before the weight multiplies it.
     """
 
     def __init__(self, embed_dim: int, eps: float = 1e-5) -> None:
@@ -33,8 +34,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-1) != self.embed_dim:
             raise ValueError(f"RMSNorm expects (..., {self.embed_dim}) inputs, got shape {tuple(x.shape)}")
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., E)
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))  # float16, bfloat16 -> float32; float64 stays
+        normed = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., E)
         return normed.to(x.dtype) * self.weight
 
     def extra_repr(self) -> str:
