@@ -83,6 +83,7 @@ _EXPORTS = {
     "cache_bytes_per_token": "helpers.kv_cache",
     "kv_cache_bytes": "helpers.kv_cache",
     "layer_cache_numbers": "helpers.kv_cache",
+    "rolling_kv_cache_bytes": "helpers.kv_cache",
     # helpers.latent_attention (lesson 11), and its trained comparison in helpers.analysis.cache_budget
     "DEEPSEEK_V2": "helpers.latent_attention",
     "SMOLLM2": "helpers.latent_attention",
