@@ -11,7 +11,9 @@ another one's hint.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -272,13 +274,14 @@ def _axis_mistakes(buffer: Tensor, new: Tensor, position: int) -> dict[str, Call
     """Writes along another axis than the slots' (dim 2): they run only where the sizes happen to agree."""
     slot = position % buffer.size(2)
     names = {0: "the batch axis (dim 0)", 1: "the heads' axis (dim 1)", 3: "the features' axis (dim 3)"}
-    return {
-        f"the key was written along {name}: buffer is (N, h, w, d) and its slots are dim 2; the new key (N, h, d) "
-        "fills slot position mod w of that axis, for every sequence and head.": (
-            lambda dim=dim: _along(buffer, new, slot, dim)
+    mistakes: dict[str, Callable[[], Tensor]] = {}
+    for dim, name in names.items():
+        hint = (
+            f"the key was written along {name}: buffer is (N, h, w, d) and its slots are dim 2; the new key "
+            "(N, h, d) fills slot position mod w of that axis, for every sequence and head."
         )
-        for dim, name in names.items()
-    }
+        mistakes[hint] = functools.partial(_along, buffer, new, slot, dim)
+    return mistakes
 
 
 # (N, h, w, d) and the positions written: all four sizes differ, so that a write along another axis raises; a
@@ -390,10 +393,18 @@ def reference_hybrid_cache_bytes(config: GPTConfig, T: int, bytes_per_number: in
     """Bytes of the keys and values a model with ``config.layer_kinds`` caches after T tokens, with a rolling cache
     for its local layers: each local layer keeps min(T, window) tokens, each global layer T; per token and layer
     2 (a key and a value) · h_kv · d numbers. As ``helpers.kv_cache.rolling_kv_cache_bytes``."""
+    kinds, window = _kinds_and_window(config)
     tokens = 0
-    for kind in config.layer_kinds:
-        tokens += min(T, config.window) if kind == "local" else T
+    for kind in kinds:
+        tokens += min(T, window) if kind == "local" else T
     return tokens * 2 * config.num_kv_heads * config.head_dim * bytes_per_number
+
+
+def _kinds_and_window(config: GPTConfig) -> tuple[tuple[str, ...], int]:
+    """The config's layer kinds and window: a hybrid model's config has both (a check's own configs always do)."""
+    if config.layer_kinds is None or config.window is None:
+        raise ValueError("a hybrid model's config names each layer's kind (layer_kinds) and the local window")
+    return config.layer_kinds, config.window
 
 
 def _count(kinds, window: int, h_kv: int, d: int, T: int, bytes_per_number: int, local_keeps=min) -> int:
@@ -440,12 +451,19 @@ _BYTES_CASES = [
 
 def _bytes_mistakes(config: GPTConfig, T: int, bytes_per_number: int) -> dict[str, int | list[int]]:
     """The usual mistakes' counts for one case (a list: several ways to one mistake)."""
-    kinds, window, h_kv, d = config.layer_kinds, config.window, config.num_kv_heads, config.head_dim
+    (kinds, window), h_kv, d = _kinds_and_window(config), config.num_kv_heads, config.head_dim
     right = _count(kinds, window, h_kv, d, T, bytes_per_number)
     n = len(kinds)
 
     def count(**changes) -> int:
-        pieces = {"kinds": kinds, "window": window, "h_kv": h_kv, "d": d, "T": T, "bytes_per_number": bytes_per_number}
+        pieces: dict[str, Any] = {
+            "kinds": kinds,
+            "window": window,
+            "h_kv": h_kv,
+            "d": d,
+            "T": T,
+            "bytes_per_number": bytes_per_number,
+        }
         return _count(**(pieces | changes))
 
     return {
@@ -494,7 +512,7 @@ def _bytes_mistakes(config: GPTConfig, T: int, bytes_per_number: int) -> dict[st
             count(window=GEMMA.window),
             count(h_kv=GEMMA.num_kv_heads),
             count(d=GEMMA.head_dim),
-            _count(GEMMA.layer_kinds, GEMMA.window, GEMMA.num_kv_heads, GEMMA.head_dim, T, bytes_per_number),
+            _count(*_kinds_and_window(GEMMA), GEMMA.num_kv_heads, GEMMA.head_dim, T, bytes_per_number),
         ],
     }
 
@@ -518,9 +536,9 @@ def _as_bytes(answer: object, where: str) -> int:
 
 def _where(name: str, T: int, bytes_per_number: int | None) -> str:
     config = _CONFIGS[name]
-    kinds = config.layer_kinds
+    kinds, window = _kinds_and_window(config)
     sizes = (
-        f"{kinds.count('local')} local and {kinds.count('global')} global layers, window {config.window}, "
+        f"{kinds.count('local')} local and {kinds.count('global')} global layers, window {window}, "
         f"num_kv_heads {config.num_kv_heads}, head_dim {config.head_dim}"
     )
     given = (
