@@ -1,34 +1,31 @@
-"""A pass key past the window (prototype for lesson 13): can Gemma 3 270M fetch a number stated before more than
-512 tokens of filler, and which layers let it?
+"""A pass key past the window, held out of lesson 13's sample: can Gemma 3 270M fetch a number stated more than
+``gap`` tokens before the question, and which global layers does it take?
 
-The prompt states a five-digit pass key, then repeats a filler paragraph until the key lies more than 512 tokens
-(the local layers' window) before the question, then asks "What is the pass key? The pass key is". A local layer
-cannot read the key from there; only the global layers (5, 11, 17) can, or a local layer reading what an earlier
-global layer wrote at a later position. The script answers greedily with the course's KV cache, for:
+The prompt (``helpers.analysis.passkey.passkey_prompt``) states a five-digit key, repeats a filler until the key's
+last token lies more than ``gap`` tokens before the question's first token, then asks "What is the pass key? The
+pass key is". The window of Gemma's local layers is 512 tokens, so with every gap here (600 and more) no local layer
+reads the key from the question: only the global layers 5, 11 and 17 can, or a local layer reading what one of them
+wrote later in the prompt. Each prompt is answered greedily (8 tokens, the course's KV cache) under the variants of
+``passkey_variants``: intact, every layer local (the three global layers given the window 512, each keeping its
+rotary base), and each global layer made local alone. Fetched: the answer's first number is the key.
 
-- the intact model;
-- every layer local (the three global layers given the window 512; each keeps its own rotary base, so that only
-  what a layer may read changes);
-- each global layer made local alone.
+The keys (drawn with ``--seed``) and the three fillers below are the benchmark's own: the lesson uses others.
+One JSON line per trial goes to ``--log`` (and a last line with the run's seconds, threads and load); the table of
+keys fetched by variant and gap is printed, or rebuilt from the log with ``--table``.
 
-A key is fetched when the greedy answer's first digits are the key. One JSON line per (variant, key) goes to
-``--log`` when given; the table is printed.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/lesson13_passkey.py --keys 5 --log /tmp/passkey.jsonl
-
-First run (2 December, ``--keys 4``, seed 13; prompts of 667 tokens, the key 627 tokens before the question's end):
-intact 4 of 4; every layer local 0; layer 5 local 0; layer 11 local 0; layer 17 local 4 of 4. Without layer 5 or
-11 reading past the window the model answers with words ("a key that is used to open a"); layer 17, the last,
-is not needed to fetch the key.
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson13_passkey.py --log benchmarks/lesson13_passkey.jsonl
+    .venv/bin/python benchmarks/lesson13_passkey.py --table benchmarks/lesson13_passkey.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import random
-import re
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -36,76 +33,71 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.gpt import generate  # noqa: E402
-from helpers.models.language_model import load_pretrained_lm  # noqa: E402
+from helpers.analysis.passkey import PasskeyTrial, count_fetched, passkey_trials  # noqa: E402
 
-FILLER = (
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-    "The river flows to the sea, and the wind moves the clouds over the hills. "
+FILLERS = (
+    "A farmer walks along the road to the market. He carries apples and bread in a basket. ",
+    "The museum opens at nine in the morning. Visitors look at old maps, coins and paintings. ",
+    "Rain fell over the harbour all night. The boats rocked gently, and the lamps on the pier stayed lit. ",
 )
-WINDOW = 512
+GAPS = (600, 1000, 1500)
 
 
-def passkey_prompt(tokenizer, key: int, past: int = 600) -> tuple[torch.Tensor, int]:
-    """ids (1, T) of the prompt, and how many tokens lie between the key's last token and the question's end."""
-    head = (
-        f"There is a pass key hidden in this text. Remember it. The pass key is {key}. Remember it. "
-        f"{key} is the pass key.\n"
-    )
-    question = "\nWhat is the pass key? The pass key is"
-    filler = ""
-    while True:
-        ids = tokenizer(head + filler + question, return_tensors="pt").input_ids
-        distance = ids.size(1) - tokenizer(head, return_tensors="pt").input_ids.size(1)
-        if distance >= past:
-            return ids, distance
-        filler += FILLER
+def table(trials: list[PasskeyTrial]) -> str:
+    """Markdown: keys fetched per variant, by gap and in all."""
+    gaps = sorted({t.gap for t in trials})
+    by_gap = count_fetched(trials, by=("variant", "gap"))
+    lines = ["| variant | " + " | ".join(f"gap > {g}" for g in gaps) + " | all |", "|---" * (len(gaps) + 2) + "|"]
+    for variant, (fetched, total) in count_fetched(trials).items():
+        cells = [f"{by_gap[(variant, g)][0]}/{by_gap[(variant, g)][1]}" for g in gaps]
+        lines.append(f"| {variant} | " + " | ".join(cells) + f" | {fetched}/{total} |")
+    lengths = [t.T for t in trials]
+    lines.append(f"\nprompts of {min(lengths)} .. {max(lengths)} tokens; {len(trials)} answers")
+    return "\n".join(lines)
 
 
-def set_local(model, layers: list[int], window: int | None) -> None:
-    for layer in layers:
-        model.blocks[layer].attention.window = window
-
-
-def answer(model, tokenizer, ids: torch.Tensor, new: int = 8) -> str:
-    tokens, _ = generate(model, ids, new)
-    return tokenizer.decode(tokens[0, ids.size(1) :], skip_special_tokens=True)
+def read_log(path: Path) -> list[PasskeyTrial]:
+    trials = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if "variant" in row:
+            trials.append(PasskeyTrial(**(row | {"layers": tuple(row["layers"])})))
+    return trials
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=5, help="how many random five-digit keys")
-    parser.add_argument("--past", type=int, default=600, help="tokens between the key and the question's end")
-    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--keys", type=int, default=4, help="how many random five-digit keys")
+    parser.add_argument("--gaps", type=int, nargs="+", default=list(GAPS), help="key-to-question tokens, more than")
+    parser.add_argument("--fillers", type=int, default=len(FILLERS), help="how many of the three fillers")
+    parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--log", type=Path, default=None)
+    parser.add_argument("--table", type=Path, default=None, help="print the table of a log and stop")
     args = parser.parse_args()
-    torch.manual_seed(args.seed)
+    if args.table:
+        print(table(read_log(args.table)))
+        return
+    from helpers.models.language_model import load_pretrained_lm
+
     model, tokenizer = load_pretrained_lm("gemma-3-270m")
-    global_layers = [i for i, block in enumerate(model.blocks) if block.attention.window is None]
-    variants = {"intact": [], "every layer local": global_layers} | {
-        f"layer {layer} local": [layer] for layer in global_layers
-    }
     keys = random.Random(args.seed).sample(range(10000, 100000), args.keys)
-    results: dict[str, list[bool]] = {}
-    for name, layers in variants.items():
-        set_local(model, layers, WINDOW)
-        try:
-            for key in keys:
-                ids, distance = passkey_prompt(tokenizer, key, args.past)
-                text = answer(model, tokenizer, ids)
-                digits = "".join(re.findall(r"\d", text))[:5]
-                fetched = digits == str(key)
-                results.setdefault(name, []).append(fetched)
-                line = {"variant": name, "key": key, "T": ids.size(1), "distance": distance, "answer": text}
-                print(json.dumps(line | {"fetched": fetched}), flush=True)
-                if args.log:
-                    with args.log.open("a") as log:
-                        log.write(json.dumps(line | {"fetched": fetched}) + "\n")
-        finally:
-            set_local(model, layers, None)
-    print(f"\n| variant | keys fetched (of {len(keys)}) |\n|---|---|")
-    for name, fetched in results.items():
-        print(f"| {name} | {sum(fetched)} |")
+    start = time.perf_counter()
+
+    def record(trial: PasskeyTrial) -> None:
+        line = json.dumps(dataclasses.asdict(trial))
+        print(line, flush=True)
+        if args.log:
+            with args.log.open("a") as log:
+                log.write(line + "\n")
+
+    trials = passkey_trials(model, tokenizer, keys, FILLERS[: args.fillers], args.gaps, on_trial=record)
+    run = {"seconds": round(time.perf_counter() - start, 1), "threads": torch.get_num_threads()}
+    run |= {"load": [round(x, 2) for x in os.getloadavg()], "seed": args.seed, "keys": keys}
+    if args.log:
+        with args.log.open("a") as log:
+            log.write(json.dumps(run) + "\n")
+    print(json.dumps(run))
+    print(table(trials))
 
 
 if __name__ == "__main__":

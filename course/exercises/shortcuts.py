@@ -1,5 +1,6 @@
 """The one rule every exercise of lessons 01-05 states and every check applies: no shortcut, the asked type; and,
-from lesson 06 on, no graduated helper (``course.exercises.graduated``).
+from lesson 06 on, no graduated helper (``course.exercises.graduated``). Lesson 13's window mask and cache bytes
+refuse theirs here, with the one-call rule's hint that says what to write instead.
 
 ``RULE`` is the sentence each exercise shows. Its two halves:
 
@@ -89,6 +90,20 @@ def _encoding_shortcuts() -> dict[Callable[..., Any], str]:
     return {helpers.embeddings.sinusoidal_positional_encoding: "`helpers.embeddings.sinusoidal_positional_encoding`"}
 
 
+def _window_mask_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.masks
+
+    # One name for both: sliding_window_mask calls causal_mask_at, and a recorder may report either first.
+    named = "`helpers.masks.sliding_window_mask` (or `causal_mask_at`, which builds it)"
+    return {helpers.masks.sliding_window_mask: named, helpers.masks.causal_mask_at: named}
+
+
+def _hybrid_bytes_shortcuts() -> dict[Callable[..., Any], str]:
+    import helpers.kv_cache
+
+    return {helpers.kv_cache.rolling_kv_cache_bytes: "`helpers.kv_cache.rolling_kv_cache_bytes`"}
+
+
 #: Each exercise's shortcuts, by the exercise's name in its verdict; built on first use (helpers load lazily).
 SHORTCUTS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "one-hot look-up": lambda: dict(_ROW_LOOK_UPS),
@@ -98,6 +113,9 @@ SHORTCUTS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "padding mask for F.scaled_dot_product_attention": _padding_shortcuts,
     "masked attention": _attention_shortcuts,
     "multi-head attention": _multi_head_shortcuts,
+    # Lesson 13: the library functions the lesson graduates into (helpers.masks, helpers.kv_cache).
+    "sliding-window mask": _window_mask_shortcuts,
+    "hybrid cache bytes": _hybrid_bytes_shortcuts,
 }
 
 

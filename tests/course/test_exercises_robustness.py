@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05 and 07-12 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05 and 07-13 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -62,6 +62,14 @@ from course.exercises.lesson12 import (
     reference_logit_difference,
     reference_logit_lens,
 )
+from course.exercises.lesson13 import (
+    check_hybrid_cache_bytes,
+    check_rolling_write,
+    check_window_mask,
+    reference_hybrid_cache_bytes,
+    reference_rolling_write,
+    reference_window_mask,
+)
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -77,6 +85,9 @@ from helpers.rotary import apply_rotary
     reference_head_attribution,
     reference_logit_difference,
     reference_logit_lens,
+    reference_hybrid_cache_bytes,
+    reference_rolling_write,
+    reference_window_mask,
 ) = (
     learners_copy(reference_previous_token_score),
     learners_copy(reference_induction_score),
@@ -88,6 +99,9 @@ from helpers.rotary import apply_rotary
     learners_copy(reference_head_attribution),
     learners_copy(reference_logit_difference),
     learners_copy(reference_logit_lens),
+    learners_copy(reference_hybrid_cache_bytes),
+    learners_copy(reference_rolling_write),
+    learners_copy(reference_window_mask),
 )
 
 
@@ -142,8 +156,8 @@ def _rotary_step(q, k_new, v_new, k_cache, v_cache):
     return _cache_step(apply_rotary(q, position), apply_rotary(k_new, position), v_new, k_cache, v_cache)
 
 
-# Each check with one right answer (lesson 08's similarity check and lesson 11's cache bytes return numbers, not
-# tensors: tested apart).
+# Each check with one right answer (lesson 08's similarity check and lessons 11 and 13's cache bytes return numbers,
+# not tensors: tested apart).
 RIGHT = {
     "one-hot look-up": (check_one_hot_lookup, lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w),
     "positional encoding": (check_positional_encoding, _positional_encoding),
@@ -180,6 +194,8 @@ RIGHT = {
     "logit difference": (check_logit_difference, reference_logit_difference),
     "logit lens": (check_logit_lens, reference_logit_lens),
     "head attribution": (check_head_attribution, reference_head_attribution),
+    "window mask": (check_window_mask, reference_window_mask),
+    "rolling write": (check_rolling_write, reference_rolling_write),
 }
 
 
@@ -287,7 +303,7 @@ def test_every_check_reports_an_error_the_answer_raised(exercise, error):
 @pytest.mark.parametrize("exercise", list(RIGHT))
 def test_every_check_passes_its_right_answer_in_either_dtype(exercise, dtype):
     check, right = RIGHT[exercise]
-    keep_masks = exercise == "padding mask"  # a boolean mask is its own right type
+    keep_masks = exercise in ("padding mask", "window mask")  # a boolean mask is its own right type
     verdict = check(lambda *a: _map(right(*a), lambda t: t if keep_masks else t.to(dtype)))
     assert verdict.passed, verdict
 
@@ -396,6 +412,7 @@ TESTED_APART = {
     "check_repeated_batch": "returns a batch of three tensors: test_lesson_10s_other_checks_follow_the_policy_too",
     "check_patch_hook": "returns a hook: test_lesson_10s_other_checks_follow_the_policy_too",
     "check_cache_bytes": "returns an int: the cache-bytes tests below",
+    "check_hybrid_cache_bytes": "returns an int: the hybrid cache-bytes tests below",
 }
 
 
@@ -539,6 +556,58 @@ def test_the_cache_bytes_check_wants_an_int_as_it_wants_no_numpy_and_leaves_the_
         assert verdict.status == "wrong" and "as an int" in verdict.message, verdict
 
 
+# Lesson 13's hybrid cache bytes returns an int too, from a model's config: the same odd answers.
+@pytest.mark.parametrize(
+    "odd",
+    [
+        None,
+        "many",
+        0.5,
+        float("nan"),
+        float("inf"),
+        -1,
+        0,
+        True,
+        torch.ones(3),
+        torch.tensor(1.5),
+        (1, 2),
+        [7],
+        {"a": 2},
+    ],
+    ids=repr,
+)
+def test_the_hybrid_cache_bytes_check_survives_odd_answers(odd, capsys):
+    verdict = check_hybrid_cache_bytes(lambda config, T, bytes_per_number=2: odd)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message, verdict.message
+    assert capsys.readouterr().out.count("[NOT YET]") == 1
+
+
+@pytest.mark.parametrize("error", list(RAISED))
+def test_the_hybrid_cache_bytes_check_reports_an_error_the_answer_raised(error):
+    def answer(config, T, bytes_per_number=2):
+        raise RAISED[error]
+
+    verdict = check_hybrid_cache_bytes(answer)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message and error in verdict.message, verdict
+
+
+def test_the_hybrid_cache_bytes_check_wants_an_int_and_leaves_the_random_stream_alone():
+    np = pytest.importorskip("numpy")
+
+    def drawing(*args):
+        torch.randn(3)
+        return reference_hybrid_cache_bytes(*args)
+
+    torch.manual_seed(9)
+    before = torch.random.get_rng_state()
+    assert check_hybrid_cache_bytes(drawing).passed
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for other in (float, torch.tensor, np.int64):
+        verdict = check_hybrid_cache_bytes(lambda *a, other=other: other(reference_hybrid_cache_bytes(*a)))
+        assert verdict.status == "wrong" and "an int" in verdict.message, verdict
+
+
 # --- one policy for every check (issue 35): numpy refused, inputs left alone, the generator used ---------------
 def _numpy(result):
     return tuple(t.numpy() for t in result) if isinstance(result, tuple) else result.numpy()
@@ -566,7 +635,7 @@ def test_every_check_refuses_a_numpy_answer(exercise):
 
 @pytest.mark.parametrize("exercise", list(RIGHT))
 def test_every_check_refuses_an_answer_that_changes_its_input(exercise):
-    if exercise == "positional encoding":
+    if exercise in ("positional encoding", "window mask"):
         pytest.skip("its inputs are two numbers, no tensor")
     if exercise == "absorbed matrices":
         pytest.skip("its input is a layer, no tensor")

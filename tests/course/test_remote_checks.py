@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course.exercises import lesson02, lesson03, lesson05, lesson10, lesson11, lesson12
+from course.exercises import lesson02, lesson03, lesson05, lesson10, lesson11, lesson12, lesson13
 from course.grading import learner_side, remote, wire
 
 
@@ -74,6 +74,34 @@ def decoder_by_the_whole_layer(layer, tgt, memory, tgt_mask, memory_key_padding_
     return layer(tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=memory_key_padding_mask)
 
 
+def window_mask(T, window):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (j > i) | (j <= i - window)
+
+
+def window_mask_by_the_library(T, window):
+    from helpers.masks import sliding_window_mask
+
+    return sliding_window_mask(T, window)
+
+
+def rolling_write_in_place(buffer, new, position):
+    buffer[:, :, position % buffer.size(2)] = new
+    return buffer
+
+
+def hybrid_cache_bytes(config, T, bytes_per_number=2):
+    """Reads a GPTConfig the check sent to the kernel (a trusted load there): its kinds, window, heads and size."""
+    tokens = sum(T if kind == "global" else min(T, config.window) for kind in config.layer_kinds)
+    return tokens * 2 * config.num_kv_heads * config.head_dim * bytes_per_number
+
+
+def hybrid_cache_bytes_all_local(config, T, bytes_per_number=2):
+    return (
+        len(config.layer_kinds) * min(T, config.window) * 2 * config.num_kv_heads * config.head_dim * bytes_per_number
+    )
+
+
 CASES = {
     "right": (lesson02.check_linear_projection, right_projection, "pass"),
     "changed its input in place": (lesson02.check_linear_projection, in_place_projection, "wrong"),
@@ -93,6 +121,11 @@ CASES = {
         "wrong",
     ),
     "the reference called": (lesson12.check_logit_lens, lesson12.reference_logit_lens, "wrong"),
+    "a boolean mask from two ints": (lesson13.check_window_mask, window_mask, "pass"),
+    "the library's mask called in the kernel": (lesson13.check_window_mask, window_mask_by_the_library, "wrong"),
+    "a buffer written in place in the kernel": (lesson13.check_rolling_write, rolling_write_in_place, "wrong"),
+    "a model's config sent to the kernel": (lesson13.check_hybrid_cache_bytes, hybrid_cache_bytes, "pass"),
+    "a config read wrongly in the kernel": (lesson13.check_hybrid_cache_bytes, hybrid_cache_bytes_all_local, "wrong"),
 }
 
 

@@ -166,7 +166,7 @@ def proj_reach(x, weight, bias):
         for path in (pathlib.Path(course.__file__).parent / "exercises").glob("*.py")
         if "def reference_" in path.read_text() or "def check_" in path.read_text()
     ]
-    for lesson in ("lesson11", "lesson12", "lesson02"):
+    for lesson in ("lesson11", "lesson12", "lesson13", "lesson02"):
         try:
             module = __import__(f"course.exercises.{lesson}", fromlist=["*"])
             found += [name for name in dir(module) if name.startswith("reference_")]
@@ -225,3 +225,55 @@ def test_a_right_answer_after_every_forgery_still_passes(rows):
     results, problem = rows
     assert (results["proj_right"].status, results["proj_right"].points) == ("pass", 1), (results["proj_right"], problem)
     assert problem is None
+
+
+# Lesson 13's checks send a model's config (a helpers.gpt.GPTConfig, which the kernel loads in full: it trusts the
+# checker) and two ints; what comes back is data (an int, a mask, a buffer). Right and wrong answers, graded remotely.
+LESSON_13 = "from course.exercises.lesson13 import check_hybrid_cache_bytes, check_rolling_write, check_window_mask"
+LESSON_13_ANSWERS = {
+    "my_window_mask": (
+        "def my_window_mask(T, window):\n"
+        "    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]\n"
+        "    return (j > i) | (j <= i - window)",
+        "check_window_mask",
+        "pass",
+    ),
+    "my_rolling_write": (
+        "def my_rolling_write(buffer, new, position):\n"
+        "    buffer[:, :, position % buffer.size(2)] = new\n"
+        "    return buffer",
+        "check_rolling_write",
+        "wrong",
+    ),
+    "my_hybrid_cache_bytes": (
+        "def my_hybrid_cache_bytes(config, T, bytes_per_number=2):\n"
+        "    kept = sum(T if kind == 'global' else min(T, config.window) for kind in config.layer_kinds)\n"
+        "    return kept * 2 * config.num_kv_heads * config.head_dim * bytes_per_number",
+        "check_hybrid_cache_bytes",
+        "pass",
+    ),
+    "my_hybrid_cache_bytes_all_local": (
+        "def my_hybrid_cache_bytes_all_local(config, T, bytes_per_number=2):\n"
+        "    kept = len(config.layer_kinds) * min(T, config.window)\n"
+        "    return kept * 2 * config.num_kv_heads * config.head_dim * bytes_per_number",
+        "check_hybrid_cache_bytes",
+        "wrong",
+    ),
+}
+
+
+def test_lesson_13s_checks_grade_remotely_with_a_config_sent_to_the_kernel(tmp_path):
+    lesson, cells = [LESSON_13, "import torch"], [LESSON_13, "import torch"]
+    for function, (code, check, _) in LESSON_13_ANSWERS.items():
+        header, body = code.split("\n", 1)
+        lesson += [f"{header}\n    # BEGIN SOLUTION\n{body}\n    # END SOLUTION", f"{check}({function})"]
+        cells += [code, f"{check}({function})"]
+    write(tmp_path / "notebooks" / "13_hybrid.ipynb", lesson)
+    submission = write(tmp_path / "submitted" / "mallory" / "13_hybrid.ipynb", cells)
+    report = checker.run_submission(submission, timeout_s=120, notebooks_dir=tmp_path / "notebooks")
+    rows = {row.exercise: row for row in report.results}
+    assert report.problem is None, report.problem
+    for function, (_, _, status) in LESSON_13_ANSWERS.items():
+        assert rows[function].status == status, rows[function]
+    assert "in place" in rows["my_rolling_write"].message, rows["my_rolling_write"]
+    assert "global layers were counted as local" in rows["my_hybrid_cache_bytes_all_local"].message
