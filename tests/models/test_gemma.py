@@ -118,17 +118,39 @@ def test_greedy_tokens_equal_transformers_with_the_rolling_cache(gemma, gemma_re
 
 
 def test_rolling_cache_generation_across_the_window_equals_a_full_recompute(gemma, long_prompt):
-    """A prompt of 506 tokens and 12 new ones: the cache crosses the window at the sixth step."""
+    """A prompt of 506 tokens and 12 new ones: the cache crosses the window at the sixth step.
+
+    The full recompute's 12 steps come from one pass without a cache over the 517 tokens the steps read: in a causal
+    model the logits at position t are those of a pass over tokens 0 .. t alone, so at each step a generation
+    without a cache would pick the argmax found here (twelve passes over the growing prefix compute the same
+    numbers, at twelve times the work)."""
     model, _ = gemma
     prompt = long_prompt[:, :506]
     rolled, rolled_logits = generate(model, prompt, 12, rolling=True)
-    recomputed, recomputed_logits = generate(model, prompt, 12, use_cache=False)
-    assert torch.equal(rolled, recomputed)
+    with torch.no_grad():
+        recomputed_logits = model(rolled[:, :-1])[:, prompt.size(1) - 1 :]  # (1, 12, V): steps 1 .. 12
+    assert torch.equal(rolled[:, prompt.size(1) :], recomputed_logits.argmax(-1))
     torch.testing.assert_close(rolled_logits, recomputed_logits, atol=1e-3, rtol=0)
     cache = model.new_cache(rolling=True)
     with torch.no_grad():
-        model(rolled[:, :-1], cache)
+        model(rolled[:, :-1], cache, last_only=True)
     T = rolled.size(1) - 1
     assert [entry[0].size(2) for entry in cache.layers] == [T if i in GLOBAL else WINDOW for i in range(18)]
     windows = [None if i in GLOBAL else WINDOW for i in range(18)]
     assert cache.nbytes() == rolling_kv_cache_bytes(windows, 1, 256, T, bytes_per_number=4)
+
+
+def test_a_pass_key_prompt_on_gemmas_tokenizer_puts_the_key_beyond_the_window(gemma):
+    """Lesson 13's pass-key prompts read positions off Gemma's own tokenizer: the text tokenized whole, the key's
+    digits (one token each) at ``key_position``, the question after more than a window of filler."""
+    from helpers.analysis.passkey import PASSKEY_HEAD, PASSKEY_QUESTION, passkey_prompt
+
+    _, tokenizer = gemma
+    filler = "The grass is green. The sky is blue. "
+    prompt = passkey_prompt(tokenizer, 40917, filler, WINDOW)
+    text = PASSKEY_HEAD.format(key=40917) + filler * prompt.repeats + PASSKEY_QUESTION
+    assert torch.equal(prompt.ids, tokenizer(text, return_tensors="pt").input_ids)
+    ids = prompt.ids[0].tolist()
+    assert [tokenizer.decode([i]) for i in ids[prompt.key_position - 4 : prompt.key_position + 1]] == list("40917")
+    assert tokenizer.decode(ids[prompt.question_position :]) == PASSKEY_QUESTION
+    assert WINDOW < prompt.distance <= WINDOW + len(tokenizer(filler).input_ids)  # the fewest copies that reach
