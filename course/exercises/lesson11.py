@@ -17,7 +17,6 @@ from course.exercises.feedback import (
     as_tensor,
     call_learner,
     close,
-    diagnose,
     expect_shape,
     learner_check,
     run_check,
@@ -217,6 +216,14 @@ def _sizes_written_in(error: LearnerError) -> bool:
     return isinstance(error.error, RuntimeError) and "invalid for input of size" in message
 
 
+def _product_did_not_fit(error: LearnerError) -> bool:
+    """Whether the learner's error is a matrix product whose inner sizes differ (a factor not transposed)."""
+    message = str(error.error)
+    return isinstance(error.error, RuntimeError) and any(
+        mark in message for mark in ("cannot be multiplied", "batch2 tensor", "must match the size of tensor")
+    )
+
+
 # A second layer of other sizes: an answer with the first layer's h, d, d_c or E written in fails here.
 OTHER_SIZES = {"embed_dim": 10, "num_heads": 2, "head_dim": 3, "latent_dim": 7, "rotary_dim": 2}
 
@@ -229,10 +236,15 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
     query: dict[str, Tensor | list[Tensor]] = {
         "the queries were folded with W_UV: the score's key comes from W_UK (k_i = W_UK,i c), so the query side "
         "needs W_UK,iᵀ W_Q,i; W_UV belongs with the output.": w_uv.transpose(1, 2) @ w_q,
-        "the 1/√(d + d_R) scale is folded in: keep the matrices as they are, the scale stays in the score.": (
-            w_uk.transpose(1, 2) @ w_q
-        )
-        / (d + 2) ** 0.5,
+        "the 1/√(d + d_R) scale (or a 1/√d) is folded in: keep the matrices as they are, the scale stays in the "
+        "score.": [(w_uk.transpose(1, 2) @ w_q) / width**0.5 for width in (d + 2, d)],
+        "W_UK was split as (h, d_c, d): k_up.weight is (h·d, d_c), nn.Linear's (out, in), so head i's block is d "
+        "ROWS of d_c numbers, weight.view(h, d, d_c); a view as (h, d_c, d) cuts the rows across heads.": (
+            layer.k_up.weight.view(h, d_c, d) @ w_q
+        ),
+        "every head got head 0's fold: each head i has its own W_Q,i and W_UK,i, so its own product.": (
+            (w_uk.transpose(1, 2) @ w_q)[:1].expand(h, d_c, E)
+        ),
         "one matrix summed over the heads, copied h times: each head has its own W_Q,i and W_UK,i, and its own fold.": (
             w_uk.transpose(1, 2) @ w_q
         )
@@ -256,6 +268,15 @@ def _absorb_mistakes(layer: MultiHeadLatentAttention) -> tuple[dict, dict]:
         "one matrix summed over the heads: each head's output has its own W_O,i W_UV,i.": (w_o @ w_uv)
         .sum(0, keepdim=True)
         .expand(h, E, d_c),
+        "a scale is folded into the output: 1/√(d + d_R) scales the score alone, before the softmax; the output "
+        "side is the weights times the values, with no scale.": [(w_o @ w_uv) / width**0.5 for width in (d + 2, d)],
+        "W_UV was split as (h, d_c, d): v_up.weight is (h·d, d_c), nn.Linear's (out, in), so head i's block is d "
+        "ROWS of d_c numbers, weight.view(h, d, d_c); a view as (h, d_c, d) cuts the rows across heads.": (
+            w_o @ layer.v_up.weight.view(h, d_c, d).transpose(1, 2)
+        ),
+        "every head got head 0's fold: each head i has its own W_O,i and W_UV,i, so its own product.": (
+            (w_o @ w_uv)[:1].expand(h, E, d_c)
+        ),
     }
     query[_rolled_hint("W_UK", "W_Q")] = _rolled(w_uk.transpose(1, 2), w_q)
     output[_rolled_hint("W_O", "W_UV")] = _rolled(w_o, w_uv)
@@ -276,12 +297,33 @@ def _rolled(left: Tensor, right: Tensor) -> list[Tensor]:
     return [*cases, *((left @ right).roll(k, dims=0) for k in (1, -1))]
 
 
-def _diagnose_fold(answer: Tensor, mistakes: dict[str, Tensor | list[Tensor]], fallback: str):
+def _diagnose_fold(answer: Tensor, mistakes: dict[str, Tensor | list[Tensor]], fallback: str, atol: float = 1e-8):
     """``diagnose``, where a mistake may stand for several answers (a list): any of them names it."""
     for hint, results in mistakes.items():
-        if any(close(answer, result, atol=1e-8) for result in (results if isinstance(results, list) else [results])):
+        if any(close(answer, result, atol=atol) for result in (results if isinstance(results, list) else [results])):
             return wrong(hint)
     return wrong(fallback)
+
+
+def _name_crossed_folds(query: Tensor, output: Tensor, layer: MultiHeadLatentAttention) -> None:
+    """Raise the hint for two folds that each took the other's matrices: W_UK and W_UV swapped in both, or each fold
+    the other one transposed (the shapes then fit, so the shape checks pass them)."""
+    h, d, d_c, E = 3, 4, 5, 12
+    w_q = layer.q_proj.weight.view(h, d, E)
+    w_uk, w_uv = layer.k_up.weight.view(h, d, d_c), layer.v_up.weight.view(h, d, d_c)
+    w_o = layer.out_proj.weight.view(E, h, d).transpose(0, 1)
+    right_query, right_output = reference_absorbed_weights(layer)
+    if close(query, w_uv.transpose(1, 2) @ w_q, atol=1e-8) and close(output, w_o @ w_uk, atol=1e-8):
+        raise wrong(
+            "W_UK and W_UV are swapped in both folds: the key k_i = W_UK,i c meets the query, so the query side is "
+            "W_UK,iᵀ W_Q,i; the value v_i = W_UV,i c is what the output carries, so the output side is W_O,i W_UV,i."
+        )
+    if close(query, right_output.transpose(1, 2), atol=1e-8) and close(output, right_query.transpose(1, 2), atol=1e-8):
+        raise wrong(
+            "each fold is the other one transposed: (query_to_latent, latent_to_out) come in that order, the query's "
+            "fold W_UK,iᵀ W_Q,i (h, d_c, E) first and the output's W_O,i W_UV,i (h, E, d_c) second, neither "
+            "transposed."
+        )
 
 
 @learner_check
@@ -293,6 +335,13 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
         try:
             answer = call_learner(absorb, layer)
         except LearnerError as error:
+            if _product_did_not_fit(error):
+                raise wrong(
+                    f"your code raised {error}: a product's shapes did not fit. The blocks are W_Q,i (d, E), "
+                    "W_UK,i and W_UV,i (d, d_c), W_O,i (E, d): a query fold maps E to d_c through d, an output fold "
+                    "d_c to E through d. The two factors must meet along d: check their order, and turn (transpose) "
+                    "a block whose d is on the wrong side."
+                ) from error
             if _sizes_written_in(error):
                 raise wrong(
                     f"your code raised {error}: the sizes written into it are not this layer's (h = 3, d = 4, "
@@ -331,6 +380,7 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
             raise wrong("latent_to_out is (h, d_c, E): transpose it, (h, E, d_c), a map from c's space to E features.")
         expect_shape(output, (3, 12, 5), "latent_to_out", "(h, E, d_c)")
         expected_query, expected_output = reference_absorbed_weights(pristine)
+        _name_crossed_folds(query, output, pristine)
         query_mistakes, output_mistakes = _absorb_mistakes(pristine)
         if not close(query, expected_query, atol=1e-8):
             raise _diagnose_fold(
@@ -390,10 +440,35 @@ def check_cache_entry(cache_entry: Callable[..., tuple[Tensor, Tensor]]) -> Verd
         positions = torch.arange(7, 7 + L)  # a cached step: the new tokens do not start at 0
         w_dkv = torch.randn(d_c, E, dtype=torch.float64, generator=generator)
         w_kr = torch.randn(d_R, E, dtype=torch.float64, generator=generator)
-        answer = call_learner(cache_entry, x.clone(), positions.clone(), w_dkv.clone(), w_kr.clone(), base)
+        try:
+            answer = call_learner(cache_entry, x.clone(), positions.clone(), w_dkv.clone(), w_kr.clone(), base)
+        except LearnerError as error:
+            if _product_did_not_fit(error):
+                raise wrong(
+                    f"your code raised {error}: a product's shapes did not fit. w_dkv (d_c, E) and w_kr (d_R, E) "
+                    "are stored (out, in), as nn.Linear's weights are, and x (N, L, E) ends in E: it meets each "
+                    "weight turned (transposed), so that its E features meet the weight's E."
+                ) from error
+            if _sizes_written_in(error):
+                raise wrong(
+                    f"your code raised {error}: the sizes written into it are not the inputs' (N = {N}, L = {L}, "
+                    f"E = {E}, d_c = {d_c}, d_R = {d_R} here; SmolLM2's or the lesson's layer's elsewhere). Read "
+                    "them from the tensors' shapes instead of writing numbers in."
+                ) from error
+            raise
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             raise wrong("return two tensors: (c, k_rope)")
         c, k_rope = (as_tensor(a, name) for a, name in zip(answer, ("c", "k_rope"), strict=True))
+        if tuple(c.shape) == (N, L, d_R) and tuple(k_rope.shape) == (N, L, d_c):
+            raise wrong(
+                "the two are in swapped order: return (c, k_rope), the latent (N, L, d_c) first and the rotary key "
+                "(N, L, d_R) second."
+            )
+        if tuple(c.shape) == (N, 1, d_c):
+            raise wrong(
+                f"c has one token, (N, 1, d_c): every one of the L = {L} new tokens puts its own latent and rotary "
+                "key in the cache, (N, L, d_c) and (N, L, d_R)."
+            )
         expect_shape(c, (N, L, d_c), "c", "(N, L, d_c)")
         if k_rope.dim() == 4:
             raise wrong("k_rope has a head dimension: the decoupled key is ONE key shared by all heads, (N, L, d_R).")
@@ -411,7 +486,7 @@ def check_cache_entry(cache_entry: Callable[..., tuple[Tensor, Tensor]]) -> Verd
             raise wrong("c should be x @ w_dkv.T, (N, L, d_c): w_dkv is (d_c, E), rows = outputs, as in nn.Linear.")
         if close(k_rope, want_k):
             return "the latent as it is and the rotary key rotated by each token's own position: what MLA caches."
-        raise diagnose(
+        raise _diagnose_fold(
             k_rope,
             {
                 "the rotary key is not rotated: rotate it by each token's position (helpers.rotary.apply_rotary), "
@@ -425,9 +500,26 @@ def check_cache_entry(cache_entry: Callable[..., tuple[Tensor, Tensor]]) -> Verd
                 "rotated backwards (by minus the position): apply_rotary(x, positions) turns by +m·θ_k.": (
                     apply_rotary(plain_k, -positions, base)
                 ),
+                "the positions are off by one: token j of this step sits at positions[j] itself (here 7 .. 10), "
+                "not one before or after it.": [apply_rotary(plain_k, positions + k, base) for k in (1, -1)],
+                "every token was rotated by one position (the first's or the last's): each token turns by its OWN "
+                "position, positions[j] for token j.": [
+                    apply_rotary(plain_k, positions[j].expand_as(positions), base) for j in (0, -1)
+                ],
+                "rotated twice: the decoupled key is turned ONCE by its position before it is cached (the query is "
+                "turned at its own step; the score sees the difference).": apply_rotary(
+                    apply_rotary(plain_k, positions, base), positions, base
+                ),
+                "x was rotated before the projection: the rotation acts on the key's own d_R features, so project "
+                "by w_kr first, then rotate the result.": apply_rotary(x, positions, base) @ w_kr.T,
+                "the rotary key was taken from the latent (its first d_R features): it has its own projection, "
+                "w_kr, straight from x.": apply_rotary(want_c[..., :d_R], positions, base),
+                "the rotary key is scaled by 1/√d_R: the cache keeps the key as it is; the score's scale comes "
+                "later, on the score.": want_k / d_R**0.5,
             },
             "k_rope is the decoupled rotary key: x projected by w_kr, then rotated by each token's position with "
             "the model's base, (N, L, d_R).",
+            atol=1e-4,
         )
 
     return run_check("what one token puts in the cache", body)

@@ -65,6 +65,17 @@ def _sizes_hint(error: LearnerError, sizes: str) -> _Wrong | None:
             f"your code raised {error}: the sizes written into it are not the inputs' ({sizes} here; SmolLM2's "
             "are others). Read them from the tensors' shapes instead of writing numbers in."
         )
+    if isinstance(error.error, RuntimeError) and "cannot be multiplied" in message:
+        return wrong(
+            f"your code raised {error}: two shapes in a product did not fit. Either a size is written in (the "
+            f"inputs' are {sizes} here; SmolLM2's are others: read them from the tensors' shapes), or a matrix is "
+            "the wrong way round (nn.Linear's weights are (out, in))."
+        )
+    if isinstance(error.error, IndexError) and "out of bounds" in message:
+        return wrong(
+            f"your code raised {error}: a count written into it (a loop over SmolLM2's layers or heads, say) is not "
+            f"the inputs' ({sizes} here). Read the counts from the tensors' shapes instead of writing numbers in."
+        )
     return None
 
 
@@ -272,6 +283,27 @@ def _lens_mistakes(
         "much as each prompt's own.": lambda: _crossed(residuals, norm, unembedding, io, s).mean((-1, -2)),
         "every entry is the same number, the last residual's: entry l is read from residual l (the residual "
         "entering block l; the last, the final norm's input).": lambda: right[-1].expand_as(right),
+        "a LayerNorm (the mean subtracted, divided by the standard deviation) instead of the model's final "
+        "RMSNorm: call the norm you are given, which divides by the root mean square and subtracts nothing.": (
+            lambda: [
+                read(torch.nn.functional.layer_norm(residuals, (residuals.size(-1),), eps=norm.eps) * norm.weight),
+                read((residuals - residuals.mean(-1, keepdim=True)) / residuals.std(-1, keepdim=True) * norm.weight),
+            ]
+        ),
+        "the root mean square was taken across the residuals or across the prompts, not over each vector's own "
+        "E features: the norm divides each vector by its own size, the mean over its last dimension.": lambda: [
+            read(residuals * torch.rsqrt(residuals.pow(2).mean(dim, keepdim=True) + norm.eps) * norm.weight)
+            for dim in (0, 1)
+        ],
+        "the median over the prompts: the lens gives the MEAN over the prompts.": (
+            lambda: (norm(residuals) * direction).sum(-1).median(-1).values
+        ),
+        "the absolute value was taken: the sign is the point, a negative entry means that residual favours the "
+        "subject; average the signed differences.": lambda: (norm(residuals) * direction).sum(-1).abs().mean(-1),
+        "the residuals were added up (a running sum over the layers): each residual given is already the whole "
+        "stream at that depth, the embedding and every earlier block's writes included; read each as it is.": (
+            lambda: read(norm(residuals.cumsum(0)))
+        ),
     }
 
 
@@ -316,6 +348,16 @@ def check_logit_lens(logit_lens: Callable[..., Tensor]) -> Verdict:
             raise wrong(
                 f"one number per residual and prompt, {tuple(answer.shape)}: average over the prompts, one number "
                 f"per residual, (n_layers + 1,) = ({entries},)."
+            )
+        if close(answer, right[1:]):
+            raise wrong(
+                f"the first entry is missing: the lens has n_layers + 1 = {entries} entries, the first read from the "
+                "residual entering block 0 (the embedding alone)."
+            )
+        if close(answer, right[:-1]):
+            raise wrong(
+                f"the last entry is missing: the lens has n_layers + 1 = {entries} entries, the last read from the "
+                "residual after the last block (the final norm's input)."
             )
         expect_shape(answer, (entries,), "the logit lens", "(n_layers + 1,)")
         if close(answer, right):
@@ -405,6 +447,23 @@ def _head_mistakes(
             lambda: -right
         ),
         "summed over the prompts: each head's push is the MEAN over the prompts.": lambda: right * direction.size(0),
+        "the residual's root mean square multiplied instead of divided by: the final norm DIVIDES the residual by "
+        "its root mean square (multiplies by 1/RMS), then multiplies by its weight.": (
+            lambda: read(writes / scale * norm.weight)
+        ),
+        "one scale averaged over the prompts: each prompt's residual has its own size, so each prompt's parts are "
+        "divided by its OWN residual's root mean square.": lambda: read(writes * scale.mean() * norm.weight),
+        "the layer's writes were added to final_residual before the scale: final_residual is the final norm's "
+        "input, every head's write already in it; take its root mean square as it is.": (
+            lambda: read(writes * _rms_scale(final_residual + writes.sum(0), norm.eps) * norm.weight)
+        ),
+        "divided by the standard deviation (a LayerNorm's scale): the final norm is an RMSNorm, it divides by "
+        "the root mean square and subtracts no mean.": lambda: read(
+            writes / final_residual.std(-1, keepdim=True) * norm.weight
+        ),
+        "the norm's weight was divided by: the final norm multiplies by its weight after the 1/RMS.": (
+            lambda: read(writes * scale / norm.weight)
+        ),
         "the scale came from the layer's attention output (the heads' writes added up): the final norm sees the "
         "full residual, the embedding and every layer's writes included, which is final_residual.": (
             lambda: read(writes * _rms_scale(writes.sum(0), norm.eps) * norm.weight)

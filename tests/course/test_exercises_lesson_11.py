@@ -250,6 +250,19 @@ def _rolled(which, shift):
     return absorb
 
 
+def _up_split_as_columns(name):
+    """W_UK's or W_UV's (h·d, d_c) weight viewed as (h, d_c, d): each head's block cut across the heads' rows."""
+
+    def absorb(layer):
+        h, d, _, d_c, w_q, w_uk, w_uv, w_o = _pieces(layer)
+        wrong = getattr(layer, name).weight.view(h, d_c, d).transpose(1, 2)  # (h, d, d_c), but the wrong numbers
+        if name == "k_up":
+            return wrong.transpose(1, 2) @ w_q, w_o @ w_uv
+        return w_uk.transpose(1, 2) @ w_q, w_o @ wrong
+
+    return absorb
+
+
 @pytest.mark.parametrize(
     "mistake, fragments",
     [
@@ -261,7 +274,8 @@ def _rolled(which, shift):
         (_rolled("W_UK", -1), ["rolled by one", "W_UK block"]),
         (_rolled("W_UV", 1), ["rolled by one", "W_O block"]),
         (_rolled("output", -1), ["rolled by one", "W_O block"]),
-        (_swapped, ["folded with W_UV"]),
+        (_swapped, ["W_UK and W_UV are swapped in both folds"]),
+        (lambda layer: (_swapped(layer)[0], reference_absorbed_weights(layer)[1]), ["queries were folded with W_UV"]),
         (_scaled, ["scale"]),
         (_summed_query, ["summed over the heads"]),
         (_interleaved, ["interleaved"]),
@@ -270,8 +284,25 @@ def _rolled(which, shift):
         (_transposed_query, ["(h, E, d_c): transpose"]),
         (_transposed_output, ["(h, d_c, E): transpose"]),
         (lambda layer: reference_absorbed_weights(layer)[0], ["two tensors"]),
+        (lambda layer: tuple(t.transpose(1, 2) for t in reversed(reference_absorbed_weights(layer))),
+         ["each fold is the other one transposed"]),
+        (_up_split_as_columns("k_up"), ["W_UK was split as (h, d_c, d)"]),
+        (_up_split_as_columns("v_up"), ["W_UV was split as (h, d_c, d)"]),
+        (lambda layer: (reference_absorbed_weights(layer)[0] / layer.config.head_dim**0.5,
+                        reference_absorbed_weights(layer)[1]), ["scale (or a 1/√d) is folded in"]),
+        (lambda layer: (reference_absorbed_weights(layer)[0],
+                        reference_absorbed_weights(layer)[1] / layer.config.score_dim**0.5),
+         ["scale is folded into the output"]),
+        (lambda layer: tuple(t[:1].expand_as(t) for t in reference_absorbed_weights(layer)), ["head 0's fold"]),
+        (lambda layer: (_pieces(layer)[5] @ _pieces(layer)[4], _pieces(layer)[7] @ _pieces(layer)[6]),
+         ["product's shapes did not fit", "turn (transpose)"]),  # W_UK,i not transposed
+        (lambda layer: (reference_absorbed_weights(layer)[0], _pieces(layer)[6] @ _pieces(layer)[7]),
+         ["product's shapes did not fit"]),  # W_UV,i @ W_O,i, the wrong order
+        (lambda layer: (reference_absorbed_weights(layer)[0],
+                        reference_absorbed_weights(layer)[1][:1].expand(3, -1, -1)),
+         ["head 0's fold", "W_O,i and W_UV,i"]),
     ],
-)
+)  # fmt: skip
 def test_each_absorption_mistake_is_named(mistake, fragments):
     assert_hint(check_absorbed_weights(mistake), *fragments)
 
@@ -306,6 +337,27 @@ def _halves(k, positions, base):
         (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base)[:, None].repeat(1, 3, 1, 1)),
          ["ONE key shared"]),
         (lambda x, p, w_dkv, w_kr, base: (2 * x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base)), ["x @ w_dkv.T"]),
+        (lambda x, p, w_dkv, w_kr, base: ((x.view(-1, 576) @ w_dkv.T).view(2, 4, -1),
+                                          apply_rotary(x @ w_kr.T, p, base)),
+         ["your code raised RuntimeError", "instead of writing numbers in"]),
+        (lambda x, p, w_dkv, w_kr, base: (apply_rotary(x @ w_kr.T, p, base), x @ w_dkv.T), ["swapped order"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv, apply_rotary(x @ w_kr.T, p, base)),
+         ["product's shapes did not fit", "(out, in)"]),
+        (lambda x, p, w_dkv, w_kr, base: ((x @ w_dkv.T)[:, -1:], apply_rotary(x @ w_kr.T, p, base)[:, -1:]),
+         ["c has one token"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p + 1, base)), ["off by one"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p - 1, base)), ["off by one"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p[-1].repeat(len(p)), base)),
+         ["rotated by one position"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(apply_rotary(x @ w_kr.T, p, base), p, base)),
+         ["rotated twice"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x, p, base) @ w_kr.T), ["before the projection"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary((x @ w_dkv.T)[..., : w_kr.size(0)], p, base)),
+         ["taken from the latent"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base) / w_kr.size(0) ** 0.5),
+         ["scaled by 1/√d_R"]),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x.float() @ w_kr.T.float(), p + 1, base)),
+         ["off by one"]),  # in float32: the mistakes are named at a float32 answer's precision
     ],
 )  # fmt: skip
 def test_each_cache_entry_mistake_is_named(mistake, fragments):

@@ -145,6 +145,21 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
         (lambda *a: reference_logit_lens(*a).tolist(), ["return one tensor (n_layers + 1,)"]),
         (lambda r, norm, u, io, s: reference_logit_lens(r.view(31, -1, 576), norm, u, io, s),
          ["your code raised RuntimeError", "instead of writing numbers in"]),
+        (lambda r, norm, u, io, s: torch.stack([reference_logit_lens(r[i : i + 1], norm, u, io, s)[0]
+                                                for i in range(31)]),  # SmolLM2's 30 layers + 1 written in
+         ["your code raised IndexError", "a count written into it"]),
+        (lambda r, *a: reference_logit_lens(r[1:], *a), ["first entry is missing", "embedding"]),
+        (lambda r, *a: reference_logit_lens(r[:-1], *a), ["last entry is missing", "after the last block"]),
+        (_lens(lambda r, norm, last: torch.nn.functional.layer_norm(r, (r.size(-1),)) * norm.weight), ["LayerNorm"]),
+        (_lens(lambda r, norm, last: (r - r.mean(-1, keepdim=True)) / r.std(-1, keepdim=True) * norm.weight),
+         ["LayerNorm"]),
+        (lambda r, norm, u, io, s: ((r * _rms(r.transpose(0, -1), norm.eps).transpose(0, -1) * norm.weight)
+                                    * (u[io] - u[s])).sum(-1).mean(-1), ["across the residuals or across the prompts"]),
+        (_lens(lambda r, norm, last: r * _rms(r.T, norm.eps).T * norm.weight),  # one residual's: over its N prompts
+         ["across the residuals or across the prompts"]),
+        (lambda r, norm, u, io, s: ((norm(r) * (u[io] - u[s])).sum(-1)).median(-1).values, ["median"]),
+        (lambda r, norm, u, io, s: ((norm(r) * (u[io] - u[s])).sum(-1)).abs().mean(-1), ["absolute value"]),
+        (lambda r, *a: reference_logit_lens(r.cumsum(0), *a), ["running sum"]),
     ],
 )  # fmt: skip
 def test_each_logit_lens_mistake_is_named(mistake, fragments):
@@ -213,6 +228,31 @@ def _smollm2_sizes(head_outputs, out_weight, final_residual, norm, direction):
     return reference_head_attribution(head_outputs, blocks.flatten(1), final_residual, norm, direction)
 
 
+def _smollm2_head_loop(head_outputs, out_weight, final_residual, norm, direction):
+    """A loop over SmolLM2's 9 heads written in: it raises on the check's 3."""
+    pushes = []
+    for k in range(9):
+        write = head_outputs[:, k] @ out_weight[:, k * 64 : (k + 1) * 64].T
+        pushes.append((write * _rms(final_residual, norm.eps) * norm.weight * direction).sum(-1).mean())
+    return torch.stack(pushes)
+
+
+def _smollm2_head_count(head_outputs, out_weight, final_residual, norm, direction):
+    """SmolLM2's 9 heads written in as the loop's count, the head size read: it raises on the check's 3 heads."""
+    d = head_outputs.size(-1)
+    pushes = []
+    for k in range(9):
+        write = head_outputs[:, k] @ out_weight[:, k * d : (k + 1) * d].T
+        pushes.append((write * _rms(final_residual, norm.eps) * norm.weight * direction).sum(-1).mean())
+    return torch.stack(pushes)
+
+
+def _divided_by_weight(head_outputs, out_weight, final_residual, norm, direction):
+    h, d = head_outputs.shape[1:]
+    writes = torch.einsum("nhd,ehd->nhe", head_outputs, out_weight.view(-1, h, d))
+    return (writes * _rms(final_residual, norm.eps)[:, None] / norm.weight * direction[:, None]).sum(-1).mean(0)
+
+
 def test_the_reference_head_attribution_passes_and_a_stub_is_not_attempted():
     assert check_head_attribution(reference_head_attribution).passed
     assert check_head_attribution(_heads(columns, full)).passed
@@ -240,6 +280,16 @@ def test_the_reference_head_attribution_passes_and_a_stub_is_not_attempted():
         (_heads_normed_direction, ["applied to the direction"]),
         (_smollm2_sizes, ["your code raised RuntimeError", "instead of writing numbers in"]),
         (lambda *a: reference_head_attribution(*a).tolist(), ["return one tensor (h,)"]),
+        (_smollm2_head_loop, ["your code raised RuntimeError", "did not fit", "size is written in"]),
+        (_smollm2_head_count, ["your code raised IndexError", "a count written into it"]),
+        (_heads(columns, lambda written, writes, final, eps: 1 / _rms(final, eps)), ["multiplied instead of divided"]),
+        (_heads(columns, lambda written, writes, final, eps: _rms(final, eps).mean()), ["averaged over the prompts"]),
+        (
+            _heads(columns, lambda written, writes, final, eps: _rms(final + sum(writes), eps)),
+            ["added to final_residual"],
+        ),
+        (_heads(columns, lambda written, writes, final, eps: 1 / final.std(-1, keepdim=True)), ["standard deviation"]),
+        (_divided_by_weight, ["weight was divided by"]),
     ],
 )
 def test_each_head_attribution_mistake_is_named(mistake, fragments):
