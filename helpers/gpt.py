@@ -329,7 +329,7 @@ class DecoderBlock(nn.Module):
         return (x + fed, present, *weights)
 
 
-def _attention(config: GPTConfig, layer: int) -> nn.Module:
+def _attention(config: GPTConfig, layer: int) -> CausalSelfAttention | DeltaRuleAttention:
     """Layer ``layer``'s attention: softmax (``CausalSelfAttention``) or, for a "linear" or "delta" kind, a
     ``DeltaRuleAttention`` with the same heads and positions."""
     kind = None if config.layer_kinds is None else config.layer_kinds[layer]
@@ -517,6 +517,15 @@ class GPT(nn.Module):
             ids = ids.long()
         return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
 
+    @property
+    def decoder_blocks(self) -> list[DecoderBlock]:
+        """The blocks, in order, as their type (an nn.ModuleList yields plain Modules to a type checker)."""
+        return cast(list[DecoderBlock], list(self.blocks))
+
+    def layer_windows(self) -> list[int | None]:
+        """Each layer's window as it attends now (None: every earlier token; a delta-rule layer has none)."""
+        return [cast(int | None, block.attention.window) for block in self.decoder_blocks]
+
     def new_cache(self, rolling: bool = False) -> KVCache:
         """An empty ``KVCache`` for this model (it refuses to serve another).
 
@@ -525,8 +534,7 @@ class GPT(nn.Module):
         every token. The outputs are the same as with a full cache (tested)."""
         if not isinstance(rolling, bool):
             raise TypeError(f"rolling must be True or False, got {rolling!r}")
-        blocks = cast(list[DecoderBlock], list(self.blocks))  # what __init__ put there
-        keep = [cast(int | None, block.attention.window) for block in blocks] if rolling else None
+        keep = self.layer_windows() if rolling else None
         return KVCache(len(self.blocks), owner=self, keep=keep)
 
 

@@ -77,12 +77,13 @@ def attention_distances(model: GPT, texts: Tensor | Sequence[Tensor], start: int
         total = table * queries if total is None else total + table * queries
         count += queries
         del weights
+    assert total is not None, "at least one text (checked above)"
     return total / count
 
 
 def layer_kinds(model: GPT) -> tuple[str, ...]:
     """Each layer's kind as it attends now: "local" (it has a window) or "global" (none)."""
-    return tuple("global" if block.attention.window is None else "local" for block in model.blocks)
+    return tuple("global" if window is None else "local" for window in model.layer_windows())
 
 
 @dataclass(frozen=True)

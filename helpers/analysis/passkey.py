@@ -149,7 +149,7 @@ def answer_greedily(model: GPT, tokenizer, ids: Tensor, new_tokens: int = 8, rol
 
 def global_layers(model: GPT) -> tuple[int, ...]:
     """The layers that attend to every earlier token now (no window)."""
-    return tuple(i for i, block in enumerate(model.blocks) if block.attention.window is None)
+    return tuple(i for i, window in enumerate(model.layer_windows()) if window is None)
 
 
 @contextmanager
@@ -168,16 +168,16 @@ def made_local(model: GPT, layers: Iterable[int], window: int | None = None) -> 
     bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers]
     if bad:
         raise ValueError(f"layers must be ints in 0 .. {n_layers - 1} (the model's layers), got {bad}")
-    local = [i for i in layers if model.blocks[i].attention.window is not None]
+    local = [i for i in layers if model.layer_windows()[i] is not None]
     if local:
         raise ValueError(f"layers {local} are local already; made_local takes global layers {global_layers(model)}")
     try:
         for i in layers:
-            model.blocks[i].attention.window = window
+            model.decoder_blocks[i].attention.window = window
         yield model
     finally:
         for i in layers:
-            model.blocks[i].attention.window = None
+            model.decoder_blocks[i].attention.window = None
 
 
 def passkey_variants(model: GPT) -> dict[str, tuple[int, ...]]:
