@@ -68,7 +68,7 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 # --no-loadscope-reorder to keep this order. The lessons' nbval runs join by their registry entries' ``test_s``
 # (course/lessons.py); the test files are here.
 SLOW_TEST_FILES_S = {
-    "tests/models/test_gemma.py": 150,  # two 270M models; 7.5 min under load 10, not yet timed on a quiet machine
+    "tests/models/test_gemma.py": 150,  # two 270M models: 105 s of CPU (301 s wall at load 4), 3 December
     "tests/course/test_checking_submissions.py": 108,  # junitxml of make test, 2 December, quiet
     "tests/course/test_nbgrader_term.py": 80,
     "tests/test_browser.py": 65,
