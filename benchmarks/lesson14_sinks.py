@@ -10,8 +10,8 @@ section's first 1,536 tokens: ``execmodel`` ("Execution model") is the lesson's 
 ``assignment``, ``import`` and ``typesmapping`` are held out (the lesson does not read them). None of them is part
 of another (``specialnames`` holds ``customization``, ``compound`` holds ``try``: those are left out).
 
-One JSON line per (text, variant) goes to ``--log`` (the mean from token 512 and the means of each 64-token block,
-for a loss-against-position figure); the table is printed.
+One JSON line per (text, variant) goes to ``--log`` (the mean from token 512 and the means of each 64-token
+block, for a loss-against-position figure); the table is printed (``--table LOG`` prints a log's table only).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/lesson14_sinks.py --log benchmarks/lesson14_sinks.jsonl
 """
@@ -58,7 +58,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--log", type=Path, help="write one JSON line per (text, variant) here")
     parser.add_argument("--texts", nargs="*", default=[LESSON_TEXT, *HELD_OUT], help="pydoc_data.topics sections")
+    parser.add_argument("--table", type=Path, help="print the table of this JSON-lines log and stop")
     args = parser.parse_args()
+    if args.table:
+        print_table([json.loads(line) for line in args.table.read_text().splitlines() if line.strip()])
+        return
     model, tokenizer = load_pretrained_lm()
     rows = []
     for section in args.texts:
