@@ -69,6 +69,8 @@ from helpers.masks import (
     sdpa_mask,
     sdpa_mask_from_padding,
     sliding_window_mask,
+    streaming_mask,
+    streaming_mask_at,
 )
 
 __all__ = [
@@ -93,6 +95,8 @@ __all__ = [
     "sdpa_mask_from_padding",
     "sliding_window_mask",
     "split_heads",
+    "streaming_mask",
+    "streaming_mask_at",
     "unflatten_heads",
 ]
 

@@ -232,9 +232,13 @@ class KVCache:
         if bounded and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
             raise ValueError(f"a rolling cache needs the step's length T (a positive int), got {length!r}")
         self.check_owner(model)
-        self.layers = [_last(entry, keep) for entry, keep in zip(entries, self.keep, strict=True)]
+        self.layers = [self._kept(entry, keep) for entry, keep in zip(entries, self.keep, strict=True)]
         self._length = length
         self._owner = weakref.ref(model)
+
+    def _kept(self, entry: Entry, keep: int | None) -> Entry:
+        """What a layer keeps of its entry after a step: its last ``keep`` tokens (a variant keeps others)."""
+        return _last(entry, keep)
 
     def check_filled_together(self) -> bool:
         """Whether the layers hold tokens: True if every layer does, False if none does; refuse a cache in which

@@ -27,6 +27,8 @@ __all__ = [
     "sdpa_mask",
     "sdpa_mask_from_padding",
     "sliding_window_mask",
+    "streaming_mask",
+    "streaming_mask_at",
 ]
 
 
@@ -77,6 +79,30 @@ def causal_mask_at(query_positions: Tensor, num_keys: int, window: int | None = 
     if window is not None:
         blocked |= offset >= window  # a key further back than the window reaches
     return blocked
+
+
+def streaming_mask(size: int, window: int, sinks: int, device: torch.device | str | None = None) -> Tensor:
+    """Boolean (L, L) mask that is **True where attention is blocked** (True = blocked): StreamingLLM's window
+    with ``sinks`` first tokens kept (Xiao et al. 2023). Query ``i`` may read key ``j <= i`` when ``j > i - window``
+    (the window) or ``j < sinks`` (the first tokens, "attention sinks"). ``sinks=0`` gives
+    ``sliding_window_mask(size, window)``; ``window >= size`` gives ``causal_mask(size)``."""
+    if size < 1:
+        raise ValueError(f"streaming_mask needs a positive size, got {size}")
+    return streaming_mask_at(torch.arange(size, device=device), size, window, sinks)
+
+
+def streaming_mask_at(query_positions: Tensor, num_keys: int, window: int, sinks: int) -> Tensor:
+    """Boolean (L, T) mask that is **True where attention is blocked** (True = blocked), for L queries at
+    ``query_positions`` (L,) over keys at positions 0 .. T - 1: ``causal_mask_at(query_positions, T, window)``
+    with the keys at positions 0 .. ``sinks`` - 1 open again to every query at or after them."""
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an int >= 0 (how many first tokens every query keeps), got {sinks!r}")
+    if window is None:
+        raise ValueError("window must be a positive int number of tokens (a streaming mask has a window), got None")
+    blocked = causal_mask_at(query_positions, num_keys, window)  # (L, T): the future and beyond the window
+    first = torch.arange(num_keys, device=query_positions.device) < sinks  # (T,): the sink keys
+    future = query_positions[:, None] < torch.arange(num_keys, device=query_positions.device)  # (L, T)
+    return blocked & ~(first & ~future)  # a sink stays blocked only for the queries before it
 
 
 def sdpa_mask(blocked: Tensor) -> Tensor:

@@ -296,3 +296,23 @@ def test_a_gguf_without_a_tokenizer_names_the_missing_fields(tmp_path):
     path = _tiny_gguf(tmp_path / "notok.gguf", "llama", block_count=1)  # tokens only: no model kind, no merges
     with pytest.raises(ValueError, match=r"lacks the metadata fields \['tokenizer\.ggml\.model'\]"):
         language_model.load_tokenizer(path)
+
+
+def test_a_window_with_sinks_on_every_layer_equals_transformers_with_the_same_4d_mask(smollm2, smollm2_reference):
+    """Lesson 14's StreamingLLM prefill (``helpers.streaming``) against ``transformers`` given the same mask as a
+    4-D float mask: the per-position loss agrees, and differs from full causal (the mask did reach the model)."""
+    from pydoc_data.topics import topics
+
+    from helpers.masks import streaming_mask
+    from helpers.streaming import nll_by_position
+
+    model, tokenizer = smollm2
+    ids = tokenizer(topics["execmodel"], return_tensors="pt").input_ids[:, :200]
+    blocked = streaming_mask(ids.size(1), 48, 4)[None, None]  # (1, 1, T, T), True = blocked
+    additive = torch.zeros(blocked.shape).masked_fill(blocked, torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        logits = smollm2_reference(ids, attention_mask=additive).logits
+    theirs = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="none")
+    ours = nll_by_position(model, ids, 48, 4)[0]
+    torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=0)
+    assert (ours - nll_by_position(model, ids)[0])[100:].abs().max() > 0.05
