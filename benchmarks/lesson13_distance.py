@@ -8,9 +8,15 @@ window: from there on a local head could use its whole window, so its distance i
 could look up to i tokens back). The table by layer and head is the mean over the texts; the summary by kind is
 per text, and the lines under it say which comparisons hold on every text.
 
+``--first-key-out`` leaves each query's weight on the first token (<bos>) out and renormalises the rest: a global
+head parks much of its weight on <bos> (lesson 09's sink), which is the farthest key of all, so with it left out
+the distance says how far back the head reads the text itself.
+
 One JSON line per text goes to ``--log`` (the (18, 4) table, the summary by kind, seconds and load).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson13_distance.py --log benchmarks/lesson13_distance.jsonl
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lesson13_distance.py --first-key-out \
+        --log benchmarks/lesson13_distance.jsonl
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=1536, help="tokens of each text")
     parser.add_argument("--start", type=int, default=512, help="the first query position averaged")
+    parser.add_argument("--first-key-out", action="store_true", help="leave each query's weight on <bos> out")
     parser.add_argument("--log", type=Path, default=None)
     args = parser.parse_args()
     from helpers.models.language_model import load_pretrained_lm
@@ -61,10 +68,11 @@ def main() -> None:
         if ids.size(1) < args.length:
             raise SystemExit(f"{name} has only {ids.size(1)} tokens, fewer than --length {args.length}")
         start = time.perf_counter()
-        table = attention_distances(model, ids, start=args.start)  # (18, 4)
+        table = attention_distances(model, ids, start=args.start, first_key_out=args.first_key_out)  # (18, 4)
         rows = distance_by_kind(table, kinds)
         tables[name], summaries[name] = table, rows
-        line = {"text": name, "T": ids.size(1), "start": args.start, "distances": table.round(decimals=1).tolist()}
+        line = {"text": name, "T": ids.size(1), "start": args.start, "first_key_out": args.first_key_out}
+        line |= {"distances": table.round(decimals=1).tolist()}
         line |= {"by_kind": [dataclasses.asdict(row) for row in rows], "seconds": round(time.perf_counter() - start, 1)}
         line |= {"threads": torch.get_num_threads(), "load": [round(x, 2) for x in os.getloadavg()]}
         if args.log:

@@ -32,12 +32,16 @@ def _start_ok(start, length: int) -> None:
         raise ValueError(f"start must be an int query position in 0 .. T - 1 = {length - 1}, got {start!r}")
 
 
-def mean_distance(weights: Tensor, start: int = 0) -> Tensor:
+def mean_distance(weights: Tensor, start: int = 0, first_key_out: bool = False) -> Tensor:
     """Each head's mean look-back distance: weights (N, h, L, T) -> (h,).
 
     The L queries are the last L of the T positions (L = T for a forward pass without a cache): query row r sits at
     position i = T - L + r and key column j at position j. For each query, sum_j w_ij (i - j); then the mean over
-    the N sequences and the queries at positions i >= ``start``."""
+    the N sequences and the queries at positions i >= ``start``.
+
+    ``first_key_out=True``: each query's weight on key 0 is left out and the rest renormalised to sum to 1. A
+    global head parks most of its weight on the first token (<bos>, lesson 09's sink), which sits the farthest
+    back of all: with it left out the distance says how far back the head reads the text (``start`` >= 1)."""
     if not isinstance(weights, Tensor) or weights.dim() != 4 or not weights.is_floating_point():
         shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
         raise ValueError(f"weights must be a float tensor (N, h, L, T) of attention weights, got {shape}")
@@ -45,6 +49,14 @@ def mean_distance(weights: Tensor, start: int = 0) -> Tensor:
     if L > T:
         raise ValueError(f"weights (N, h, L, T) must have L <= T (queries among the keys' positions), got L={L}, T={T}")
     _start_ok(start, T)
+    if not isinstance(first_key_out, bool):
+        raise TypeError(f"first_key_out must be True or False, got {first_key_out!r}")
+    if first_key_out and start < 1:
+        raise ValueError("with first_key_out the query at position 0 has no key left: start must be >= 1")
+    if first_key_out:
+        rest = weights[..., 1:].clone()  # (N, h, L, T - 1): keys 1 .. T - 1
+        rest = rest / rest.sum(-1, keepdim=True).clamp_min(torch.finfo(rest.dtype).tiny)
+        weights = torch.cat([torch.zeros_like(weights[..., :1]), rest], dim=-1)  # key 0's weight now 0
     queries = torch.arange(T - L, T, device=weights.device)  # (L,) positions i
     keys = torch.arange(T, device=weights.device)  # (T,) positions j
     back = (queries[:, None] - keys[None, :]).to(weights.dtype)  # (L, T): i - j
@@ -54,7 +66,9 @@ def mean_distance(weights: Tensor, start: int = 0) -> Tensor:
 
 
 @torch.no_grad()
-def attention_distances(model: GPT, texts: Tensor | Sequence[Tensor], start: int = 0) -> Tensor:
+def attention_distances(
+    model: GPT, texts: Tensor | Sequence[Tensor], start: int = 0, first_key_out: bool = False
+) -> Tensor:
     """The mean look-back distance of every layer's heads: (n_layers, h).
 
     ``texts``: ids (N, T), or a list of ids (1, T_k) of different lengths; each gets one forward pass with
@@ -72,7 +86,7 @@ def attention_distances(model: GPT, texts: Tensor | Sequence[Tensor], start: int
             raise ValueError(f"each text must be ids (N, T), got {shape}")
         _start_ok(start, ids.size(1))
         _, weights = model(ids, need_weights=True, last_only=True)  # n_layers tensors (N, h, T, T)
-        table = torch.stack([mean_distance(w, start) for w in weights])  # (n_layers, h)
+        table = torch.stack([mean_distance(w, start, first_key_out) for w in weights])  # (n_layers, h)
         queries = ids.size(0) * (ids.size(1) - start)
         total = table * queries if total is None else total + table * queries
         count += queries

@@ -38,6 +38,32 @@ def test_a_hand_computed_case():
     torch.testing.assert_close(mean_distance(step), torch.tensor([1.0]))
 
 
+def test_the_first_key_left_out_renormalises_the_rest():
+    """A head with most of its weight on token 0 (a sink) reads far back only because token 0 is far back: with
+    it left out, the distance is that of the rest of its weight, renormalised."""
+    sink = torch.tensor([[1.0, 0, 0, 0], [0.5, 0.5, 0, 0], [0.8, 0.1, 0.1, 0], [0.6, 0, 0.2, 0.2]])[None, None]
+    # with key 0: query 3 looks back 0.6*3 + 0.2*1 = 2.0; query 2: 0.8*2 + 0.1*1 = 1.7; query 1: 0.5
+    torch.testing.assert_close(mean_distance(sink, start=1), torch.tensor([(0.5 + 1.7 + 2.0) / 3]))
+    # without it: query 1 only itself (0); query 2 keys 1, 2 at 1/2 each (0.5); query 3 keys 2, 3 at 1/2 (0.5)
+    torch.testing.assert_close(mean_distance(sink, start=1, first_key_out=True), torch.tensor([1 / 3]))
+    with pytest.raises(ValueError, match="start must be >= 1"):
+        mean_distance(sink, first_key_out=True)
+    with pytest.raises(TypeError, match="True or False"):
+        mean_distance(sink, start=1, first_key_out=1)
+
+
+def test_the_first_key_left_out_equals_a_brute_force_loop_on_a_model(hybrid):
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        _, weights = hybrid(ids, need_weights=True)
+    table = attention_distances(hybrid, ids, start=3, first_key_out=True)
+    for layer, w in enumerate(weights):
+        rest = w[..., 1:] / w[..., 1:].sum(-1, keepdim=True)
+        expected = _brute_force(torch.cat([torch.zeros_like(w[..., :1]), rest], dim=-1), 3)
+        torch.testing.assert_close(table[layer], expected, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(table[layer], _brute_force(w, 3))  # leaving key 0 out changes something
+
+
 def _brute_force(weights: torch.Tensor, start: int) -> torch.Tensor:
     N, h, L, T = weights.shape
     out = torch.zeros(h)
