@@ -341,6 +341,13 @@ def _write_answer(result: object, buffer: Tensor, new: Tensor, position: int) ->
             "written into it."
         )
     expect_shape(answer, buffer.shape, "the written buffer", "(N, h, w, d)")
+    if isinstance(result, Tensor) and (result.dtype, result.device) != (buffer.dtype, buffer.device):
+        raise wrong(
+            f"the buffer's dtype changed: it came as {buffer.dtype} on {buffer.device} and went out as "
+            f"{result.dtype} on {result.device}. A cache keeps its keys as they came: copy the buffer with its own "
+            "dtype and device (a clone does; torch.zeros(shape) without dtype= makes float32, .float() and .half() "
+            "convert)."
+        )
     return answer
 
 

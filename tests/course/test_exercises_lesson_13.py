@@ -221,6 +221,13 @@ def _slot_mod_last_size(buffer, new, position):
     return written
 
 
+def _zeros_then_copied(buffer, new, position):
+    written = torch.zeros(buffer.shape)
+    written.copy_(buffer)
+    written[:, :, position % buffer.shape[2]] = new
+    return written
+
+
 def test_every_write_mistake_gives_buffers_of_their_own_over_the_cases():
     """No two named mistakes (nor a mistake and the right write) agree on every case, and none raises: each gets
     its own hint."""
@@ -258,6 +265,9 @@ def test_every_write_mistake_gives_buffers_of_their_own_over_the_cases():
         (lambda b, n, p: b.index_copy(2, torch.tensor([p % b.size(2)]), n[:, :, None]), None),
         (_write_at(lambda p, w: p % 4), ["written in as 4", "third size"]),
         (_slot_mod_last_size, ["mod d", "third size"]),
+        (lambda b, n, p: reference_rolling_write(b.float(), n.float(), p), ["dtype changed", "torch.float32"]),
+        (lambda b, n, p: reference_rolling_write(b.half(), n.half(), p), ["dtype changed", "torch.float16"]),
+        (_zeros_then_copied, ["dtype changed", "torch.float64", "torch.float32"]),
     ],
 )  # fmt: skip
 def test_each_rolling_write_mistake_is_named(mistake, fragments):
