@@ -96,11 +96,20 @@ _MASK_MISTAKES: dict[str, Callable[[int, int], Tensor]] = {
     "the first queries read too little: a loop over the queries sliced each row from i - window + 1, and for "
     "i < window - 1 that start is below 0, which a slice counts from the END of the row. Start the window at key 0 "
     "at the earliest (or compare positions instead of slicing).": _wrapped_rows,
+    "a window wider than 4 was cut to 4 (here window = 6 with T = 12 reads only 4 keys): read `window` as it "
+    "comes; every query reads itself and the window - 1 keys before it, however wide the window.": (
+        lambda T, w: reference_window_mask(T, min(w, 4))
+    ),
+    "the window was taken modulo T: a window longer than T is the causal mask (every earlier key lies within "
+    "it), not a window of window mod T; only a key `window` or more positions back is blocked.": (
+        lambda T, w: reference_window_mask(T, w % T or T)
+    ),
 }
 
 # (T, window): a general case first (the one a fallback names), a window of 1, a window equal to T and one
-# longer than T (the causal mask then), and a longer sequence where the window slides a long way.
-_MASK_CASES = [(7, 3), (6, 1), (5, 2), (4, 4), (3, 9), (9, 4)]
+# longer than T (the causal mask then; not a multiple of T, so that window mod T is no window of T), a longer
+# sequence where the window slides a long way, and a window wider than 4 but shorter than T.
+_MASK_CASES = [(7, 3), (6, 1), (5, 2), (4, 4), (3, 8), (9, 4), (12, 6)]
 
 
 def _mask_answer(result: object, T: int, window: int) -> Tensor:
@@ -267,6 +276,10 @@ def _write_mistakes(buffer: Tensor, new: Tensor, position: int) -> dict[str, Cal
         "each row's own key into that row's slot.": lambda: _at_slot(buffer, new[:1].expand_as(new), slot),
         "only the first sequence's slot was written: every one of the N sequences has its own key at this "
         "position; write them all at once.": lambda: _first_row_only(buffer, new, slot),
+        "the window's size was written in as 4: w is the buffer's third size (dim 2, its slots), and it is not 4 "
+        "here; the slot is position mod that size.": lambda: _at_slot(buffer, new, position % 4),
+        "the slot was taken mod d, the buffer's last size (the head size): w is its third size (dim 2, the "
+        "slots); the slot is position mod w.": lambda: _at_slot(buffer, new, position % buffer.size(3)),
     }
 
 
@@ -284,10 +297,18 @@ def _axis_mistakes(buffer: Tensor, new: Tensor, position: int) -> dict[str, Call
     return mistakes
 
 
-# (N, h, w, d) and the positions written: all four sizes differ, so that a write along another axis raises; a
-# position within the first w (the buffer not yet full), ones past it that wrap round, one that lands in slot 0.
-_WRITE_SIZES = (2, 3, 4, 5)
-_WRITE_POSITIONS = (9, 2, 4, 7)
+# ((N, h, w, d), position) each: all four sizes differ, so that a write along another axis raises; windows of 4, 3
+# and 5 slots, so that a w written in fails; d < w, so that a slot taken mod d is a slot of its own, not an
+# IndexError. Positions within the first w (the buffer not yet full), ones past it that wrap round, one that lands
+# in slot 0; for w = 3 and 5 one where position mod 4 is a slot too (4 written in gives an answer, not an error).
+_WRITE_CASES = (
+    ((2, 5, 4, 3), 9),
+    ((2, 5, 4, 3), 2),
+    ((2, 5, 4, 3), 4),
+    ((2, 5, 4, 3), 7),
+    ((5, 4, 3, 2), 5),
+    ((2, 3, 5, 4), 7),
+)
 # Sizes all alike, where a write along the wrong axis runs and can be named.
 _SQUARE_SIZES, _SQUARE_POSITION = (3, 3, 3, 3), 7
 
@@ -320,12 +341,25 @@ def _write_answer(result: object, buffer: Tensor, new: Tensor, position: int) ->
             "written into it."
         )
     expect_shape(answer, buffer.shape, "the written buffer", "(N, h, w, d)")
+    if isinstance(result, Tensor) and (result.dtype, result.device) != (buffer.dtype, buffer.device):
+        raise wrong(
+            f"the buffer's dtype changed: it came as {buffer.dtype} on {buffer.device} and went out as "
+            f"{result.dtype} on {result.device}. A cache keeps its keys as they came: copy the buffer with its own "
+            "dtype and device (a clone does; torch.zeros(shape) without dtype= makes float32, .float() and .half() "
+            "convert)."
+        )
     return answer
 
 
-def _raises_without_modulo(errors: dict[int, LearnerError], answers: dict[int, Tensor], w: int) -> bool:
-    """Whether the code raised exactly where position >= w (an index past the buffer) and was right elsewhere."""
-    return bool(errors) and all(p >= w for p in errors) and all(p < w for p in answers)
+def _raises_without_modulo(errors: dict[int, LearnerError], answers: dict[int, Tensor]) -> bool:
+    """Whether the code raised exactly where position >= w (an index past the buffer) and was right elsewhere
+    (both keyed by the case's index in ``_WRITE_CASES``)."""
+
+    def past(case: int) -> bool:
+        (_, _, w, _), position = _WRITE_CASES[case]
+        return position >= w
+
+    return bool(errors) and all(past(c) for c in errors) and not any(past(c) for c in answers)
 
 
 @learner_check
@@ -334,18 +368,17 @@ def check_rolling_write(rolling_write: Callable[[Tensor, Tensor, int], Tensor]) 
     position mod w of a new tensor, the buffer left as it came."""
 
     def body() -> str:
-        w = _WRITE_SIZES[2]
-        answers: dict[int, Tensor] = {}
+        answers: dict[int, Tensor] = {}  # by the case's index in _WRITE_CASES
         errors: dict[int, LearnerError] = {}
         cases = {}
-        for seed, position in enumerate(_WRITE_POSITIONS):
-            buffer, new = cases[position] = _write_case(_WRITE_SIZES, seed)
+        for seed, (sizes, position) in enumerate(_WRITE_CASES):
+            buffer, new = cases[seed] = _write_case(sizes, seed)
             try:
                 result = call_learner(rolling_write, buffer.clone(), new.clone(), position)
             except LearnerError as error:
-                errors[position] = error
+                errors[seed] = error
                 continue
-            answers[position] = _write_answer(result, buffer, new, position)
+            answers[seed] = _write_answer(result, buffer, new, position)
         if errors:
             square_buffer, square_new = _write_case(_SQUARE_SIZES, 7)
             try:
@@ -356,9 +389,10 @@ def check_rolling_write(rolling_write: Callable[[Tensor, Tensor, int], Tensor]) 
                 for hint, mistake in _axis_mistakes(square_buffer, square_new, _SQUARE_POSITION).items():
                     if close(as_tensor(square, "the written buffer"), mistake()):
                         raise wrong(hint)
-            first_position, first = next(iter(errors.items()))
-            if _raises_without_modulo(errors, answers, w) and all(
-                close(answers[p], reference_rolling_write(*cases[p], p)) for p in answers
+            first_case, first = next(iter(errors.items()))
+            (_, _, w, _), first_position = _WRITE_CASES[first_case]
+            if _raises_without_modulo(errors, answers) and all(
+                close(answers[c], reference_rolling_write(*cases[c], _WRITE_CASES[c][1])) for c in answers
             ):
                 raise wrong(
                     f"your code raised {first} for position {first_position}, with w = {w} slots: the position was "
@@ -366,17 +400,21 @@ def check_rolling_write(rolling_write: Callable[[Tensor, Tensor, int], Tensor]) 
                     "mod w, so that the ring wraps round."
                 )
             raise first
-        right = {p: reference_rolling_write(*cases[p], p) for p in answers}
-        if all(close(answers[p], right[p]) for p in answers):
+        positions = {c: position for c, (_, position) in enumerate(_WRITE_CASES)}
+        right = {c: reference_rolling_write(*cases[c], positions[c]) for c in answers}
+        if all(close(answers[c], right[c]) for c in answers):
+            windows = sorted({sizes[2] for sizes, _ in _WRITE_CASES})
             return (
                 f"the new key in slot position mod w, the other w - 1 slots untouched, for positions "
-                f"{', '.join(map(str, _WRITE_POSITIONS))} with w = {w}: a buffer that never grows."
+                f"{', '.join(str(p) for _, p in _WRITE_CASES)} with w = {', '.join(map(str, windows))}: a buffer "
+                "that never grows."
             )
-        for hint in _write_mistakes(*cases[_WRITE_POSITIONS[0]], _WRITE_POSITIONS[0]):
-            if all(close(answers[p], _write_mistakes(*cases[p], p)[hint]()) for p in answers):
+        for hint in _write_mistakes(*cases[0], positions[0]):
+            if all(close(answers[c], _write_mistakes(*cases[c], positions[c])[hint]()) for c in answers):
                 raise wrong(hint)
-        position = next(p for p in answers if not close(answers[p], right[p]))
-        differ = sorted({int(s) for s in (answers[position] - right[position]).abs().amax((0, 1, 3)).nonzero()})
+        case = next(c for c in answers if not close(answers[c], right[c]))
+        position, w = positions[case], _WRITE_CASES[case][0][2]
+        differ = sorted({int(s) for s in (answers[case] - right[case]).abs().amax((0, 1, 3)).nonzero()})
         raise wrong(
             f"with position = {position} and w = {w}, slots {differ} differ from what they should hold: slot "
             f"{position % w} (position mod w) should hold the new key of every sequence and head, and every other "
@@ -477,7 +515,7 @@ def _bytes_mistakes(config: GPTConfig, T: int, bytes_per_number: int) -> dict[st
         ),
         "a local layer was counted at its whole window before it has seen that many tokens: the rolling cache "
         "holds the tokens seen, at most `window` of them (T < window: T), it reserves no slots ahead.": (
-            count(local_keeps=max)
+            [count(local_keeps=lambda T, window: window), count(local_keeps=max)]
         ),
         "the window is one token too long: a local layer keeps its last `window` tokens (itself and the window - "
         "1 before it are all its newest query reads), not window + 1.": count(window=window + 1),

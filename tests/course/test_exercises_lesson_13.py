@@ -23,8 +23,11 @@ from course.exercises.lesson13 import (
     _CONFIGS,
     _MASK_CASES,
     _MASK_MISTAKES,
+    _WRITE_CASES,
     GEMMA,
     _bytes_mistakes,
+    _write_case,
+    _write_mistakes,
     check_hybrid_cache_bytes,
     check_rolling_write,
     check_window_mask,
@@ -159,6 +162,8 @@ def _right_but_at(edge):
         (lambda T, w: causal_mask_at(torch.arange(T), T, w), ["helpers.masks.sliding_window_mask", "causal_mask_at"]),
         (lambda T, w: torch.ones(T, T, dtype=torch.bool).triu(1) | torch.ones(T, T, dtype=torch.bool).tril(-w), None),
         (lambda T, w: reference_window_mask(T, w) & (torch.arange(T) != 2), ["query", "should read"]),
+        (lambda T, w: reference_window_mask(T, min(w, 4)), ["cut to 4", "window = 6 with T = 12"]),
+        (lambda T, w: reference_window_mask(T, w % T or T), ["modulo T", "longer than T is the causal mask"]),
     ],
 )  # fmt: skip
 def test_each_window_mask_mistake_is_named(mistake, fragments):
@@ -210,6 +215,30 @@ def _first_row_only(buffer, new, position):
     return written
 
 
+def _slot_mod_last_size(buffer, new, position):
+    written = buffer.clone()
+    written[:, :, position % buffer.size(-1)] = new
+    return written
+
+
+def _zeros_then_copied(buffer, new, position):
+    written = torch.zeros(buffer.shape)
+    written.copy_(buffer)
+    written[:, :, position % buffer.shape[2]] = new
+    return written
+
+
+def test_every_write_mistake_gives_buffers_of_their_own_over_the_cases():
+    """No two named mistakes (nor a mistake and the right write) agree on every case, and none raises: each gets
+    its own hint."""
+    cases = [(_write_case(sizes, seed), position) for seed, (sizes, position) in enumerate(_WRITE_CASES)]
+    table = {"right": [reference_rolling_write(*case, position) for case, position in cases]}
+    for hint in _write_mistakes(*cases[0][0], cases[0][1]):
+        table[hint] = [_write_mistakes(*case, position)[hint]() for case, position in cases]
+    for (a, xs), (b, ys) in itertools.combinations(table.items(), 2):
+        assert not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(xs, ys, strict=True)), (a[:40], b[:40])
+
+
 @pytest.mark.parametrize(
     "mistake, fragments",
     [
@@ -234,6 +263,11 @@ def _first_row_only(buffer, new, position):
         (lambda b, n, p: reference_rolling_write(b, n, p).transpose(2, 3), ["should have shape (N, h, w, d)"]),
         (lambda b, n, p: reference_rolling_write(b, n, p) * 2, ["slots [0, 1, 2, 3] differ", "slot 1"]),
         (lambda b, n, p: b.index_copy(2, torch.tensor([p % b.size(2)]), n[:, :, None]), None),
+        (_write_at(lambda p, w: p % 4), ["written in as 4", "third size"]),
+        (_slot_mod_last_size, ["mod d", "third size"]),
+        (lambda b, n, p: reference_rolling_write(b.float(), n.float(), p), ["dtype changed", "torch.float32"]),
+        (lambda b, n, p: reference_rolling_write(b.half(), n.half(), p), ["dtype changed", "torch.float16"]),
+        (_zeros_then_copied, ["dtype changed", "torch.float64", "torch.float32"]),
     ],
 )  # fmt: skip
 def test_each_rolling_write_mistake_is_named(mistake, fragments):
@@ -346,6 +380,7 @@ def _gemma_written_in(config, T, bytes_per_number=2):
         (_bytes(_kept(lambda c, T: min(T, c.window), lambda c, T: min(T, c.window))), ["global layers were counted"]),
         (_bytes(_kept(lambda c, T: T)), ["local layers were counted as global"]),
         (_bytes(_kept(lambda c, T: max(T, c.window))), ["whole window before"]),
+        (_bytes(_kept(lambda c, T: c.window)), ["whole window before"]),  # `T if win is None else win`
         (_bytes(_kept(lambda c, T: min(T, c.window + 1))), ["one token too long"]),
         (_bytes(_kept(lambda c, T: min(T, c.window - 1))), ["one token too short"]),
         (_bytes(_kept(lambda c, T: min(T, c.window), lambda c, T: 0)), ["only the local layers"]),
