@@ -33,8 +33,6 @@ from nbformat import v4
 
 from course.grading import checker, sandbox
 
-pytestmark = pytest.mark.integration
-
 NOBODY = 65534
 KERNELSPEC = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 IMPORT = "from course.exercises.lesson02 import check_linear_projection"
@@ -131,6 +129,7 @@ def folder():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.integration
 def test_check_grades_in_its_sandbox_run_by_a_teacher_who_is_not_root(folder):
     lessons = notebook(folder / "notebooks" / "02_tiny.ipynb", "x @ weight.T + bias").parent
     alice = notebook(folder / "submitted" / "alice" / "02_tiny.ipynb", "x @ weight.T + bias")
@@ -170,3 +169,25 @@ def test_check_grades_in_its_sandbox_run_by_a_teacher_who_is_not_root(folder):
     assert points == {"alice": "1", "bob": "0"}
     if os.geteuid() == 0:
         assert (folder / "grades" / "totals.csv").stat().st_uid == NOBODY  # written by the teacher, not by root
+
+
+@pytest.mark.parametrize("refused", ["the sandbox", "its locked user namespace"])
+def test_a_teacher_refused_user_namespaces_is_told_what_allows_them(monkeypatch, refused):
+    """Where the kernel refuses a teacher who is not root bwrap's user namespace (for the sandbox, or for its
+    locked inner one), ``unavailable`` gives bwrap's complaint, the switches that allow it and the guide's section."""
+    complaint = "bwrap: setting up uid map: Permission denied"
+    results = iter([(1, complaint)] if refused == "the sandbox" else [(0, ""), (1, complaint)])
+
+    def run(words, **_):
+        status, stderr = next(results)
+        return subprocess.CompletedProcess(words, status, "", stderr + "\n")
+
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(sandbox.subprocess, "run", run)
+    reason = sandbox.unavailable() or ""
+    section = "A teacher who is not root"
+    assert f"**{section}.**" in (checker.course_root() / "docs" / "teaching.md").read_text(encoding="utf-8")
+    for needed in (complaint, "kernel.unprivileged_userns_clone=1", "user.max_user_namespaces", section,
+                   "bwrap-userns-restrict", "kernel.apparmor_restrict_unprivileged_userns=0"):  # fmt: skip
+        assert needed in reason, reason
