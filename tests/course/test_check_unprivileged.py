@@ -41,6 +41,7 @@ CHECK = "check_linear_projection(linear_projection)"
 
 # Run as the teacher: what would stop the checker, or nothing. The checker starts its workers and kernels with its
 # own interpreter, so that interpreter must be one the teacher may run (a Python under /root, mode 0700, is not).
+# The probe's own start proves nothing: root's setpriv started it here as nobody, whose children then could not.
 PROBE = """\
 import os, sys
 from course.grading import sandbox
