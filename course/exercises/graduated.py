@@ -107,7 +107,25 @@ def _head_attribution() -> dict[Callable[..., Any], str]:
     return {attribution.direct_logit_attribution: "`helpers.analysis.attribution.direct_logit_attribution`"}
 
 
-#: Each exercise's graduated helpers (lessons 06-12), by the exercise's name in its verdict.
+def _sink_softmax() -> dict[Callable[..., Any], str]:
+    import helpers.attention
+
+    # masked_softmax without a sink stays allowed (a plain softmax is the exercise's building block); with one it
+    # runs _softmax_with_sink, the whole exercise.
+    return {helpers.attention._softmax_with_sink: "`helpers.attention.masked_softmax(..., sink=...)`"}
+
+
+def _delta_rule() -> dict[Callable[..., Any], str]:
+    import helpers.delta_rule as delta_rule
+
+    return {
+        delta_rule.delta_rule_step: "`helpers.delta_rule.delta_rule_step`",
+        delta_rule.delta_rule_recurrent: "`helpers.delta_rule.delta_rule_recurrent`",
+        delta_rule.delta_rule_chunked: "`helpers.delta_rule.delta_rule_chunked`",
+    }
+
+
+#: Each exercise's graduated helpers (lessons 06-12 and 14), by the exercise's name in its verdict.
 GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "teacher forcing: inputs, labels and causal mask": _lesson06,
     "online softmax update": _online_softmax,
@@ -123,6 +141,8 @@ GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "the logit difference": _logit_difference,
     "the logit lens": _logit_lens,
     "each head's direct push on the logit difference": _head_attribution,
+    "softmax with an attention sink": _sink_softmax,
+    "one step of the gated delta rule": _delta_rule,
 }
 
 
