@@ -118,10 +118,11 @@ def _sink_softmax() -> dict[Callable[..., Any], str]:
 def _delta_rule() -> dict[Callable[..., Any], str]:
     import helpers.delta_rule as delta_rule
 
+    # The outer ones first: delta_rule_recurrent runs delta_rule_step, and the answer called the one it names.
     return {
-        delta_rule.delta_rule_step: "`helpers.delta_rule.delta_rule_step`",
         delta_rule.delta_rule_recurrent: "`helpers.delta_rule.delta_rule_recurrent`",
         delta_rule.delta_rule_chunked: "`helpers.delta_rule.delta_rule_chunked`",
+        delta_rule.delta_rule_step: "`helpers.delta_rule.delta_rule_step`",
     }
 
 

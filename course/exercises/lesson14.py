@@ -78,9 +78,12 @@ def _matches(answer: Tensor, expected: Expected) -> bool:
 
 
 def _named_mistake(answers: Sequence[Tensor], tables: Sequence[dict[str, Expected]]) -> _Wrong | None:
-    """The hint of the first mistake that gives every answer (one of its results in each case), or None."""
-    for hint in tables[0]:
-        if all(_matches(answer, table[hint]) for answer, table in zip(answers, tables, strict=True)):
+    """The hint of the first mistake that gives every answer (one of its results in each case where it is listed; a
+    mistake of log_alpha is not listed where there is none), or None."""
+    hints = dict.fromkeys(hint for table in tables for hint in table)  # a hint absent from a case: not judged there
+    for hint in hints:
+        judged = [(answer, table[hint]) for answer, table in zip(answers, tables, strict=True) if hint in table]
+        if all(_matches(answer, expected) for answer, expected in judged):
             return wrong(hint)
     return None
 
@@ -164,6 +167,10 @@ def _zero_blocked(weights: Tensor, scores: Tensor) -> Tensor:
     return weights.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0)
 
 
+def _renormalised(weights: Tensor) -> Tensor:
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
 def _with_sink(scores: Tensor, sink: Tensor) -> Tensor:
     return torch.cat((scores, _sink_column(scores, sink)), dim=-1)
 
@@ -180,7 +187,12 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
         "each row sums to 1: the sink's share is gone. The weights were renormalised after the sink's column was "
         "dropped, or the sink was added to every score (softmax ignores a shift shared by the whole row), or left "
         "out. The sink takes its share in the softmax, in a column of its own, and that share then goes nowhere: "
-        "a row's weights over the real keys sum to less than 1.": [plain, _zero_blocked(plain, scores)],
+        "a row's weights over the real keys sum to less than 1.": [
+            plain,
+            _zero_blocked(plain, scores),
+            torch.softmax(scores + column, dim=-1),  # the same but where the sink is -inf
+            _renormalised(torch.softmax(logits, dim=-1)[..., :-1]),  # NaN where the sink took everything
+        ],
         "the sink was added to the scores as well as given its own column: its logit belongs in the extra column "
         "only; the scores stay as they came.": lambda: torch.softmax(_with_sink(scores + column, sink), -1)[..., :-1],
         "the sink entered as a weight, not as a logit: its column holds a logit like the scores do, so what it "
@@ -387,7 +399,8 @@ def reference_gated_heads(heads: Tensor, x: Tensor, gate_weight: Tensor) -> Tens
 
 def _grouped(gates: Tensor, groups: int) -> Tensor:
     """``gates`` (..., h·d) averaged within ``groups`` runs of consecutive features (one gate per head)."""
-    return gates.unflatten(-1, (groups, -1)).mean(-1, keepdim=True).expand(*gates.shape[:-1], groups, -1).flatten(-2)
+    means = gates.unflatten(-1, (groups, -1)).mean(-1, keepdim=True)  # (..., groups, 1)
+    return means.expand(*gates.shape[:-1], groups, gates.size(-1) // groups).flatten(-2)
 
 
 def _gate_mistakes(heads: Tensor, x: Tensor, gate_weight: Tensor) -> dict[str, Expected]:
@@ -462,7 +475,7 @@ _GATE_SQUARE = _gate_case("heads (2, 3, 4), x (2, 3, 4)", (2, 3, 4, 4), 4)
 
 def _gate_answer(result: object, case: _Case) -> Tensor:
     heads, x, _ = case.args
-    if isinstance(result, Tensor) and tuple(result.shape) == tuple(x.shape):
+    if isinstance(result, Tensor) and x.shape != heads.shape and tuple(result.shape) == tuple(x.shape):
         raise wrong(
             f"the result has x's shape (N, T, E) = {tuple(x.shape)} ({case.name}): the gate scales the heads' "
             "outputs (N, T, h·d), feature by feature, and the result keeps their shape."
@@ -608,7 +621,7 @@ def _delta_square_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, lo
     return {
         "the recall is transposed: the state is (d_k, d_v), one row per key feature, so what it holds under k "
         "sums over its rows (its d_k axis, S^T k), a vector of d_v numbers, not over its columns (S k).": (
-            _write(decayed, k, b * (v - decayed @ k[..., None]).squeeze(-1))
+            _write(decayed, k, b * (v - (decayed @ k[..., None]).squeeze(-1)))
         ),
         "the write is transposed: v k^T is (d_v, d_k); the state is (d_k, d_v), one row per key feature, so "
         "the correction goes in as k times it (the key's axis first).": (
