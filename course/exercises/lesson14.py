@@ -49,19 +49,18 @@ NEG_INF = float("-inf")
 
 @dataclass(frozen=True)
 class _Case:
-    """One call of the learner's code: its arguments (``kwargs`` by name), and what the case is, in words."""
+    """One call of the learner's code: its arguments, and what the case is, in words."""
 
     name: str
     args: tuple
-    kwargs: dict[str, Any]
 
-    def cloned(self) -> tuple[tuple, dict[str, Any]]:
+    def cloned(self) -> tuple:
         """Fresh copies of the arguments: the learner's code may not change them, but a check never relies on it."""
 
         def copy(value: Any) -> Any:
             return value.clone() if isinstance(value, Tensor) else value
 
-        return tuple(copy(a) for a in self.args), {key: copy(value) for key, value in self.kwargs.items()}
+        return tuple(copy(a) for a in self.args)
 
 
 def _candidates(expected: Expected) -> list[Tensor]:
@@ -93,9 +92,8 @@ def _run(function: Callable[..., Any], cases: Sequence[_Case], answer_of: Callab
     answers: dict[int, Tensor] = {}
     errors: dict[int, LearnerError] = {}
     for index, case in enumerate(cases):
-        args, kwargs = case.cloned()
         try:
-            result = call_learner(function, *args, **kwargs)
+            result = call_learner(function, *case.cloned())
         except LearnerError as error:
             errors[index] = error
             continue
@@ -123,9 +121,8 @@ def _square_verdict(
 ) -> _Wrong | None:
     """Where the learner's code raised: its answer on the case whose sizes are all equal, if that is one of the
     mistakes that swap two sizes (they raise wherever the sizes differ)."""
-    args, kwargs = square.cloned()
     try:
-        result = call_learner(function, *args, **kwargs)
+        result = call_learner(function, *square.cloned())
         answer = answer_of(result, square)
     except (LearnerError, _Wrong):
         return None
@@ -277,18 +274,18 @@ def _sink_cases() -> list[_Case]:
     huge = _scores((2, 4, 2, 3), 2, scale=3.0) + torch.tensor([3000.0, -3000.0, 2500.0, 800.0]).view(4, 1, 1)
     sink = functools.partial(torch.tensor, dtype=torch.float64)
     return [
-        _Case("scores (2, 3, 4, 5), each query reading up to 1 key ahead", (general, sink([0.5, -1.0, 2.0])), {}),
-        _Case("scores (1, 2, 3, 6) with rows blocked everywhere", (blocked, sink([1.5, -0.5])), {}),
-        _Case("scores (2, 4, 2, 3) of about +3000, -3000, 2500 and 800", (huge, sink([3001.0, -2.0, 2499.0, 0.0])), {}),
-        _Case("scores (2, 5, 3) without a batch axis, head 0's sink -inf", (unbatched, sink([NEG_INF, 0.3])), {}),
-        _Case("scores (2, 2, 3, 2, 4) with two leading axes", (stacked, sink([-0.7, 1.2, 0.0])), {}),
+        _Case("scores (2, 3, 4, 5), each query reading up to 1 key ahead", (general, sink([0.5, -1.0, 2.0]))),
+        _Case("scores (1, 2, 3, 6) with rows blocked everywhere", (blocked, sink([1.5, -0.5]))),
+        _Case("scores (2, 4, 2, 3) of about +3000, -3000, 2500 and 800", (huge, sink([3001.0, -2.0, 2499.0, 0.0]))),
+        _Case("scores (2, 5, 3) without a batch axis, head 0's sink -inf", (unbatched, sink([NEG_INF, 0.3]))),
+        _Case("scores (2, 2, 3, 2, 4) with two leading axes", (stacked, sink([-0.7, 1.2, 0.0]))),
     ]
 
 
 _SINK_CASES = _sink_cases()
 _HUGE = 2  # the case whose scores are thousands
 _SINK_SQUARE = _Case(
-    "scores (2, 3, 3, 3)", (_causal(_scores((2, 3, 3, 3), 5), 1), torch.tensor([0.7, -1.2, 1.9]).double()), {}
+    "scores (2, 3, 3, 3)", (_causal(_scores((2, 3, 3, 3), 5), 1), torch.tensor([0.7, -1.2, 1.9]).double())
 )
 
 
@@ -458,7 +455,7 @@ def _gate_case(name: str, sizes: tuple[int, int, int, int], seed: int, x_scale: 
     heads = torch.randn(N, T, width, dtype=torch.float64, generator=generator)
     x = torch.randn(N, T, E, dtype=torch.float64, generator=generator) * x_scale
     weight = torch.randn(width, E, dtype=torch.float64, generator=generator) / math.sqrt(E)
-    return _Case(name, (heads, x, weight), {})
+    return _Case(name, (heads, x, weight))
 
 
 # (N, T, h·d, E): h·d != E in every case, so that gate_weight untransposed raises (the square case names it); a
@@ -643,14 +640,13 @@ def _delta_case(name: str, sizes: tuple[int, int, int, int], seed: int, gated: b
     beta = torch.rand(N, h, dtype=torch.float64, generator=generator) * 0.8 + 0.1
     beta.view(-1)[0] = 1.0  # beta = 1: the key's value replaced entirely
     args: tuple = (state, k, v, beta)
-    kwargs: dict[str, Any] = {}
     if gated:
         log_alpha = -torch.rand(N, h, dtype=torch.float64, generator=generator) * 1.5 - 0.05
         log_alpha.view(-1)[-1] = 0.0  # alpha = 1 for one head: no decay there
         args += (log_alpha,)
     elif gated is None:
-        kwargs["log_alpha"] = None
-    return _Case(name, args, kwargs)
+        args += (None,)
+    return _Case(name, args)
 
 
 # (N, h, d_k, d_v): d_k != d_v in every case, so that a transposed recall or write raises (the square case names
@@ -665,7 +661,7 @@ _DELTA_SQUARE = _delta_case("state (2, 2, 3, 3) with log_alpha", (2, 2, 3, 3), 4
 
 
 def _log_alpha(case: _Case) -> Tensor | None:
-    return case.args[4] if len(case.args) > 4 else None
+    return case.args[4] if len(case.args) > 4 else None  # left out: None
 
 
 def _delta_answer(result: object, case: _Case) -> Tensor:
@@ -713,7 +709,7 @@ def check_delta_step(delta_step: Callable[..., Tensor]) -> Verdict:
             named = _square_verdict(delta_step, _DELTA_SQUARE, _delta_answer, _delta_square_mistakes(*square))
             raise named or _none_error(errors) or next(iter(errors.values()))
         cases = [_DELTA_CASES[c] for c in answers]
-        right = {c: reference_delta_step(*case.args, **case.kwargs) for c, case in zip(answers, cases, strict=True)}
+        right = {c: reference_delta_step(*case.args) for c, case in zip(answers, cases, strict=True)}
         if all(close(answers[c], right[c]) for c in answers):
             return (
                 "the old state decayed, what it recalls under k corrected by beta times the error, with and "

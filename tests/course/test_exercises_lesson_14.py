@@ -381,7 +381,7 @@ def test_the_reference_delta_step_is_the_librarys_and_qwen3_nexts():
     for case in [*_DELTA_CASES, _DELTA_SQUARE]:
         state, k, v, beta = case.args[:4]
         log_alpha = _log_alpha(case)
-        ours = reference_delta_step(*case.args, **case.kwargs)
+        ours = reference_delta_step(*case.args)
         q = torch.randn(k.shape, dtype=k.dtype, generator=torch.Generator().manual_seed(1))
         _, step_state = delta_rule_step(state, q, k, v, beta, log_alpha)
         torch.testing.assert_close(ours, step_state, rtol=0, atol=1e-12)
@@ -400,7 +400,7 @@ def test_the_reference_delta_step_is_the_librarys_and_qwen3_nexts():
 
 def test_every_delta_mistake_gives_a_state_of_its_own():
     tables = [_delta_mistakes(*case.args[:4], _log_alpha(case)) for case in _DELTA_CASES]
-    _distinct(tables, [reference_delta_step(*case.args, **case.kwargs) for case in _DELTA_CASES])
+    _distinct(tables, [reference_delta_step(*case.args) for case in _DELTA_CASES])
     square = _delta_square_mistakes(*_DELTA_SQUARE.args)
     _distinct([square], [reference_delta_step(*_DELTA_SQUARE.args)])
     for case in _DELTA_CASES:
