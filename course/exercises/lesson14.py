@@ -480,6 +480,26 @@ def _gate_answer(result: object, case: _Case) -> Tensor:
     return _one_tensor(result, "the gated heads", tuple(heads.shape), "(N, T, h·d)", case)
 
 
+def _gate_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wrong:
+    """NaN only where the gate logits are huge (a sigmoid that overflows), else the first wrong case's worst
+    feature, with what it should be."""
+    wrong_cases = [c for c in answers if not close(answers[c], right[c])]
+    if wrong_cases == [_LARGE_GATES] and not torch.isfinite(answers[_LARGE_GATES]).all():
+        return wrong(
+            "right for ordinary gate logits, NaN or inf where they are in the hundreds: e to the logit overflows "
+            "there (inf / inf is NaN). torch's sigmoid is written to stay finite for any logit; use it, or a form "
+            "of the sigmoid that never takes e to a large positive number."
+        )
+    case = wrong_cases[0]
+    differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
+    n, t, f = (int(i) for i in torch.unravel_index(differs.argmax(), differs.shape))
+    head, want, got = (float(t_[n, t, f]) for t_ in (_GATE_CASES[case].args[0], right[case], answers[case]))
+    return wrong(
+        f"{_GATE_CASES[case].name}: feature {f} of token {t} in sequence {n} should be {want:.4f} (the head's output "
+        f"{head:.4f} times its gate), yours is {got:.4f}."
+    )
+
+
 @learner_check
 def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``gated_heads(heads (N, T, h·d), x (N, T, E), gate_weight (h·d, E)) -> (N, T, h·d)``: the heads scaled
@@ -494,23 +514,7 @@ def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -
         if all(close(answers[c], right[c]) for c in answers):
             return "each of the h·d features scaled by its own gate in (0, 1), computed from x, large logits included."
         named = _named_mistake(list(answers.values()), [_gate_mistakes(*_GATE_CASES[c].args) for c in answers])
-        if named:
-            raise named
-        wrong_cases = [c for c in answers if not close(answers[c], right[c])]
-        if wrong_cases == [_LARGE_GATES] and not torch.isfinite(answers[_LARGE_GATES]).all():
-            raise wrong(
-                "right for ordinary gate logits, NaN or inf where they are in the hundreds: e to the logit "
-                "overflows there (inf / inf is NaN). torch's sigmoid is written to stay finite for any logit; "
-                "use it, or a form of the sigmoid that never takes e to a large positive number."
-            )
-        case = wrong_cases[0]
-        differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
-        n, t, f = (int(i) for i in torch.unravel_index(differs.argmax(), differs.shape))
-        raise wrong(
-            f"{_GATE_CASES[case].name}: feature {f} of token {t} in sequence {n} should be "
-            f"{float(right[case][n, t, f]):.4f} (the head's output {float(_GATE_CASES[case].args[0][n, t, f]):.4f} "
-            f"times its gate), yours is {float(answers[case][n, t, f]):.4f}."
-        )
+        raise named or _gate_fallback(answers, right)
 
     return run_check("the output gate", body)
 
@@ -685,6 +689,26 @@ def _delta_answer(result: object, case: _Case) -> Tensor:
     return _one_tensor(result, "the new state", tuple(state.shape), "(N, h, d_k, d_v)", case)
 
 
+def _delta_table(case: _Case) -> dict[str, Expected]:
+    state, k, v, beta = case.args[:4]
+    return _delta_mistakes(state, k, v, beta, _log_alpha(case))
+
+
+def _delta_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wrong:
+    """Where the first wrong case's state differs most: which sequence and head, with their beta and alpha."""
+    case = next(c for c in answers if not close(answers[c], right[c]))
+    differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
+    n, head = (int(i) for i in torch.unravel_index(differs.amax((2, 3)).argmax(), differs.shape[:2]))
+    beta, log_alpha = _DELTA_CASES[case].args[3], _log_alpha(_DELTA_CASES[case])
+    gates = f"beta = {float(beta[n, head]):.3f}"
+    if log_alpha is not None:
+        gates += f", alpha = {math.exp(float(log_alpha[n, head])):.3f}"
+    return wrong(
+        f"{_DELTA_CASES[case].name}: the new state of sequence {n}, head {head} differs from the delta rule's by up "
+        f"to {float(differs[n, head].amax()):.4g} ({gates})."
+    )
+
+
 def _none_error(errors: dict[int, LearnerError]) -> _Wrong | None:
     """Code that raised exactly on the cases without log_alpha: None was used as a tensor."""
     without = {c for c, case in enumerate(_DELTA_CASES) if _log_alpha(case) is None}
@@ -715,22 +739,7 @@ def check_delta_step(delta_step: Callable[..., Tensor]) -> Verdict:
                 "the old state decayed, what it recalls under k corrected by beta times the error, with and "
                 "without log_alpha: the rule that lets a fixed-size state overwrite a key instead of piling up."
             )
-        tables = [_delta_mistakes(*case.args[:4], _log_alpha(case)) for case in cases]
-        named = _named_mistake(list(answers.values()), tables)
-        if named:
-            raise named
-        case = next(c for c in answers if not close(answers[c], right[c]))
-        differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
-        n, head = (int(i) for i in torch.unravel_index(differs.amax((2, 3)).argmax(), differs.shape[:2]))
-        raise wrong(
-            f"{_DELTA_CASES[case].name}: the new state of sequence {n}, head {head} differs from the delta rule's "
-            f"by up to {float(differs[n, head].amax()):.4g} (beta = {float(_DELTA_CASES[case].args[3][n, head]):.3f}"
-            + (
-                ""
-                if _log_alpha(_DELTA_CASES[case]) is None
-                else f", alpha = {math.exp(float(_log_alpha(_DELTA_CASES[case])[n, head])):.3f}"  # type: ignore[index]
-            )
-            + ")."
-        )
+        named = _named_mistake(list(answers.values()), [_delta_table(case) for case in cases])
+        raise named or _delta_fallback(answers, right)
 
     return run_check("one step of the gated delta rule", body)
