@@ -176,7 +176,6 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
     """The usual mistakes' weights for one case, each as a learner would compute it (a list: several ways)."""
     logits = _with_sink(scores, sink)
     plain = torch.softmax(scores, dim=-1)
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     top = scores.amax(dim=-1, keepdim=True)  # the max of the scores alone, not of the sink
     exps = (scores - top).exp()
     column = _sink_column(scores, sink)
@@ -222,10 +221,6 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
         ],
         "those are log-weights (a log-softmax): return the weights themselves, each between 0 and 1.": (
             lambda: torch.log_softmax(logits, dim=-1)[..., :-1]
-        ),
-        "the sink's share was added to the weights instead of taken away: the sink's column takes its share of the "
-        "softmax and then goes nowhere, so the real keys' weights shrink; none of them grows.": (
-            lambda: plain * (2 - torch.sigmoid(lse - column))
         ),
     }
 
@@ -343,8 +338,8 @@ def _sink_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wro
 
 def _leading_axes_error(errors: dict[int, LearnerError]) -> _Wrong | None:
     """Code that raised exactly on the cases whose scores are not 4-D: written for (N, h, L, S) only."""
-    dims = {c: _SINK_CASES[c].args[0].dim() for c in range(len(_SINK_CASES))}
-    if errors and all(dims[c] != 4 for c in errors) and all(dims[c] != 4 or c not in errors for c in dims):
+    dims = {c: case.args[0].dim() for c, case in enumerate(_SINK_CASES)}
+    if set(errors) == {c for c, dim in dims.items() if dim != 4}:
         first = next(iter(errors.values()))
         return wrong(
             f"your code raised {first} on scores with {', '.join(str(dims[c]) for c in errors)} axes: it works for "
@@ -556,8 +551,7 @@ def _delta_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha
     b = beta[..., None]
     decayed = state * a
     recalled, recalled_old = _recall(decayed, k), _recall(state, k)
-    gated = {} if log_alpha is None else {"log": log_alpha, "sigmoid": torch.sigmoid(log_alpha)}
-    return {
+    mistakes: dict[str, Expected] = {
         "that is plain linear attention: k v^T added to the state, with no correction. The delta rule first reads "
         "what the state already holds under k (its recall) and writes only beta times the DIFFERENCE between v "
         "and that recall, so that the key's old value is replaced, not piled up.": [
@@ -597,20 +591,21 @@ def _delta_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha
             k[..., :, None] * (b * (v - recalled))[..., None, :],
             k[..., :, None] * (b * v)[..., None, :],
         ],
-        **(
-            {
-                "log_alpha was used as alpha itself: it is the decay's LOGARITHM (<= 0); the decay is e to it, "
-                "between 0 and 1.": _delta(state, k, v, beta, gated["log"]),
-                "alpha was taken as the sigmoid of log_alpha: log_alpha is alpha's logarithm, so alpha is e to "
-                "it (log_alpha = 0 is no decay at all, alpha = 1).": _delta(state, k, v, beta, gated["sigmoid"]),
-                "alpha was taken as e to MINUS log_alpha: that is above 1 and would grow the state; log_alpha "
-                "(<= 0) is alpha's logarithm, alpha = e to it.": _delta(state, k, v, beta, (-gated["log"]).exp()),
-                "the decay is ignored: log_alpha (N, h) is given, and alpha = e to it scales the old state down "
-                "before the recall (Gated DeltaNet's forgetting).": _delta(state, k, v, beta, ones),
-            }
-            if log_alpha is not None
-            else {}
-        ),
+    }
+    return mistakes if log_alpha is None else mistakes | _decay_mistakes(state, k, v, beta, log_alpha)
+
+
+def _decay_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Tensor) -> dict[str, Expected]:
+    """The mistakes of log_alpha: judged only in the cases that give one."""
+    return {
+        "log_alpha was used as alpha itself: it is the decay's LOGARITHM (<= 0); the decay is e to it, between 0 "
+        "and 1.": _delta(state, k, v, beta, log_alpha),
+        "alpha was taken as the sigmoid of log_alpha: log_alpha is alpha's logarithm, so alpha is e to it "
+        "(log_alpha = 0 is no decay at all, alpha = 1).": _delta(state, k, v, beta, torch.sigmoid(log_alpha)),
+        "alpha was taken as e to MINUS log_alpha: that is above 1 and would grow the state; log_alpha (<= 0) is "
+        "alpha's logarithm, alpha = e to it.": _delta(state, k, v, beta, (-log_alpha).exp()),
+        "the decay is ignored: log_alpha (N, h) is given, and alpha = e to it scales the old state down before the "
+        "recall (Gated DeltaNet's forgetting).": _delta(state, k, v, beta, torch.ones_like(beta)),
     }
 
 
