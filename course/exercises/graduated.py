@@ -1,11 +1,12 @@
 """From lesson 06 on, no graduated helper: an answer calling the `helpers` function its exercise asks for is refused.
 
-An exercise of lessons 06-12 asks for a function that ``helpers`` already holds (the lesson graduates it there, or a
-later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call of the
-learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers; lessons
-01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict; only the
-function that computes the whole answer is listed, never a building block the exercise gives (lesson 11's
-``apply_rotary``, lesson 12's ``norm``). This module imports no check code, so ``feedback`` can import it.
+An exercise of lessons 06-12 and 14 asks for a function that ``helpers`` already holds (the lesson graduates it
+there, or a later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call
+of the learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers;
+lessons 01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict;
+only the function that computes the whole answer is listed, never a building block the exercise gives (lesson 11's
+``apply_rotary``, lesson 12's ``norm``, lesson 14's sinkless ``masked_softmax``). This module imports no check code,
+so ``feedback`` can import it.
 """
 
 from __future__ import annotations
@@ -107,7 +108,26 @@ def _head_attribution() -> dict[Callable[..., Any], str]:
     return {attribution.direct_logit_attribution: "`helpers.analysis.attribution.direct_logit_attribution`"}
 
 
-#: Each exercise's graduated helpers (lessons 06-12), by the exercise's name in its verdict.
+def _sink_softmax() -> dict[Callable[..., Any], str]:
+    import helpers.attention
+
+    # masked_softmax without a sink stays allowed (a plain softmax is the exercise's building block); with one it
+    # runs _softmax_with_sink, the whole exercise.
+    return {helpers.attention._softmax_with_sink: "`helpers.attention.masked_softmax(..., sink=...)`"}
+
+
+def _delta_rule() -> dict[Callable[..., Any], str]:
+    import helpers.delta_rule as delta_rule
+
+    # The outer ones first: delta_rule_recurrent runs delta_rule_step, and the answer called the one it names.
+    return {
+        delta_rule.delta_rule_recurrent: "`helpers.delta_rule.delta_rule_recurrent`",
+        delta_rule.delta_rule_chunked: "`helpers.delta_rule.delta_rule_chunked`",
+        delta_rule.delta_rule_step: "`helpers.delta_rule.delta_rule_step`",
+    }
+
+
+#: Each exercise's graduated helpers (lessons 06-12 and 14), by the exercise's name in its verdict.
 GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "teacher forcing: inputs, labels and causal mask": _lesson06,
     "online softmax update": _online_softmax,
@@ -123,6 +143,8 @@ GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "the logit difference": _logit_difference,
     "the logit lens": _logit_lens,
     "each head's direct push on the logit difference": _head_attribution,
+    "softmax with an attention sink": _sink_softmax,
+    "one step of the gated delta rule": _delta_rule,
 }
 
 

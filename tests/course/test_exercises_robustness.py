@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05 and 07-13 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05 and 07-14 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -70,6 +70,13 @@ from course.exercises.lesson13 import (
     reference_rolling_write,
     reference_window_mask,
 )
+from course.exercises.lesson14 import (
+    check_delta_step,
+    check_output_gate,
+    check_sink_softmax,
+    reference_delta_step,
+    reference_sink_softmax,
+)
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -88,6 +95,8 @@ from helpers.rotary import apply_rotary
     reference_hybrid_cache_bytes,
     reference_rolling_write,
     reference_window_mask,
+    reference_delta_step,
+    reference_sink_softmax,
 ) = (
     learners_copy(reference_previous_token_score),
     learners_copy(reference_induction_score),
@@ -102,6 +111,8 @@ from helpers.rotary import apply_rotary
     learners_copy(reference_hybrid_cache_bytes),
     learners_copy(reference_rolling_write),
     learners_copy(reference_window_mask),
+    learners_copy(reference_delta_step),
+    learners_copy(reference_sink_softmax),
 )
 
 
@@ -196,6 +207,9 @@ RIGHT = {
     "head attribution": (check_head_attribution, reference_head_attribution),
     "window mask": (check_window_mask, reference_window_mask),
     "rolling write": (check_rolling_write, reference_rolling_write),
+    "sink softmax": (check_sink_softmax, reference_sink_softmax),
+    "output gate": (check_output_gate, lambda heads, x, w: heads * torch.sigmoid(x @ w.T)),
+    "delta step": (check_delta_step, reference_delta_step),
 }
 
 

@@ -1,5 +1,6 @@
-"""Lessons 06-12: an answer that calls the graduated ``helpers`` function its exercise asks the learner to write gets
-a friendly NOT YET that names the function (#48), as lessons 01-05's shortcuts and every lesson's ``reference_*`` do.
+"""Lessons 06-12 and 14: an answer that calls the graduated ``helpers`` function its exercise asks the learner to write
+gets a friendly NOT YET that names the function (#48), as lessons 01-05's shortcuts and every lesson's ``reference_*``
+do.
 That the honest answers still pass is tests/course/test_reference_answers.py's (and each lesson's exercise tests')."""
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import torch
 
 import helpers.analysis.circuits as circuits
 import helpers.analysis.ioi as ioi
+import helpers.attention
+import helpers.delta_rule
 import helpers.flash
 import helpers.rotary
-from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12
+from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14
 from course.exercises.graduated import GRADUATED_HELPERS
 from helpers.kv_cache import cache_bytes_per_token
 from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
@@ -91,6 +94,29 @@ def logit_difference(logits, io, s):
     return ioi.logit_difference(logits, _Batch(io, s), per_prompt=True)
 
 
+def sink_softmax(scores, sink):
+    return helpers.attention.masked_softmax(scores, sink=sink)
+
+
+def sink_softmax_inside_attention(scores, sink):  # the sink's softmax reached through the attention function
+    S = scores.size(-1)
+    keys = torch.eye(S, dtype=scores.dtype).expand(*scores.shape[:-2], S, S)
+    blocked = torch.isneginf(scores)
+    _, weights = helpers.attention.attend(
+        scores.masked_fill(blocked, 0.0), keys, keys, ~blocked, need_weights=True, sink=sink, scale=1.0
+    )
+    return weights
+
+
+def delta_step(state, k, v, beta, log_alpha=None):
+    return helpers.delta_rule.delta_rule_step(state, k, k, v, beta, log_alpha)[1]
+
+
+def delta_step_chunked(state, k, v, beta, log_alpha=None):
+    one = [None if t is None else t[:, :, None] for t in (k, k, v, beta, log_alpha)]
+    return helpers.delta_rule.delta_rule_chunked(*one, initial_state=state)[1]
+
+
 CASES = [
     (lesson06.check_teacher_forcing, teacher_forcing_batch, "`helpers.models.translation.training.teacher_forcing`"),
     (lesson07.check_online_softmax_update, online_softmax_update, "`helpers.flash.online_softmax_update`"),
@@ -104,6 +130,10 @@ CASES = [
     (lesson11.check_absorbed_weights, absorb, "`MultiHeadLatentAttention.absorbed_weights`"),
     (lesson11.check_cache_entry, cache_entry, "`MultiHeadLatentAttention.latent`"),
     (lesson12.check_logit_difference, logit_difference, "`helpers.analysis.ioi.logit_difference`"),
+    (lesson14.check_sink_softmax, sink_softmax, "`helpers.attention.masked_softmax(..., sink=...)`"),
+    (lesson14.check_sink_softmax, sink_softmax_inside_attention, "`helpers.attention.masked_softmax(..., sink=...)`"),
+    (lesson14.check_delta_step, delta_step, "`helpers.delta_rule.delta_rule_step`"),
+    (lesson14.check_delta_step, delta_step_chunked, "`helpers.delta_rule.delta_rule_chunked`"),
 ]
 
 
@@ -115,10 +145,10 @@ def test_calling_the_graduated_helper_is_not_yet_and_names_it(check, answer, hel
     assert "[NOT YET]" in capsys.readouterr().out
 
 
-def test_every_listed_exercise_is_a_check_of_lessons_06_to_12():
-    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12 runs under."""
-    sources = "".join(Path(module.__file__).read_text() for module in (lesson06, lesson07, lesson08, lesson09,
-                                                                       lesson10, lesson11, lesson12))  # fmt: skip
+def test_every_listed_exercise_is_a_check_of_lessons_06_to_12_or_14():
+    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12 or 14 runs under."""
+    modules = (lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14)
+    sources = "".join(Path(module.__file__).read_text() for module in modules)
     names = set(re.findall(r'(?:run_check|_checked)\(\s*"([^"]+)"', sources))
     assert set(GRADUATED_HELPERS) <= names, set(GRADUATED_HELPERS) - names
     for functions in GRADUATED_HELPERS.values():
@@ -131,3 +161,13 @@ def test_a_helper_of_another_exercise_is_no_shortcut_here():
     verdict = lesson11.check_cache_entry(lambda x, positions, w_dkv, w_kr, base: (
         x @ w_dkv.T, helpers.rotary.apply_rotary(x @ w_kr.T, positions, base)))  # fmt: skip
     assert verdict.passed, verdict
+
+
+def test_a_plain_softmax_from_the_library_is_no_shortcut_for_the_sink():
+    """masked_softmax without a sink is the building block: only its sink's path is the exercise's answer."""
+
+    def with_the_column(scores, sink):
+        column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)
+        return helpers.attention.masked_softmax(torch.cat([scores, column], dim=-1))[..., :-1]
+
+    assert lesson14.check_sink_softmax(with_the_column).passed
