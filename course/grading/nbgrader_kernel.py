@@ -165,7 +165,7 @@ class SandboxedExecute(RemoteChecks, Execute):
         self._check_cells = {}
 
     def preprocess(self, nb, resources=None, km=None):
-        found = {index: course_check_cell(cell) for index, cell in enumerate(nb.cells)}
+        found = {index: course_check_cell(cell) for index, cell in enumerate(nb.get("cells", ()))}
         self._check_cells = {index: cell for index, cell in found.items() if cell is not None}
         self.remote_checks = {index: list(cell.checks) for index, cell in self._check_cells.items()}
         self.verdicts = {}
