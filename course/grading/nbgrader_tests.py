@@ -29,7 +29,9 @@ from dataclasses import dataclass
 
 from nbformat import NotebookNode, v4
 
-__all__ = ["NOT_PASSED", "CheckCell", "course_check_cell", "verdict_outputs", "verdict_text"]
+from course.grading.remote_cells import verdict_text
+
+__all__ = ["NOT_PASSED", "CheckCell", "course_check_cell", "verdict_outputs"]
 
 #: The error nbgrader finds in a test cell whose checks did not all pass (the reason it scores the cell 0).
 NOT_PASSED = "a check above did not pass: read its verdict"
@@ -122,16 +124,6 @@ def course_check_cell(cell: NotebookNode) -> CheckCell | None:
 
 def _last_line(statement: ast.stmt) -> int:
     return statement.end_lineno if statement.end_lineno is not None else statement.lineno
-
-
-def verdict_text(entry: dict[str, str]) -> str:
-    """One verdict's line as the lesson prints it (``[PASS] f: ...``, ``[NOT YET] f: ...``); ``[ERROR]`` for an
-    exercise that could not be graded."""
-    from course.exercises.feedback import Verdict  # the checks' own words for each status
-
-    if entry.get("status") in ("pass", "wrong", "not attempted"):
-        return str(Verdict(entry["function"], entry["status"], entry.get("message", "")))
-    return f"[ERROR] {entry.get('function', '?')}: {entry.get('message', '')}"
 
 
 def verdict_outputs(

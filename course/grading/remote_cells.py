@@ -24,10 +24,18 @@ from nbclient.util import run_sync
 
 from course.grading import remote, wire
 
-__all__ = ["GRADING_WAIT_S", "KernelChannel", "RemoteChecks"]
+__all__ = ["GRADING_WAIT_S", "KernelChannel", "RemoteChecks", "verdict_text"]
 
 #: How long a cell's checks may go on once the cell has ended (a check still waiting is then told the channel broke).
 GRADING_WAIT_S = 30
+
+
+def verdict_text(entry: dict[str, str]) -> str:
+    """One entry's line: the verdict's as the check prints it in the lesson (``[PASS] linear projection: ...``,
+    ``[NOT YET] ...``), or ``[ERROR] function: message`` for an exercise that could not be graded."""
+    if entry.get("text"):
+        return entry["text"]
+    return f"[{entry.get('status', 'error').upper()}] {entry.get('function', '?')}: {entry.get('message', '')}"
 
 
 class RemoteChecks(NotebookClient):
@@ -83,8 +91,7 @@ class RemoteChecks(NotebookClient):
             entry = await self._run_check(loop, module, check, function, channel, hello)
         if not channel.closed:  # the kernel waits for the next call: tell it the check is done
             assert self.kc is not None  # async_execute_cell started this grading with a client
-            line = f"[{entry['status'].upper()}] {function}: {entry['message']}"
-            self.kc.input(wire.frame({"op": "done", "line": line}, trusted=True))
+            self.kc.input(wire.frame({"op": "done", "line": verdict_text(entry)}, trusted=True))
         return entry
 
     @staticmethod

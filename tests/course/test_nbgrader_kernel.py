@@ -190,16 +190,23 @@ def _scored(entries: list[dict], kernel_outputs: list) -> tuple[float, str]:
 
 
 def _entry(function: str, status: str, message: str = "because") -> dict:
-    return {"function": function, "status": status, "message": message}
+    """A verdict's entry as remote.grade makes it: its line is the check's (the exercise's name, not the function's)."""
+    mark = {"pass": "PASS", "wrong": "NOT YET", "not attempted": "NOT ATTEMPTED YET"}[status]
+    return {"function": function, "status": status, "message": message, "text": f"[{mark}] {function} ex: {message}"}
 
 
 def test_nbgrader_scores_a_test_cell_by_its_verdicts_only():
     right = [_entry("split_heads", "pass", "right"), _entry("merge_heads", "pass", "right")]
-    assert _scored(right, []) == (2, "[PASS] split_heads: right\n[PASS] merge_heads: right\n")
+    assert _scored(right, []) == (2, "[PASS] split_heads ex: right\n[PASS] merge_heads ex: right\n")
     score, text = _scored([right[0], _entry("merge_heads", "wrong", "the heads are swapped")], [])
-    assert score == 0 and text.endswith("[NOT YET] merge_heads: the heads are swapped\n")
+    assert score == 0 and text.endswith("[NOT YET] merge_heads ex: the heads are swapped\n")
     score, text = _scored(right[:1], [])  # the cell ended before the second check had an answer
     assert score == 0 and "[ERROR] merge_heads: not graded" in text
+    broken = {"function": "merge_heads", "status": "error", "message": "not graded: the kernel sent a Foo"}
+    assert _scored([right[0], broken], []) == (
+        0,
+        "[PASS] split_heads ex: right\n[ERROR] merge_heads: " + broken["message"] + "\n",
+    )
     assert _scored([_entry("split_heads", "not attempted"), right[1]], [])[0] == 0
     # What the kernel sent is not the verdict: a number nbgrader would read as partial credit, a printed [PASS] ...
     forged = [
