@@ -2,12 +2,13 @@
 
 A lesson whose five exercises are all graded by lesson 02's projection check goes through the real nbgrader
 (``course.assignments nbgrader``, ``generate_assignment``, ``autograde``) and through ``check``, with one student,
-mallory: two answers right only where a reference answer is within the kernel's reach (``from
-course.exercises.lesson11 import reference_...``, ``import course.exercises.lesson11 as m; m.reference_...``),
-two wrong answers that forge a pass (one prints ``[PASS]`` and sends nbgrader a number it would read as partial
-credit; one defines its own ``check_...`` and an ``all`` that makes the old test cell's assert pass), and one
-right answer. The teacher's source also holds a test cell of their own (an assert on her answer), which must
-still run in the kernel. Both routes must give the same points: 1 for the right answer, 0 for the rest.
+mallory: two answers that call a reference answer (``from course.exercises.lesson11 import reference_...``,
+``import course.exercises.lesson11 as m; m.reference_...``), which the kernel must not hold (where it did, the check
+refused them by name), two wrong answers that forge a pass (one prints ``[PASS]`` and sends nbgrader a number it
+reads as partial credit; one defines its own ``check_...`` and an ``all`` that makes the test cell's assert pass:
+each scored 1 under nbgrader while its kernel ran the checks), and one right answer. The teacher's source also
+holds a test cell of their own (an assert on her answer), which must still run in the kernel. Both routes must
+give the same points: 1 for the right answer, 0 for the rest.
 """
 
 from __future__ import annotations
