@@ -207,3 +207,32 @@ def test_the_teachers_own_test_cell_still_runs_in_the_kernel(graded):
     outputs = graded["outputs"]["teachers-test"]
     assert graded["scores"]["teachers-test"] == 0
     assert any(o["output_type"] == "error" and "the teacher test" in o.get("evalue", "") for o in outputs), outputs
+
+
+def test_a_test_cell_with_two_checks_gets_both_verdicts_and_its_points_only_if_both_pass(tmp_path):
+    """Lesson 04's form (two checks in one test cell), run by the course's Execute alone: nbgrader's own scoring."""
+    from nbgrader.utils import determine_grade
+
+    from course.grading.nbgrader_kernel import SandboxedExecute
+
+    tests = {}
+    cells = [v4.new_code_cell(IMPORT), v4.new_code_cell(ANSWERS["proj_right"][0])]
+    cells.append(v4.new_code_cell(f"def proj_wrong(x, weight, bias):\n    {WRONG}"))
+    for second in ("proj_right", "proj_wrong"):
+        test = v4.new_code_cell(
+            f"{IMPORT}\nfrom course.grading import graded\n\n"
+            '_verdict_1 = graded(check_linear_projection, "proj_right")\n'
+            f'_verdict_2 = graded(check_linear_projection, "{second}")\n'
+            "assert all(verdict.passed for verdict in (_verdict_1, _verdict_2)), 'a check above did not pass'"
+        )
+        test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2, "grade_id": second}
+        tests[second] = test
+        cells.append(test)
+    notebook = v4.new_notebook(cells=cells, metadata=KERNELSPEC)
+    SandboxedExecute(timeout=120).preprocess(notebook, {"metadata": {"path": str(tmp_path)}})
+    both, one = tests["proj_right"], tests["proj_wrong"]
+    assert determine_grade(both)[0] == 2 and determine_grade(one)[0] == 0, (both.outputs, one.outputs)
+    assert _printed(both.outputs).count("[PASS] ") == 2, both.outputs
+    lines = _printed(one.outputs).splitlines()
+    assert [line.split()[0] for line in lines] == ["[PASS]", "[NOT"] and "weight" in lines[1], lines
+    assert "graded(check_linear_projection" in one.source  # the teacher's test, as nbgrader keeps it
