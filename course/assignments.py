@@ -211,8 +211,10 @@ def _graded_check(source: str, imports: dict[str, str]) -> tuple[str, int] | Non
     it. So the locked cell imports each check itself (an answer cell that redefines ``check_x`` changes
     nothing), each top-level call ``check_x(function)`` becomes ``_verdict_1 = graded(check_x, "function")``
     (which refuses a check that is not the course's own, see :mod:`course.grading`), and a last line
-    asserts that all of them passed, after every check has printed its hint. ``imports`` maps each
-    check's name to the course.exercises module the lesson imports it from. None when the cell calls no
+    asserts that all of them passed, after every check has printed its hint: the cell runs so in a student's
+    own kernel, while ``nbgrader autograde`` with the course's configuration runs its checks outside the kernel
+    and scores their verdicts (:mod:`course.grading.nbgrader_tests`, which reads this form). ``imports`` maps
+    each check's name to the course.exercises module the lesson imports it from. None when the cell calls no
     ``check_*`` function (or has magics or invalid Python); ``ValueError`` for a check it cannot import.
     """
     python = python_of(source)

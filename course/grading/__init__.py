@@ -1,7 +1,8 @@
 """Grading handed-in lessons: the locked cell that runs one graded check, and (in submodules) the teacher's tools.
 
-``graded(check, "function")`` is what a graded test cell of an nbgrader source notebook calls (the check runs in
-that kernel, beside the student's code)::
+``graded(check, "function")`` is what a graded test cell of an nbgrader source notebook calls (in a student's own
+kernel the check runs there, beside the student's code; ``nbgrader autograde`` with the course's configuration
+runs the check outside its kernel instead, :mod:`course.grading.nbgrader_tests`)::
 
     from course.exercises.lesson03 import check_attention_weights
     from course.grading import graded
@@ -17,9 +18,10 @@ never ran is reported, not a ``NameError`` from deep inside), runs the check, an
 checker (``GRADING_ENV`` set), reports the verdict as a display output of a MIME type of its own that only
 the checker reads, and only from the cells it wrote itself.
 
-``python -m course.assignments check`` does not use it: there the verdict is computed outside the kernel
-(:mod:`course.grading.remote` in the supervisor; :mod:`course.grading.learner_side` is all the graded kernel runs;
-:mod:`course.grading.wire` what crosses between them). The rest of the package runs on the teacher's side:
+``python -m course.assignments check`` and nbgrader's autograde do not use it: there the verdict is computed outside
+the kernel (:mod:`course.grading.remote`, run by :mod:`course.grading.remote_cells` in the supervisor or in
+nbgrader's process; :mod:`course.grading.learner_side` is all the graded kernel runs; :mod:`course.grading.wire`
+what crosses between them). The rest of the package runs on the teacher's side:
 :mod:`course.grading.checker` (the ``check`` command and its gradebook), :mod:`course.grading.supervisor` (the
 process that runs one notebook) and :mod:`course.grading.sandbox` (the bubblewrap sandbox its kernel runs in).
 """

@@ -309,8 +309,8 @@ def sandbox_job(
         sandbox.give_to_sandbox(folder, uid)
     env.update(HOME="/tmp", TMPDIR="/tmp", PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
     # No check and no reference answer within the kernel's reach: course/exercises is replaced by a stand-in
-    # whose check_... names only say that the checker grades (the checks run in the supervisor). nbgrader's route
-    # (course.grading.nbgrader_kernel) runs its checks in the kernel, so it keeps them: hide_checks=False.
+    # whose check_... names only say that the checker grades (the checks run in the supervisor, or in nbgrader's
+    # process for course.grading.nbgrader_kernel). hide_checks=False shows the real course/exercises instead.
     hidden = [(Path(__file__).with_name("stand_in_exercises"), root / "course" / "exercises")] if hide_checks else []
     prefix = sandbox.kernel_prefix(readable, [work, sockets], work, limits, uid, replaced=hidden)
     return {"prefix": prefix, "sockets": str(sockets), "uid": uid}

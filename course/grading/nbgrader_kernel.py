@@ -1,17 +1,26 @@
-"""nbgrader's kernels in the course's sandbox: ``nbgrader autograde`` runs a student's code as ``check`` does.
+"""nbgrader's kernels in the course's sandbox: ``nbgrader autograde`` runs and grades students' code as ``check`` does.
 
 nbgrader runs a submission in a kernel of the teacher's user, which can open anything the teacher can: the
 solution notebooks by absolute path, other students' submissions, the network. The course's nbgrader config
 (``nbgrader_config.template``) puts :class:`SandboxedExecute` where autograde's chain has nbgrader's
 ``Execute``, and its kernel manager starts each kernel the way ``check``'s supervisor does: inside the sandbox of
-:mod:`course.grading.sandbox` (the course read-only without ``notebooks/``, no network, its own processes, as
-nobody when the teacher is root), talking to nbgrader over Unix sockets, in a fresh folder holding a copy of the
-notebook's folder, with ``check``'s minimal environment (none of the teacher's secrets).
+:mod:`course.grading.sandbox` (the course read-only without ``notebooks/``, ``course/exercises`` seen as its
+stand-in without any check or reference answer, no network, its own processes, as nobody when the teacher is
+root), talking to nbgrader over Unix sockets, in a fresh folder holding a copy of the notebook's folder, with
+``check``'s minimal environment (none of the teacher's secrets).
+
+nbgrader scores a test cell by its outputs (0 for an error among them). So the verdicts are computed outside the
+kernel, as ``check``'s are: in each test cell that calls a course check (:mod:`course.grading.nbgrader_tests`),
+the kernel only answers the check (``answer_the_checker``), which runs in nbgrader's process
+(:class:`course.grading.remote_cells.RemoteChecks`, the supervisor's own code), and :class:`SandboxedExecute`
+writes the cell's outputs itself from the verdicts: an error output unless every check passed. A teacher's own
+test cells (their asserts) run in the kernel as before.
 
 Where no sandbox can be made (bubblewrap missing), the kernel is not started: autograde fails for every
 submission, saying why, as ``check`` refuses to start. ``c.SandboxedKernelManager.sandboxed = False`` in
-``nbgrader_config.py`` is the opt-out that ``check --no-sandbox`` is: the kernel then runs as the teacher's user,
-and each start says so in nbgrader's log.
+``nbgrader_config.py`` is the opt-out that ``check --no-sandbox`` is: the kernel then runs as the teacher's user
+and sees the real ``course/exercises`` (the reference answers too), and each start says so in nbgrader's log; the
+verdicts are still computed in nbgrader's process.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from traitlets import Bool, Integer
 
 from course.grading import GRADING_ENV, sandbox
 from course.grading.checker import sandbox_job, sandbox_unavailable, submission_environment
+from course.grading.nbgrader_tests import CheckCell, course_check_cell, verdict_outputs
+from course.grading.remote_cells import RemoteChecks
 
 __all__ = ["NOT_SANDBOXED", "SandboxedExecute", "SandboxedKernelManager"]
 
@@ -91,13 +102,14 @@ class SandboxedKernelManager(AsyncKernelManager):
             # the teacher's files are not), never followed here with the teacher's rights.
             shutil.copytree(folder, self._scratch / "work", symlinks=True)
             env = submission_environment(self._scratch / "home", secrets.token_hex(16))
-            # nbgrader scores a test cell by whether it raises: no verdict displays for check's supervisor.
+            # No verdict is read from this kernel (SandboxedExecute computes them): no verdict displays either.
             env.pop(GRADING_ENV, None)
             if os.environ.get("NBGRADER_EXECUTION"):  # what nbgrader tells a notebook it is doing
                 env["NBGRADER_EXECUTION"] = os.environ["NBGRADER_EXECUTION"]
             # CPU seconds per process: a backstop behind nbgrader's cell timeout (every core busy for an hour).
             limits = sandbox.Limits(memory_bytes=self.memory_mib * 2**20, cpu_s=3600 * max(1, os.cpu_count() or 1))
-            box = sandbox_job(self._scratch, env, limits, hide_checks=False)  # its checks run in the kernel
+            # No check and no reference answer within the kernel's reach: they run in nbgrader's process.
+            box = sandbox_job(self._scratch, env, limits, hide_checks=True)
         except BaseException:
             self._leave_sandbox()
             raise
@@ -130,14 +142,43 @@ class SandboxedKernelManager(AsyncKernelManager):
                 self._leave_sandbox()
 
 
-class SandboxedExecute(Execute):
-    """nbgrader's ``Execute`` preprocessor with :class:`SandboxedKernelManager` as its kernel manager.
+class SandboxedExecute(RemoteChecks, Execute):
+    """nbgrader's ``Execute`` preprocessor with :class:`SandboxedKernelManager` as its kernel manager, grading
+    each test cell that calls a course check in nbgrader's process.
 
-    ``c.Execute.kernel_manager_class`` cannot say it: ``Execute`` passes its own class as an argument, which
-    outranks configuration. Everything else (timeout, interrupts, retries) is ``Execute``'s, configured as
-    ``c.ExecutePreprocessor.*`` or ``c.Execute.*``.
+    Such a cell (:func:`course.grading.nbgrader_tests.course_check_cell`) runs its ``kernel_source`` in the
+    kernel, which only answers the checks; :class:`~course.grading.remote_cells.RemoteChecks` runs them here, and
+    the cell keeps its own source and gets :func:`~course.grading.nbgrader_tests.verdict_outputs` as outputs, so
+    nbgrader's score is the verdicts': the cell's points when every check passed, else 0 (as when the check
+    raised in the kernel). Every other cell runs in the kernel as nbgrader runs it.
+
+    ``c.Execute.kernel_manager_class`` cannot say which kernel manager: ``Execute`` passes its own class as an
+    argument, which outranks configuration. Everything else (timeout, interrupts, retries) is ``Execute``'s,
+    configured as ``c.ExecutePreprocessor.*`` or ``c.Execute.*``.
     """
+
+    _check_cells: dict[int, CheckCell]  # cell index -> the course checks it calls (set per notebook)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
+        self._check_cells = {}
+
+    def preprocess(self, nb, resources=None, km=None):
+        found = {index: course_check_cell(cell) for index, cell in enumerate(nb.get("cells", ()))}
+        self._check_cells = {index: cell for index, cell in found.items() if cell is not None}
+        self.remote_checks = {index: list(cell.checks) for index, cell in self._check_cells.items()}
+        self.verdicts = {}
+        return super().preprocess(nb, resources, km)
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        found = self._check_cells.get(cell_index)
+        if found is None:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        source, cell.source = cell.source, found.kernel_source
+        try:
+            executed = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        finally:
+            cell.source = source  # the teacher's test, as nbgrader stored it (its feedback shows it)
+        executed.outputs = verdict_outputs(found.checks, self.verdicts.get(cell_index, []), executed.outputs)
+        return executed

@@ -239,8 +239,9 @@ def _equal(a: Tensor, b: Tensor) -> bool:
 
 def grade(check: Callable[..., Any], function: str, channel: Any, hello: Any) -> dict[str, str]:
     """Run the course's ``check`` on the learner's ``function`` in the graded kernel; the gradebook's entry
-    (function, status, message). ``hello`` is the kernel's first message: whether the function is defined, and it
-    (a handle) or the value the notebook gave that name."""
+    (function, status, message; and, for a verdict, ``text``: its line as the check prints it in the lesson).
+    ``hello`` is the kernel's first message: whether the function is defined, and it (a handle) or the value the
+    notebook gave that name."""
     if not isinstance(hello, dict) or not hello.get("defined"):
         message = f"{function} is not defined: the cell that defines it did not run, or raised"
         return {"function": function, "status": "error", "message": message}
@@ -254,4 +255,4 @@ def grade(check: Callable[..., Any], function: str, channel: Any, hello: Any) ->
         return {"function": function, "status": "error", "message": f"not graded: {broken}"}
     if type(verdict) is not Verdict or verdict.status not in ("pass", "wrong", "not attempted"):
         return {"function": function, "status": "error", "message": "the check did not return a verdict"}
-    return {"function": function, "status": verdict.status, "message": verdict.message}
+    return {"function": function, "status": verdict.status, "message": verdict.message, "text": str(verdict)}

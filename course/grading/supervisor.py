@@ -16,8 +16,9 @@ see this process, read its memory (where the key is) or write to its pipes. This
   ignores the interrupt, or the whole notebook's time running out, ends the notebook);
 - keeps at most ``output_cap`` bytes of cell outputs (the rest is dropped and counted);
 - computes each verdict itself: in each cell the checker wrote, the kernel only answers the course's check,
-  which runs here (:mod:`course.grading.remote`), calling the learner's function in the kernel over the cell's
-  Jupyter ``input`` messages and receiving its results as data; nothing the kernel displays is read as a verdict;
+  which runs here (:mod:`course.grading.remote`, driven by :mod:`course.grading.remote_cells`, which nbgrader's
+  route shares), calling the learner's function in the kernel over the cell's Jupyter ``input`` messages and
+  receiving its results as data; nothing the kernel displays is read as a verdict;
 - kills every process still alive below it, also when it is stopped (SIGTERM, SIGHUP) or its checker dies;
 - writes one line to standard output: the result, signed with the key (HMAC-SHA256). A notebook that writes
   into this process's output pipe (through ``/proc``) cannot sign what it writes, so the checker ignores it.
@@ -25,19 +26,15 @@ see this process, read its memory (where the key is) or write to its pipes. This
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ctypes
 import hashlib
 import hmac
-import importlib
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -160,13 +157,14 @@ def _sandboxed_kernel_manager(sandbox: dict):
 
 
 def _client_class():
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError
 
-    from course.grading import VERDICT_MIME, remote, wire
+    from course.grading import VERDICT_MIME
+    from course.grading.remote_cells import RemoteChecks
 
-    class CappedClient(NotebookClient):
-        """A NotebookClient that keeps at most ``output_cap`` bytes of outputs and drops the rest."""
+    class CappedClient(RemoteChecks):
+        """A notebook client that grades the checker's cells here (:class:`~course.grading.remote_cells.
+        RemoteChecks`), keeps at most ``output_cap`` bytes of outputs and drops the rest."""
 
         output_cap = 10_000_000
         kept_bytes = 0
@@ -194,111 +192,20 @@ def _client_class():
             self.timed_out[self.current_index] = timeout
             return await super()._async_handle_timeout(timeout, cell)
 
-        # The cells the checker wrote: index -> (check's module, check's name, learner's function). Each runs
-        # learner_side.answer_the_checker in the kernel while _grade runs the check here; verdicts by index.
-        exercises: ClassVar[dict[int, tuple[str, str, str]]] = {}
-        verdicts: ClassVar[dict[int, dict[str, str]]] = {}
-
         async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-            if cell_index not in self.exercises:
-                return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-            assert self.kc is not None, "cells run only once the kernel's client is started"
-            channel = KernelChannel(self.kc)
-            grading = asyncio.ensure_future(self._grade(channel, cell_index))
-            self.kc.allow_stdin = True  # this cell's input() requests are the kernel's answers
-            finished = False
+            # The cells the checker wrote (remote_checks, one check each) run learner_side.answer_the_checker in
+            # the kernel while RemoteChecks runs the check here. A cell that timed out, or whose kernel died,
+            # keeps no verdict: the notebook's problem says what happened.
             try:
-                cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-                finished = cell_index not in self.timed_out
-                return cell
-            finally:
-                self.kc.allow_stdin = False
-                channel.closed = True
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.wait_for(grading, 30)
-                if not finished:  # timed out, or the kernel died: the notebook's problem says so, not a verdict
-                    self.verdicts.pop(cell_index, None)
-
-        async def _grade(self, channel: KernelChannel, cell_index: int) -> None:
-            module, check, function = self.exercises[cell_index]
-            loop = asyncio.get_running_loop()
-            channel.loop = loop
-            try:
-                hello = wire.unframe(await channel.next_prompt())
-            except remote.ChannelBroken:
-                return
-            except wire.Unreadable as problem:
-                hello = None
-                entry = {"function": function, "status": "error", "message": f"not graded: {problem}"}
-            if hello is not None:
-                finished = loop.create_future()
-
-                def in_thread() -> None:  # the check is synchronous; its calls of the kernel wait on this loop
-                    try:
-                        graded = getattr(importlib.import_module(module), check)
-                        result = remote.grade(graded, function, channel, hello)
-                    except BaseException as error:  # the course's bug: this exercise's row says so (never a hang)
-                        result = {"function": function, "status": "error", "message": f"the check failed: {error!r}"}
-                    loop.call_soon_threadsafe(finished.set_result, result)
-
-                threading.Thread(target=in_thread, daemon=True).start()
-                entry = await finished
-            self.verdicts[cell_index] = entry
-            if not channel.closed:  # the kernel waits for the next call: tell it the check is done
-                assert self.kc is not None  # async_execute_cell started this grading with a client
-                line = f"[{entry['status'].upper()}] {function}: {entry['message']}"
-                self.kc.input(wire.frame({"op": "done", "line": line}, trusted=True))
+                executed = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            except BaseException:
+                self.verdicts.pop(cell_index, None)
+                raise
+            if cell_index in self.timed_out:
+                self.verdicts.pop(cell_index, None)
+            return executed
 
     return CappedClient
-
-
-class KernelChannel:
-    """The check's calls of the learner's code, over one graded cell's ``input`` requests: the kernel's answer
-    is the prompt of its next ``input()``, the check's next request the reply to it."""
-
-    def __init__(self, kc) -> None:
-        self.kc, self.closed = kc, False
-        self.loop: asyncio.AbstractEventLoop | None = None  # the grading loop, set by _grade before the check runs
-
-    async def next_prompt(self) -> str:
-        """The prompt of the kernel's next input request (ChannelBroken once the cell has finished)."""
-        import queue
-
-        from course.grading import remote
-
-        while not self.closed:
-            try:
-                msg = await self.kc.get_stdin_msg(timeout=0.2)
-            except queue.Empty:
-                continue
-            if msg.get("msg_type") == "input_request":
-                return msg.get("content", {}).get("prompt", "")
-        raise remote.ChannelBroken("the kernel stopped answering the check (its cell ended, or timed out)")
-
-    async def _exchange(self, text: str) -> str:
-        from course.grading import remote
-
-        if self.closed:
-            raise remote.ChannelBroken("the kernel stopped answering the check (its cell ended, or timed out)")
-        self.kc.input(text)
-        return await self.next_prompt()
-
-    def ask(self, request: dict):
-        """Send ``request`` (from the check's thread) and wait for the kernel's reply, read as data only."""
-        from course.grading import remote, wire
-
-        assert self.loop is not None, "ask() runs in the check's thread, which _grade starts after setting the loop"
-        future = asyncio.run_coroutine_threadsafe(self._exchange(wire.frame(request, trusted=True)), self.loop)
-        try:
-            prompt = future.result()
-        except remote.ChannelBroken:
-            raise
-        except Exception as error:
-            raise remote.ChannelBroken(f"the kernel could not be asked ({type(error).__name__})") from None
-        try:
-            return wire.unframe(prompt)
-        except wire.Unreadable as problem:
-            raise remote.ChannelBroken(f"the kernel's answer is not data: {problem}") from None
 
 
 def run(job: dict) -> dict:
@@ -335,8 +242,8 @@ def run(job: dict) -> dict:
         on_cell_start=cell_started,
         resources={"metadata": {"path": job["work"]}},
     )
-    client.output_cap, client.timed_out, client.verdicts = job["output_cap"], {}, {}
-    client.exercises = {int(index): tuple(entry) for index, entry in job.get("exercises", {}).items()}
+    client.output_cap, client.timed_out = job["output_cap"], {}
+    client.remote_checks = {int(index): [tuple(entry)] for index, entry in job.get("exercises", {}).items()}
     cell_numbers = job["cell_numbers"]  # a cell of this notebook -> its number in the handed-in notebook
 
     def where() -> str:
@@ -357,9 +264,9 @@ def run(job: dict) -> dict:
     except Exception as error:  # a kernel that cannot start, a broken message: this notebook only
         problem = f"could not be run ({where()}): {type(error).__name__}: {str(error)[:300]}"
     verdicts = {
-        str(index): {key: str(entry.get(key, "")) for key in ("function", "status", "message")}
-        for index, entry in client.verdicts.items()
-        if index in job["graded_cells"]
+        str(index): {key: str(entries[0].get(key, "")) for key in ("function", "status", "message")}
+        for index, entries in client.verdicts.items()
+        if index in job["graded_cells"] and entries
     }
     if client.timed_out and problem is None:
         cells = ", ".join(

@@ -1,10 +1,11 @@
 """What a graded kernel finds at ``course.exercises``: no check and no reference answer.
 
-Under ``python -m course.assignments check`` the sandbox shows this folder in place of ``course/exercises``: the
-checks, and the ``reference_*`` answers beside them, run in the checker's process (:mod:`course.grading.remote`),
-out of the kernel's reach. A lesson's first cell still imports its checks (``from course.exercises.lesson03 import
-check_attention_weights``), so every ``course.exercises.<module>`` imports, and each ``check_...`` name in it is a
-stand-in that says the checker grades; any other name (``reference_...``, ``Verdict``) is not there.
+Under ``python -m course.assignments check``, and under ``nbgrader autograde`` with the course's configuration, the
+sandbox shows this folder in place of ``course/exercises``: the checks, and the ``reference_*`` answers beside them,
+run in the checker's (or nbgrader's) process (:mod:`course.grading.remote`), out of the kernel's reach. A
+lesson's first cell still imports its checks (``from course.exercises.lesson03 import check_attention_weights``),
+so every ``course.exercises.<module>`` imports, and each ``check_...`` name in it is a stand-in that says the
+checker grades; any other name (``reference_...``, ``Verdict``) is not there.
 """
 
 from __future__ import annotations
