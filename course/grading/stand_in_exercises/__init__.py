@@ -43,9 +43,15 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds every ``course.exercises.<module>`` as a stand-in module."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith(__name__ + "."):
-            return importlib.machinery.ModuleSpec(fullname, self)
-        return None
+        if not fullname.startswith(__name__ + "."):
+            return None
+        # `from course.exercises.lesson11 import reference_x` looks for a submodule of that name once the
+        # attribute is missing: refuse it here, or the learner would be handed a stand-in module to call.
+        if fullname.rpartition(".")[2].startswith("reference_"):
+            raise ImportError(
+                f"{fullname} is not in a graded kernel: no reference answer is (the checks run outside it)"
+            )
+        return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec):
         return _StandInModule(spec.name)
