@@ -240,7 +240,7 @@ def test_attention_from_gpt_oss_keeps_their_dtype_and_mode_and_a_full_layer_has_
 
 
 def test_attention_from_gpt_oss_refuses_biases_dropout_wrong_shapes_and_other_modules():
-    with pytest.raises(ValueError, match="no projection biases.*q_proj, k_proj, v_proj, o_proj"):
+    with pytest.raises(ValueError, match=r"no projection biases.*q_proj, k_proj, v_proj, o_proj"):
         attention_from_gpt_oss(_gpt_oss(attention_bias=True))
     with pytest.raises(ValueError, match="no dropout"):
         attention_from_gpt_oss(_gpt_oss(attention_dropout=0.1))

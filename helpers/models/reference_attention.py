@@ -20,6 +20,7 @@ through ``forward(..., rotation=(cos, sin))``, (L, r / 2) each.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -107,7 +108,7 @@ def attention_from_gpt_oss(theirs: nn.Module, positions: str = "rotary") -> Caus
     same as theirs given cos = 1, sin = 0. Refuses another module, biases, dropout and weights whose shapes do
     not match the config."""
     _check_kind(theirs, "GptOssAttention", "transformers.models.gpt_oss.modeling_gpt_oss", "attention_from_gpt_oss")
-    config = theirs.config
+    config: Any = theirs.config  # a PretrainedConfig (nn.Module types its attributes as tensors or modules)
     _check_carryable(theirs, config)
     window = config.sliding_window if theirs.layer_type == "sliding_attention" else None
     kinds = {"layer_kinds": ("local",), "window": window} if window is not None else {}
@@ -132,7 +133,7 @@ def attention_from_qwen3_next(theirs: nn.Module, positions: str = "rotary") -> C
     _check_kind(
         theirs, "Qwen3NextAttention", "transformers.models.qwen3_next.modeling_qwen3_next", "attention_from_qwen3_next"
     )
-    config = theirs.config
+    config: Any = theirs.config  # a PretrainedConfig (nn.Module types its attributes as tensors or modules)
     _check_carryable(theirs, config)
     fraction = float(_rope(config).get("partial_rotary_factor", 1.0))
     choices = {"qk_norm": True, "output_gate": True, "rotary_fraction": fraction}
