@@ -115,6 +115,22 @@ def test_the_plain_view_reader_reads_what_ggufs_own_reader_reads():
     ]
 
 
+def test_transformers_loads_with_each_tensor_name_table_built_once_and_the_same_table():
+    """load_reference_lm builds gguf's name table once per (architecture, blocks) while transformers loads: the
+    table it hands out is the one gguf builds, reused for the same arguments, and gguf's function is put back."""
+    import gguf
+
+    own = gguf.get_tensor_name_map
+    with language_model._tensor_name_maps_built_once():
+        first = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is first
+        other = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, 18)
+        assert other is not first and other.mapping != first.mapping
+    assert gguf.get_tensor_name_map is own
+    assert first.mapping == own(gguf.MODEL_ARCH.LLAMA, 30).mapping and len(first.mapping) > 1000
+    assert first.get_name("model.layers.3.self_attn.q_proj") == "blk.3.attn_q"
+
+
 def test_the_tokenizer_is_the_one_auto_tokenizer_builds(smollm2):
     from transformers import AutoTokenizer
 
