@@ -7,9 +7,9 @@
 - ``SLOWEST_FIRST``: the files that take longest run first, so that both workers stay busy to the end.
 - Each lesson that nbval runs is followed by its student copy's exercises and checks, run in nbval's kernel
   (``_student_copies_in_nbval_kernels``): a lesson is executed once per test run, not once more for its copy.
-- ``integration``: the marker of tests that start kernels, browsers, servers, several processes or the real
-  135M-parameter model (listed in ``INTEGRATION`` below, by file). ``make test`` runs them; ``make unit`` leaves
-  them out (``-m "not integration"``) to stay a quick loop.
+- ``integration``: the marker of tests that start kernels, browsers, servers, several processes or load a real
+  pretrained model (listed in ``INTEGRATION`` below, by file, or marked one by one in their files). ``make test``
+  runs them; ``make unit`` leaves them out (``-m "not integration"``) to stay a quick loop.
 - ``not_attempted`` and ``assert_hint``: what the exercise-check tests feed and assert; import them with
   ``from conftest import assert_hint, not_attempted`` (pytest puts this folder on the import path).
 """
@@ -42,7 +42,8 @@ if PARALLEL_WORKERS > 1:
 # Run serially (WORKERS=1), a kernel's threads follow the load cell by cell (helpers/tools/threads.py).
 
 
-# Files whose tests start kernels, browsers, servers or other processes, or load the real model (paths from tests/).
+# Files whose tests start kernels, browsers, servers or other processes, or load a real pretrained model (SmolLM2,
+# Gemma, MiniLM and BERT), paths from tests/. A file with a few such tests marks them itself (test_gradebook.py).
 INTEGRATION = {
     "course/test_checking_submissions.py",
     "course/test_corpus_generator.py",
@@ -51,6 +52,7 @@ INTEGRATION = {
     "course/test_student_copies.py",
     "models/test_gemma.py",
     "models/test_language_model.py",
+    "models/test_pretrained.py",
     "models/translation/test_distributed.py",
     "test_browser.py",
     "test_lab.py",
@@ -68,11 +70,15 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 # --no-loadscope-reorder to keep this order. The lessons' nbval runs join by their registry entries' ``test_s``
 # (course/lessons.py); the test files are here.
 SLOW_TEST_FILES_S = {
-    "tests/models/test_gemma.py": 150,  # two 270M models: 105 s of CPU (301 s wall at load 4), 3 December
-    "tests/course/test_checking_submissions.py": 108,  # junitxml of make test, 2 December, quiet
+    # two 270M models: 105 s of CPU (301 s wall at load 4), 3 December, less the ~33 s of CPU transformers' load of
+    # Gemma no longer spends (load_reference_lm, 48.4 -> 15.6 s measured at load ~5): an estimate until a quiet run
+    "tests/models/test_gemma.py": 120,
+    # junitxml of make test, 2 December, quiet: 108 s; the timeout test's split took 90.8 -> 69.9 s at load ~8,
+    # so about 20 s less: an estimate until a quiet run
+    "tests/course/test_checking_submissions.py": 88,
     "tests/course/test_nbgrader_term.py": 80,
     "tests/test_browser.py": 65,
-    "tests/models/test_language_model.py": 57,
+    "tests/models/test_language_model.py": 45,  # 57 s, less ~13 s of CPU of the reference load (16.6 -> 3.8 s)
     "tests/models/translation/test_distributed.py": 37,
     "tests/test_site_browser.py": 28,
     "tests/course/test_gradebook.py": 24,
@@ -85,7 +91,8 @@ SLOWEST_FIRST = sorted(SLOW_S, key=lambda path: -SLOW_S[path])
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "integration: starts kernels, browsers, processes or loads the real model")
+    marker = "integration: starts kernels, browsers, processes or loads a real pretrained model"
+    config.addinivalue_line("markers", marker)
 
 
 def pytest_collection_modifyitems(config, items):

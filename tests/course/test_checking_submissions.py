@@ -319,25 +319,48 @@ def test_timeouts_must_be_positive_whole_seconds(value, capsys):
     assert exit_.value.code == 2 and "argument --timeout" in capsys.readouterr().err
 
 
-def test_a_cell_over_the_timeout_is_interrupted_and_the_notebook_goes_on(tmp_path, capsys):
-    """As nbgrader does: a spinning cell is interrupted, the exercise after it is graded; a cell that ignores the
-    interrupt ends the notebook, with a row saying so."""
+def _check_with_timeout(tmp_path, capsys, notebook, timeout_s: int) -> tuple[int, dict[str, list[str]]]:
+    """``check --timeout timeout_s`` on one handed-in copy of the tiny lesson: its exit status and rows by exercise."""
     lessons = tiny_lesson(tmp_path / "notebooks").parent
-    stubborn = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass"
-    endless = handed_in(tmp_path / "a", RIGHT, before=["while True:\n    pass"], after_answer=[])
+    without = ["--no-sandbox"] if sandbox_unavailable() else []  # the same timeouts either way
+    out = tmp_path / f"grades-{notebook.parent.name}"
+    status = assignments.main(
+        ["check", *without, "--timeout", str(timeout_s), "--notebooks", str(lessons), "--out", str(out), str(notebook)]
+    )
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out), delimiter="\t"))[1:]
+    return status, {row[2]: row for row in rows}
+
+
+def test_a_cell_over_the_timeout_is_interrupted_and_the_notebook_goes_on(tmp_path, capsys):
+    """As nbgrader does: a spinning cell is interrupted, the exercise after it is graded. The limit is 20 s because
+    the cells after the loop must finish within it (the graded cell imports torch in the kernel: up to 10 s on a
+    busy runner); the loop, first, is stopped at whatever limit."""
+    endless = handed_in(tmp_path / "a", RIGHT, before=["while True:\n    pass"])
     notebook = nbformat.read(endless, as_version=4)
     notebook.cells.insert(0, notebook.cells.pop(1))  # the loop first: no import of torch has to fit in the limit
-    notebook.cells.append(v4.new_code_cell(stubborn))
     nbformat.write(notebook, endless)
-    without = ["--no-sandbox"] if sandbox_unavailable() else []  # the same timeouts either way
-    status = assignments.main(
-        ["check", *without, "--timeout", "20", "--notebooks", str(lessons), "--out", str(tmp_path / "g"), str(endless)]
-    )
-    rows = list(csv.reader(io.StringIO(capsys.readouterr().out), delimiter="\t"))
-    assert status == 1
-    assert rows[1][2:5] == ["linear_projection", "pass", "1"], rows
-    assert rows[2][2:4] == ["(notebook)", "error"] and "timed out in cell 5 after 20 s" in rows[2][5], rows
-    assert "did not stop when interrupted" in rows[2][5]
+    status, rows = _check_with_timeout(tmp_path, capsys, endless, 20)
+    assert status == 1, rows
+    assert rows["linear_projection"][2:5] == ["linear_projection", "pass", "1"], rows
+    assert rows["(notebook)"][3] == "error", rows
+    assert "timed out and interrupted (cell 1 after 20 s); the rest of the notebook ran" in rows["(notebook)"][5]
+
+
+def test_a_cell_that_ignores_the_interrupt_ends_the_notebook_with_a_row_saying_so(tmp_path, capsys):
+    """The cell catches the interrupt and sleeps on: the notebook ends there, and the exercise after it is not
+    graded. Nothing here has to finish within the limit (the stubborn cell comes first, and nothing after it
+    runs), so a 5 s limit proves what a 20 s one would, in a quarter of the wait: the interrupt and the second
+    limit after it. The cell is in its loop within milliseconds of starting, long before the first limit ends."""
+    stubborn = "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass"
+    ignoring = handed_in(tmp_path / "b", RIGHT)
+    notebook = nbformat.read(ignoring, as_version=4)
+    notebook.cells.insert(0, v4.new_code_cell(stubborn))
+    nbformat.write(notebook, ignoring)
+    status, rows = _check_with_timeout(tmp_path, capsys, ignoring, 5)
+    assert status == 1, rows
+    assert rows["(notebook)"][3] == "error" and "timed out in cell 1 after 5 s" in rows["(notebook)"][5], rows
+    assert "did not stop when interrupted" in rows["(notebook)"][5]
+    assert rows["linear_projection"][3:5] == ["error", "0"], rows  # its cells never ran
 
 
 def test_the_result_is_read_only_with_its_signature():

@@ -7,6 +7,7 @@ alone), so imports inside functions count here as much as those at the top of a 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     return found & known
 
 
+@functools.cache  # every course module parsed once for the three tests that read the graph (none changes it)
 def import_graph() -> dict[str, set[str]]:
     known = set(MODULES)
     return {name: imported_modules(path, known) - {name} for name, path in MODULES.items()}

@@ -110,9 +110,30 @@ def test_the_plain_view_reader_reads_what_ggufs_own_reader_reads():
     assert list(ours.fields) == list(stock.fields)
     for name in ours.fields:
         assert [bytes(part) for part in ours.fields[name].parts] == [bytes(p) for p in stock.fields[name].parts], name
-    assert [(t.name, t.tensor_type, bytes(t.data)) for t in ours.tensors[:3]] == [
-        (t.name, t.tensor_type, bytes(t.data)) for t in stock.tensors[:3]
+    # every tensor: transformers' reference loading reads through this reader too (load_reference_lm)
+    assert [(t.name, t.tensor_type, t.shape.tolist()) for t in ours.tensors] == [
+        (t.name, t.tensor_type, t.shape.tolist()) for t in stock.tensors
     ]
+    for mine, theirs in zip(ours.tensors, stock.tensors, strict=True):
+        assert type(mine.data) is np.ndarray and np.array_equal(mine.data, theirs.data), mine.name
+
+
+def test_transformers_loads_with_each_tensor_name_table_built_once_and_the_plain_view_reader():
+    """load_reference_lm builds gguf's name table once per (architecture, blocks) while transformers loads: the
+    table it hands out is the one gguf builds, reused for the same arguments; gguf's reader is the plain-view one
+    (compared with gguf's own below); both are put back afterwards."""
+    import gguf
+
+    own_map, own_reader = gguf.get_tensor_name_map, gguf.GGUFReader
+    with language_model._transformers_reading_gguf_once():
+        first = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is first
+        other = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, 18)
+        assert other is not first and other.mapping != first.mapping
+        assert gguf.GGUFReader.__name__ == "PlainViewReader" and issubclass(gguf.GGUFReader, own_reader)
+    assert gguf.get_tensor_name_map is own_map and gguf.GGUFReader is own_reader
+    assert first.mapping == own_map(gguf.MODEL_ARCH.LLAMA, 30).mapping and len(first.mapping) > 1000
+    assert first.get_name("model.layers.3.self_attn.q_proj") == "blk.3.attn_q"
 
 
 def test_the_tokenizer_is_the_one_auto_tokenizer_builds(smollm2):

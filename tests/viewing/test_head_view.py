@@ -240,6 +240,11 @@ def test_package_data_ships_the_static_files():
     assert {STATIC / "head_view.js", STATIC / "head_view.css"} <= listed
 
 
+# The tests of an executed notebook start a kernel, and one test a Python process: `make test` runs them, `make unit`
+# not (tests/conftest.py's `integration` marker; the rest of this file is plain unit tests).
+starts_a_kernel = pytest.mark.integration
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory) -> Path:
     """A notebook with a head view and an ordinary widget, executed by nbclient as `make notebooks` does."""
@@ -259,6 +264,7 @@ def executed(tmp_path_factory) -> Path:
     return path
 
 
+@starts_a_kernel
 def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(executed, tmp_path):
     nb = nbformat.read(executed, as_version=4)
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
@@ -274,6 +280,7 @@ def test_saved_widget_state_carries_the_view_and_the_export_is_self_contained(ex
         assert cdn not in html
 
 
+@starts_a_kernel
 def test_pdf_export_shows_the_png_fallback(executed):
     # nbconvert's LaTeX (PDF) exporter cannot show widgets; it must pick the head view's PNG.
     from nbconvert import LatexExporter
@@ -283,6 +290,7 @@ def test_pdf_export_shows_the_png_fallback(executed):
     assert resources["outputs"]["output_1_0.png"].startswith(b"\x89PNG")
 
 
+@starts_a_kernel
 def test_plain_nbconvert_html_would_fetch_the_widget_manager_from_a_cdn(executed):
     # Why export_html exists: the default exporter keeps widget views for a CDN-loaded manager.
     from nbconvert import HTMLExporter
@@ -300,6 +308,7 @@ def test_make_offline_leaves_notebooks_without_widgets_alone():
     assert json.dumps(nb, sort_keys=True) == before
 
 
+@starts_a_kernel
 def test_the_offline_preprocessor_works_from_nbconvert_options(executed):
     # What `jupyter nbconvert --to html --HTMLExporter.preprocessors=helpers.viewing.head_view.OfflineWidgets ...` runs.
     from nbconvert import HTMLExporter
@@ -311,6 +320,7 @@ def test_the_offline_preprocessor_works_from_nbconvert_options(executed):
     assert body.count('class="hv-standalone"') == 1 and "html-manager" not in body
 
 
+@starts_a_kernel  # a Python process, as the kernel would import helpers
 def test_importing_helpers_does_not_import_nbconvert():
     # nbconvert takes seconds to import; only the export functions need it.
     import subprocess
