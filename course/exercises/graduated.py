@@ -1,11 +1,12 @@
 """From lesson 06 on, no graduated helper: an answer calling the `helpers` function its exercise asks for is refused.
 
-An exercise of lessons 06-12 asks for a function that ``helpers`` already holds (the lesson graduates it there, or a
-later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call of the
-learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers; lessons
-01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict; only the
-function that computes the whole answer is listed, never a building block the exercise gives (lesson 11's
-``apply_rotary``, lesson 12's ``norm``). This module imports no check code, so ``feedback`` can import it.
+An exercise of lessons 06-12 and 14 asks for a function that ``helpers`` already holds (the lesson graduates it
+there, or a later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call
+of the learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers;
+lessons 01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict;
+only the function that computes the whole answer is listed, never a building block the exercise gives (lesson 11's
+``apply_rotary``, lesson 12's ``norm``, lesson 14's sinkless ``masked_softmax``). This module imports no check code,
+so ``feedback`` can import it.
 """
 
 from __future__ import annotations

@@ -176,7 +176,6 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
     """The usual mistakes' weights for one case, each as a learner would compute it (a list: several ways)."""
     logits = _with_sink(scores, sink)
     plain = torch.softmax(scores, dim=-1)
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     top = scores.amax(dim=-1, keepdim=True)  # the max of the scores alone, not of the sink
     exps = (scores - top).exp()
     column = _sink_column(scores, sink)
@@ -222,10 +221,6 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
         ],
         "those are log-weights (a log-softmax): return the weights themselves, each between 0 and 1.": (
             lambda: torch.log_softmax(logits, dim=-1)[..., :-1]
-        ),
-        "the sink's share was added to the weights instead of taken away: the sink's column takes its share of the "
-        "softmax and then goes nowhere, so the real keys' weights shrink; none of them grows.": (
-            lambda: plain * (2 - torch.sigmoid(lse - column))
         ),
     }
 
@@ -343,8 +338,8 @@ def _sink_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wro
 
 def _leading_axes_error(errors: dict[int, LearnerError]) -> _Wrong | None:
     """Code that raised exactly on the cases whose scores are not 4-D: written for (N, h, L, S) only."""
-    dims = {c: _SINK_CASES[c].args[0].dim() for c in range(len(_SINK_CASES))}
-    if errors and all(dims[c] != 4 for c in errors) and all(dims[c] != 4 or c not in errors for c in dims):
+    dims = {c: case.args[0].dim() for c, case in enumerate(_SINK_CASES)}
+    if set(errors) == {c for c, dim in dims.items() if dim != 4}:
         first = next(iter(errors.values()))
         return wrong(
             f"your code raised {first} on scores with {', '.join(str(dims[c]) for c in errors)} axes: it works for "
@@ -480,6 +475,26 @@ def _gate_answer(result: object, case: _Case) -> Tensor:
     return _one_tensor(result, "the gated heads", tuple(heads.shape), "(N, T, h·d)", case)
 
 
+def _gate_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wrong:
+    """NaN only where the gate logits are huge (a sigmoid that overflows), else the first wrong case's worst
+    feature, with what it should be."""
+    wrong_cases = [c for c in answers if not close(answers[c], right[c])]
+    if wrong_cases == [_LARGE_GATES] and not torch.isfinite(answers[_LARGE_GATES]).all():
+        return wrong(
+            "right for ordinary gate logits, NaN or inf where they are in the hundreds: e to the logit overflows "
+            "there (inf / inf is NaN). torch's sigmoid is written to stay finite for any logit; use it, or a form "
+            "of the sigmoid that never takes e to a large positive number."
+        )
+    case = wrong_cases[0]
+    differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
+    n, t, f = (int(i) for i in torch.unravel_index(differs.argmax(), differs.shape))
+    head, want, got = (float(t_[n, t, f]) for t_ in (_GATE_CASES[case].args[0], right[case], answers[case]))
+    return wrong(
+        f"{_GATE_CASES[case].name}: feature {f} of token {t} in sequence {n} should be {want:.4f} (the head's output "
+        f"{head:.4f} times its gate), yours is {got:.4f}."
+    )
+
+
 @learner_check
 def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``gated_heads(heads (N, T, h·d), x (N, T, E), gate_weight (h·d, E)) -> (N, T, h·d)``: the heads scaled
@@ -494,23 +509,7 @@ def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -
         if all(close(answers[c], right[c]) for c in answers):
             return "each of the h·d features scaled by its own gate in (0, 1), computed from x, large logits included."
         named = _named_mistake(list(answers.values()), [_gate_mistakes(*_GATE_CASES[c].args) for c in answers])
-        if named:
-            raise named
-        wrong_cases = [c for c in answers if not close(answers[c], right[c])]
-        if wrong_cases == [_LARGE_GATES] and not torch.isfinite(answers[_LARGE_GATES]).all():
-            raise wrong(
-                "right for ordinary gate logits, NaN or inf where they are in the hundreds: e to the logit "
-                "overflows there (inf / inf is NaN). torch's sigmoid is written to stay finite for any logit; "
-                "use it, or a form of the sigmoid that never takes e to a large positive number."
-            )
-        case = wrong_cases[0]
-        differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
-        n, t, f = (int(i) for i in torch.unravel_index(differs.argmax(), differs.shape))
-        raise wrong(
-            f"{_GATE_CASES[case].name}: feature {f} of token {t} in sequence {n} should be "
-            f"{float(right[case][n, t, f]):.4f} (the head's output {float(_GATE_CASES[case].args[0][n, t, f]):.4f} "
-            f"times its gate), yours is {float(answers[case][n, t, f]):.4f}."
-        )
+        raise named or _gate_fallback(answers, right)
 
     return run_check("the output gate", body)
 
@@ -552,8 +551,7 @@ def _delta_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha
     b = beta[..., None]
     decayed = state * a
     recalled, recalled_old = _recall(decayed, k), _recall(state, k)
-    gated = {} if log_alpha is None else {"log": log_alpha, "sigmoid": torch.sigmoid(log_alpha)}
-    return {
+    mistakes: dict[str, Expected] = {
         "that is plain linear attention: k v^T added to the state, with no correction. The delta rule first reads "
         "what the state already holds under k (its recall) and writes only beta times the DIFFERENCE between v "
         "and that recall, so that the key's old value is replaced, not piled up.": [
@@ -593,20 +591,21 @@ def _delta_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha
             k[..., :, None] * (b * (v - recalled))[..., None, :],
             k[..., :, None] * (b * v)[..., None, :],
         ],
-        **(
-            {
-                "log_alpha was used as alpha itself: it is the decay's LOGARITHM (<= 0); the decay is e to it, "
-                "between 0 and 1.": _delta(state, k, v, beta, gated["log"]),
-                "alpha was taken as the sigmoid of log_alpha: log_alpha is alpha's logarithm, so alpha is e to "
-                "it (log_alpha = 0 is no decay at all, alpha = 1).": _delta(state, k, v, beta, gated["sigmoid"]),
-                "alpha was taken as e to MINUS log_alpha: that is above 1 and would grow the state; log_alpha "
-                "(<= 0) is alpha's logarithm, alpha = e to it.": _delta(state, k, v, beta, (-gated["log"]).exp()),
-                "the decay is ignored: log_alpha (N, h) is given, and alpha = e to it scales the old state down "
-                "before the recall (Gated DeltaNet's forgetting).": _delta(state, k, v, beta, ones),
-            }
-            if log_alpha is not None
-            else {}
-        ),
+    }
+    return mistakes if log_alpha is None else mistakes | _decay_mistakes(state, k, v, beta, log_alpha)
+
+
+def _decay_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Tensor) -> dict[str, Expected]:
+    """The mistakes of log_alpha: judged only in the cases that give one."""
+    return {
+        "log_alpha was used as alpha itself: it is the decay's LOGARITHM (<= 0); the decay is e to it, between 0 "
+        "and 1.": _delta(state, k, v, beta, log_alpha),
+        "alpha was taken as the sigmoid of log_alpha: log_alpha is alpha's logarithm, so alpha is e to it "
+        "(log_alpha = 0 is no decay at all, alpha = 1).": _delta(state, k, v, beta, torch.sigmoid(log_alpha)),
+        "alpha was taken as e to MINUS log_alpha: that is above 1 and would grow the state; log_alpha (<= 0) is "
+        "alpha's logarithm, alpha = e to it.": _delta(state, k, v, beta, (-log_alpha).exp()),
+        "the decay is ignored: log_alpha (N, h) is given, and alpha = e to it scales the old state down before the "
+        "recall (Gated DeltaNet's forgetting).": _delta(state, k, v, beta, torch.ones_like(beta)),
     }
 
 
@@ -685,6 +684,26 @@ def _delta_answer(result: object, case: _Case) -> Tensor:
     return _one_tensor(result, "the new state", tuple(state.shape), "(N, h, d_k, d_v)", case)
 
 
+def _delta_table(case: _Case) -> dict[str, Expected]:
+    state, k, v, beta = case.args[:4]
+    return _delta_mistakes(state, k, v, beta, _log_alpha(case))
+
+
+def _delta_fallback(answers: dict[int, Tensor], right: dict[int, Tensor]) -> _Wrong:
+    """Where the first wrong case's state differs most: which sequence and head, with their beta and alpha."""
+    case = next(c for c in answers if not close(answers[c], right[c]))
+    differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
+    n, head = (int(i) for i in torch.unravel_index(differs.amax((2, 3)).argmax(), differs.shape[:2]))
+    beta, log_alpha = _DELTA_CASES[case].args[3], _log_alpha(_DELTA_CASES[case])
+    gates = f"beta = {float(beta[n, head]):.3f}"
+    if log_alpha is not None:
+        gates += f", alpha = {math.exp(float(log_alpha[n, head])):.3f}"
+    return wrong(
+        f"{_DELTA_CASES[case].name}: the new state of sequence {n}, head {head} differs from the delta rule's by up "
+        f"to {float(differs[n, head].amax()):.4g} ({gates})."
+    )
+
+
 def _none_error(errors: dict[int, LearnerError]) -> _Wrong | None:
     """Code that raised exactly on the cases without log_alpha: None was used as a tensor."""
     without = {c for c, case in enumerate(_DELTA_CASES) if _log_alpha(case) is None}
@@ -715,22 +734,7 @@ def check_delta_step(delta_step: Callable[..., Tensor]) -> Verdict:
                 "the old state decayed, what it recalls under k corrected by beta times the error, with and "
                 "without log_alpha: the rule that lets a fixed-size state overwrite a key instead of piling up."
             )
-        tables = [_delta_mistakes(*case.args[:4], _log_alpha(case)) for case in cases]
-        named = _named_mistake(list(answers.values()), tables)
-        if named:
-            raise named
-        case = next(c for c in answers if not close(answers[c], right[c]))
-        differs = (answers[case] - right[case]).abs().nan_to_num(nan=math.inf)
-        n, head = (int(i) for i in torch.unravel_index(differs.amax((2, 3)).argmax(), differs.shape[:2]))
-        raise wrong(
-            f"{_DELTA_CASES[case].name}: the new state of sequence {n}, head {head} differs from the delta rule's "
-            f"by up to {float(differs[n, head].amax()):.4g} (beta = {float(_DELTA_CASES[case].args[3][n, head]):.3f}"
-            + (
-                ""
-                if _log_alpha(_DELTA_CASES[case]) is None
-                else f", alpha = {math.exp(float(_log_alpha(_DELTA_CASES[case])[n, head])):.3f}"  # type: ignore[index]
-            )
-            + ")."
-        )
+        named = _named_mistake(list(answers.values()), [_delta_table(case) for case in cases])
+        raise named or _delta_fallback(answers, right)
 
     return run_check("one step of the gated delta rule", body)

@@ -277,3 +277,70 @@ def test_lesson_13s_checks_grade_remotely_with_a_config_sent_to_the_kernel(tmp_p
         assert rows[function].status == status, rows[function]
     assert "in place" in rows["my_rolling_write"].message, rows["my_rolling_write"]
     assert "global layers were counted as local" in rows["my_hybrid_cache_bytes_all_local"].message
+
+
+# Lesson 14's checks send scores holding -inf (rows blocked everywhere) and thousands, a sink of -inf, and
+# log_alpha as a tensor or None; a wrong answer that raises on one case is called again on the square case. Right
+# answers, mistakes named by their numbers, and a graduated helper refused from the calls recorded in the kernel.
+LESSON_14 = "from course.exercises.lesson14 import check_delta_step, check_output_gate, check_sink_softmax"
+LESSON_14_ANSWERS = {
+    "my_sink_softmax": (
+        "def my_sink_softmax(scores, sink):\n"
+        "    column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)\n"
+        "    return torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]",
+        "check_sink_softmax",
+        "pass",
+    ),
+    "my_sink_softmax_renormalised": (
+        "def my_sink_softmax_renormalised(scores, sink):\n"
+        "    column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)\n"
+        "    weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]\n"
+        "    return weights / weights.sum(dim=-1, keepdim=True)",
+        "check_sink_softmax",
+        "wrong",
+    ),
+    "my_gated_heads": (
+        "def my_gated_heads(heads, x, gate_weight):\n    return heads * torch.sigmoid(x @ gate_weight.T)",
+        "check_output_gate",
+        "pass",
+    ),
+    "my_gated_heads_untransposed": (
+        "def my_gated_heads_untransposed(heads, x, gate_weight):\n    return heads * torch.sigmoid(x @ gate_weight)",
+        "check_output_gate",
+        "wrong",
+    ),
+    "my_delta_step": (
+        "def my_delta_step(state, k, v, beta, log_alpha=None):\n"
+        "    if log_alpha is not None:\n"
+        "        state = state * log_alpha.exp()[..., None, None]\n"
+        "    recalled = (k[..., None, :] @ state).squeeze(-2)\n"
+        "    return state + k[..., :, None] * (beta[..., None] * (v - recalled))[..., None, :]",
+        "check_delta_step",
+        "pass",
+    ),
+    "my_delta_step_library": (
+        "def my_delta_step_library(state, k, v, beta, log_alpha=None):\n"
+        "    from helpers.delta_rule import delta_rule_step\n"
+        "    return delta_rule_step(state, k, k, v, beta, log_alpha)[1]",
+        "check_delta_step",
+        "wrong",
+    ),
+}
+
+
+def test_lesson_14s_checks_grade_remotely_with_infinities_and_none_sent_to_the_kernel(tmp_path):
+    lesson, cells = [LESSON_14, "import torch"], [LESSON_14, "import torch"]
+    for function, (code, check, _) in LESSON_14_ANSWERS.items():
+        header, body = code.split("\n", 1)
+        lesson += [f"{header}\n    # BEGIN SOLUTION\n{body}\n    # END SOLUTION", f"{check}({function})"]
+        cells += [code, f"{check}({function})"]
+    write(tmp_path / "notebooks" / "14_sinks.ipynb", lesson)
+    submission = write(tmp_path / "submitted" / "mallory" / "14_sinks.ipynb", cells)
+    report = checker.run_submission(submission, timeout_s=120, notebooks_dir=tmp_path / "notebooks")
+    rows = {row.exercise: row for row in report.results}
+    assert report.problem is None, report.problem
+    for function, (_, _, status) in LESSON_14_ANSWERS.items():
+        assert rows[function].status == status, rows[function]
+    assert "each row sums to 1" in rows["my_sink_softmax_renormalised"].message
+    assert "untransposed" in rows["my_gated_heads_untransposed"].message
+    assert "delta_rule_step" in rows["my_delta_step_library"].message
