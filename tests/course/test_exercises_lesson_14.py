@@ -55,27 +55,26 @@ reference_delta_step, reference_gated_heads, reference_sink_softmax = (
     learners_copy(reference_sink_softmax),
 )
 
-# Solution bodies proposed for lesson 14's notebook (each between # BEGIN and # END SOLUTION): they pass, and no hint
-# holds a line of them (test_hints_give_nothing_away holds the notebook's own once it exists).
+# The solution bodies of notebooks/14_sinks_gates_delta_rule.ipynb (each between # BEGIN and # END SOLUTION, as the
+# branch l14nb writes them): they pass, and no hint holds a line of them (test_hints_give_nothing_away holds the
+# notebook's own once it is merged).
 SOLUTIONS = {
     "my_sink_softmax": """\
 def my_sink_softmax(scores, sink):
-    column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)  # the head's sink logit, one per query
-    weights = torch.cat([scores, column], dim=-1).softmax(dim=-1)
-    return weights[..., :-1]
+    column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)  # (..., h, L, 1): each head's own logit
+    return torch.cat((scores, column), dim=-1).softmax(dim=-1)[..., :-1]  # the sink's share goes nowhere
 """,
     "my_gated_heads": """\
 def my_gated_heads(heads, x, gate_weight):
-    gate = torch.sigmoid(x @ gate_weight.T)
-    return heads * gate
+    return heads * torch.sigmoid(x @ gate_weight.T)  # (N, L, h·d): one gate per head and feature
 """,
     "my_delta_step": """\
 def my_delta_step(state, k, v, beta, log_alpha=None):
     if log_alpha is not None:
-        state = state * log_alpha.exp()[..., None, None]
-    recalled = (k[..., None, :] @ state).squeeze(-2)
-    correction = beta[..., None] * (v - recalled)
-    return state + k[..., :, None] * correction[..., None, :]
+        state = state * log_alpha.exp()[..., None, None]  # decay first: alpha_t S_{t-1}
+    recalled = torch.einsum("nhk,nhkv->nhv", k, state)  # S^T k: what the state holds for this key
+    correction = beta[..., None] * (v - recalled)  # (N, h, d_v)
+    return state + torch.einsum("nhk,nhv->nhkv", k, correction)  # write the correction under k
 """,
 }
 CHECKS = {"my_sink_softmax": check_sink_softmax, "my_gated_heads": check_output_gate, "my_delta_step": check_delta_step}
@@ -550,9 +549,9 @@ def _solution_texts(code: str) -> set[str]:
     return {squeeze(t) for t in _statements(code) + _expressions(code) if len(squeeze(t)) >= MIN_CHARS}
 
 
-def test_no_hint_writes_out_a_line_of_the_references_or_of_the_proposed_solutions():
+def test_no_hint_writes_out_a_line_of_the_references_or_of_the_notebooks_solutions():
     """The rule of tests/course/test_hints_give_nothing_away.py, held against the reference_* functions' code and
-    the solutions proposed above until the lesson's notebook (and its solution regions) exists."""
+    the notebook's solutions above until the lesson's notebook (and its solution regions) is merged."""
     module = Path(lesson14.__file__)
     solutions = set()
     for node in ast.parse(module.read_text(encoding="utf-8")).body:
