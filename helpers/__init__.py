@@ -170,6 +170,9 @@ _EXPORTS = {
     # helpers.norms, helpers.swiglu (lesson 09's Llama pieces)
     "RMSNorm": "helpers.norms",
     "SwiGLU": "helpers.swiglu",
+    # helpers.models.reference_attention (lesson 14): transformers' attention modules as the course's layer
+    "attention_from_gpt_oss": "helpers.models.reference_attention",
+    "attention_from_qwen3_next": "helpers.models.reference_attention",
     # helpers.models.language_model
     "load_pretrained_lm": "helpers.models.language_model",
     "load_reference_lm": "helpers.models.language_model",

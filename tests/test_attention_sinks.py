@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from helpers.attention import AttentionCore, attend, masked_softmax
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
+from helpers.gpt import GPT, GPTConfig
 from helpers.masks import causal_mask, sdpa_mask
-from helpers.models.gemma import halves_to_pairs
+from helpers.models.reference_attention import attention_from_gpt_oss
 from helpers.rotary import rotary_cos_sin
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors: one thread is fastest
@@ -151,18 +151,7 @@ def _gpt_oss_pair(layer: int):
         for parameter in theirs.parameters():
             parameter.normal_(0.0, 0.3)
         theirs.sinks.normal_(0.0, 2.0)  # some heads with high sinks, some low
-    ours_config = GPTConfig(
-        vocab_size=50, embed_dim=E, num_heads=h, num_kv_heads=h_kv, head_size=d, num_layers=2,
-        layer_kinds=("local", "global"), window=WINDOW, attention_sinks=True,
-    )  # fmt: skip
-    ours = CausalSelfAttention(ours_config, layer).double().eval()
-    with torch.no_grad():
-        ours.projections.q_proj.weight.copy_(halves_to_pairs(theirs.q_proj.weight, d))
-        ours.projections.k_proj.weight.copy_(halves_to_pairs(theirs.k_proj.weight, d))
-        ours.projections.v_proj.weight.copy_(theirs.v_proj.weight)
-        ours.projections.out_proj.weight.copy_(theirs.o_proj.weight)
-        ours.sinks.copy_(theirs.sinks)
-    return ours, theirs
+    return attention_from_gpt_oss(theirs), theirs
 
 
 def _additive_mask(window: int | None) -> torch.Tensor:
@@ -179,7 +168,8 @@ def test_sink_attention_equals_transformers_gpt_oss_attention(layer, window):
     assert ours.window == window
     x = torch.randn(N, T, E, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
     positions = torch.arange(T)
-    cos, sin = rotary_cos_sin(positions, d, 10000.0, torch.float64)  # (T, d / 2): gpt-oss rotates halves by these
+    assert ours.rotary_base == theirs.config.rope_parameters["rope_theta"]  # 150,000: gpt-oss's, read from it
+    cos, sin = rotary_cos_sin(positions, d, ours.rotary_base, torch.float64)  # (T, d / 2): theirs rotates halves
     with torch.no_grad():
         expected, expected_weights = theirs(x, (cos.expand(N, T, -1), sin.expand(N, T, -1)), _additive_mask(window))
         out, _, weights = ours(x, positions, need_weights=True)
@@ -230,3 +220,35 @@ def test_a_gpt_with_sinks_decodes_with_the_cache_as_it_runs_whole():
             steps.append(model(ids[:, t : t + 1], cache))
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=0, atol=1e-5)
     assert all((w.sum(-1) < 1).all() for w in weights)
+
+
+def _gpt_oss(**changes):
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
+
+    config = dict(vocab_size=50, hidden_size=E, num_attention_heads=h, num_key_value_heads=h_kv, head_dim=d,
+                  num_hidden_layers=1, layer_types=["full_attention"], attention_bias=False)  # fmt: skip
+    return GptOssAttention(GptOssConfig(**(config | changes)), layer_idx=0)
+
+
+def test_attention_from_gpt_oss_keeps_their_dtype_and_mode_and_a_full_layer_has_no_window():
+    theirs = _gpt_oss().double()
+    ours = attention_from_gpt_oss(theirs)
+    assert ours.window is None and ours.sinks.dtype == torch.float64 and ours.training
+    assert torch.equal(ours.sinks, theirs.sinks)
+    assert attention_from_gpt_oss(theirs.eval(), positions="none").rotary is False
+
+
+def test_attention_from_gpt_oss_refuses_biases_dropout_wrong_shapes_and_other_modules():
+    with pytest.raises(ValueError, match=r"no projection biases.*q_proj, k_proj, v_proj, o_proj"):
+        attention_from_gpt_oss(_gpt_oss(attention_bias=True))
+    with pytest.raises(ValueError, match="no dropout"):
+        attention_from_gpt_oss(_gpt_oss(attention_dropout=0.1))
+    theirs = _gpt_oss()
+    theirs.sinks = torch.nn.Parameter(torch.zeros(h + 1))
+    with pytest.raises(ValueError, match=r"their sinks has shape \(5,\), but .* give \(4,\)"):
+        attention_from_gpt_oss(theirs)
+    with pytest.raises(TypeError, match="expects transformers' GptOssAttention, got Linear"):
+        attention_from_gpt_oss(torch.nn.Linear(E, E))
+    with pytest.raises(ValueError, match="positions must be 'rotary'"):
+        attention_from_gpt_oss(_gpt_oss(), positions="sinusoidal")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
-from helpers.models.gemma import halves_to_pairs
+from helpers.gpt import GPT, GPTConfig
+from helpers.models.reference_attention import attention_from_qwen3_next
 from helpers.rotary import rotary_cos_sin
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread is fastest
@@ -40,23 +40,8 @@ def _qwen3_next_pair(fraction: float, reference: str):
     if reference == "float64":
         for norm in (theirs.q_norm, theirs.k_norm):  # its forward is _norm(x.float()) * (1 + w): without .float()
             norm.forward = lambda x, norm=norm: norm._norm(x) * (1.0 + norm.weight)
-    ours_config = GPTConfig(
-        vocab_size=50, embed_dim=E, num_heads=h, num_kv_heads=h_kv, head_size=d, num_layers=1, norm="rms",
-        norm_eps=1e-6, qk_norm=True, output_gate=True, rotary_fraction=fraction,
-    )  # fmt: skip
-    ours = CausalSelfAttention(ours_config).double().eval()
-    r = ours_config.rotary_dim
-    # Qwen3-Next's q_proj gives each head its d query features, then its d gate features: (h · 2d, E).
-    query_rows, gate_rows = theirs.q_proj.weight.view(h, 2 * d, E).split(d, dim=1)
-    with torch.no_grad():
-        ours.projections.q_proj.weight.copy_(halves_to_pairs(query_rows.reshape(h * d, E), d, r))
-        ours.gate_proj.weight.copy_(gate_rows.reshape(h * d, E))  # the gate scales values: their order is kept
-        ours.projections.k_proj.weight.copy_(halves_to_pairs(theirs.k_proj.weight, d, r))
-        ours.projections.v_proj.weight.copy_(theirs.v_proj.weight)
-        ours.projections.out_proj.weight.copy_(theirs.o_proj.weight)
-        ours.q_norm.weight.copy_(halves_to_pairs(1.0 + theirs.q_norm.weight, d, r))  # theirs scales by (1 + w)
-        ours.k_norm.weight.copy_(halves_to_pairs(1.0 + theirs.k_norm.weight, d, r))
-    return ours, theirs, r
+    ours = attention_from_qwen3_next(theirs)
+    return ours, theirs, ours.rotary_dim
 
 
 @pytest.mark.parametrize("reference", ["float64", "eager"])
@@ -157,3 +142,36 @@ def test_partial_rotary_rotates_the_first_r_features_of_each_head_only(zeroed, m
 def test_the_config_refuses_gates_sinks_and_fractions_it_cannot_build(changes, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(vocab_size=10, **changes)
+
+
+def _qwen3_next(**changes):
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextAttention
+
+    config = dict(vocab_size=50, hidden_size=E, num_attention_heads=h, num_key_value_heads=h_kv, head_dim=d,
+                  num_hidden_layers=4, attention_bias=False)  # fmt: skip
+    return Qwen3NextAttention(Qwen3NextConfig(**(config | changes)), layer_idx=3)
+
+
+def test_attention_from_qwen3_next_reads_the_fraction_and_eps_and_refuses_what_it_cannot_carry():
+    ours = attention_from_qwen3_next(_qwen3_next(partial_rotary_factor=0.5, rms_norm_eps=1e-5))
+    assert ours.rotary_dim == d // 2 and ours.q_norm.eps == 1e-5
+    assert torch.equal(ours.q_norm.weight, torch.ones(d))  # their zero weights scale by 1 + 0
+    with pytest.raises(ValueError, match="no projection biases"):
+        attention_from_qwen3_next(_qwen3_next(attention_bias=True))
+    theirs = _qwen3_next()
+    theirs.q_proj = torch.nn.Linear(E, h * d, bias=False)  # no gate rows
+    with pytest.raises(ValueError, match=r"q_proj.weight has shape \(32, 32\), but .* give \(64, 32\)"):
+        attention_from_qwen3_next(theirs)
+    with pytest.raises(TypeError, match="expects transformers' Qwen3NextAttention, got GptOssAttention"):
+        from transformers import GptOssConfig
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
+
+        attention_from_qwen3_next(
+            GptOssAttention(
+                GptOssConfig(
+                    hidden_size=E, num_attention_heads=h, num_key_value_heads=h_kv, head_dim=d, num_hidden_layers=1
+                ),
+                layer_idx=0,
+            )
+        )

@@ -138,7 +138,7 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
         raise wrong(
             f"`{name}` calls {helper}, the course's own version of the function this exercise asks you to write: "
             "the numbers agree, but nothing of yours was checked. Write it yourself, with the operations the "
-            "exercise names (the helper is for the lessons after this one)."
+            "exercise names (the helper is there to use once you have written it)."
         )
     for where, tensor, copy in kept:
         if copy is not None and not _same_tensor(tensor, copy):

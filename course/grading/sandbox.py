@@ -63,6 +63,13 @@ _CLAIMS_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
 # Files of /etc that programs read (the dynamic linker's cache, user names, time zone, fonts, certificates).
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime", "fonts", "ssl")
 _MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symbolic links into /usr on merged-/usr systems
+# What lets a user who is not root make user namespaces: an ordinary teacher's sandbox needs them, and so does root's
+# (its inner, locked one is made by the sandbox's user). The guide gives the commands.
+_USERNS_SWITCHES = (
+    "user namespaces for users who are not root (sysctl kernel.unprivileged_userns_clone=1, "
+    "user.max_user_namespaces not 0; on Ubuntu 23.10 or later AppArmor's bwrap-userns-restrict profile or "
+    "kernel.apparmor_restrict_unprivileged_userns=0: docs/teaching.md, 'A teacher who is not root')"
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -117,7 +124,8 @@ def unavailable() -> str | None:
         return f"bwrap could not start: {error}"
     if done.returncode != 0:
         reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
-        return f"bwrap cannot make a sandbox on this machine ({reason}); it needs user or mount namespaces"
+        needs = _USERNS_SWITCHES if os.geteuid() != 0 else "mount namespaces (which a container may refuse its root)"
+        return f"bwrap cannot make a sandbox on this machine ({reason}); it needs {needs}"
     if os.geteuid() == 0:  # as kernel_prefix does: the sandbox's user makes the locked namespace inside
         trial = [paths["bwrap"], "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
         trial += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(paths, SANDBOX_UIDS[0])]
@@ -130,10 +138,7 @@ def unavailable() -> str | None:
         return f"bwrap could not start: {error}"
     if done.returncode != 0:
         reason = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
-        return (
-            f"bwrap cannot lock the sandbox's user namespaces on this machine ({reason}); it needs user "
-            "namespaces for unprivileged users (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)"
-        )
+        return f"bwrap cannot lock the sandbox's user namespaces here ({reason}); it needs {_USERNS_SWITCHES}"
     return None
 
 
