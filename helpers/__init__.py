@@ -50,6 +50,7 @@ _EXPORTS = {
     "sdpa_mask": "helpers.masks",
     "sdpa_mask_from_padding": "helpers.masks",
     "sliding_window_mask": "helpers.masks",
+    "streaming_mask": "helpers.masks",
     # helpers.data.batching
     "Batch": "helpers.data.batching",
     "make_batches": "helpers.data.batching",
@@ -95,6 +96,11 @@ _EXPORTS = {
     "linear_attention_recurrent": "helpers.delta_rule",
     "linear_attention_step": "helpers.delta_rule",
     "linear_attention_weights": "helpers.delta_rule",
+    # helpers.streaming (lesson 14): StreamingLLM's window plus the first tokens, with the course's mask and cache
+    "StreamingCache": "helpers.streaming",
+    "nll_by_position": "helpers.streaming",
+    "streaming_attention": "helpers.streaming",
+    "streaming_logits": "helpers.streaming",
     # helpers.latent_attention (lesson 11), and its trained comparison in helpers.analysis.cache_budget
     "DEEPSEEK_V2": "helpers.latent_attention",
     "SMOLLM2": "helpers.latent_attention",
