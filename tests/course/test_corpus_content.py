@@ -173,6 +173,12 @@ def pairs() -> list[Pair]:
     return read_pairs()
 
 
+@pytest.fixture(scope="module")
+def measured_shares(pairs) -> dict[str, float]:
+    """``shares`` once for the file: each scan reads every pair (about 1.5 s), and a dozen tests read the result."""
+    return shares(pairs)
+
+
 @pytest.mark.parametrize("name", list(NONSENSE))
 def test_no_nonsense(pairs, name):
     found = _count(pairs, NONSENSE[name])
@@ -235,14 +241,14 @@ def test_unnatural_scans_catch_what_they_look_for(de, en, category):
 
 
 @pytest.mark.parametrize("name", list(CONSTRUCTIONS))
-def test_each_construction_has_a_visible_share(pairs, name):
+def test_each_construction_has_a_visible_share(measured_shares, name):
     floor = CONSTRUCTIONS[name][1]
-    share = shares(pairs)[name]
+    share = measured_shares[name]
     assert share >= max(floor, 0.02), f"{name}: {share:.1%} of pairs, below {max(floor, 0.02):.0%}"
 
 
-def test_openings_vary(pairs):
-    share = shares(pairs)
+def test_openings_vary(pairs, measured_shares):
+    share = measured_shares
     assert share["starts with Ein/Eine"] <= 0.25, share["starts with Ein/Eine"]
     assert share["starts with Heute/Am Wochenende"] <= 0.02, share["starts with Heute/Am Wochenende"]
     # no opening word in a quarter of the pairs or more (Ein alone opened 32 % before)
@@ -261,9 +267,9 @@ def test_weil_clauses_follow_many_main_verbs(pairs):
     assert len(verbs) >= 20, sorted(verbs)
 
 
-def test_data_card_states_the_measured_shares(pairs):
+def test_data_card_states_the_measured_shares(measured_shares):
     card = (DATA.parent / "README.md").read_text(encoding="utf-8")
-    for name, share in shares(pairs).items():
+    for name, share in measured_shares.items():
         assert f"| {name} | {100 * share:.1f} % |" in card, f"data/README.md should say {name}: {100 * share:.1f} %"
 
 
