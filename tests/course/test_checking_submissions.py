@@ -453,6 +453,9 @@ def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(s
         stderr=subprocess.PIPE,
         env={**os.environ, "TMPDIR": str(scratch)},
         start_new_session=True,  # the signal reaches the checker alone, not this test
+        # as from a terminal: under nohup SIGHUP is ignored, and the checker keeps an ignored signal ignored, as it
+        # should (bob's loop would run on into the 120 s wait below)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 400
