@@ -123,7 +123,7 @@ LESSONS: tuple[Lesson, ...] = (
            test_s=127, needs=("smollm2",), seed_variable="LESSON11_SEED", exports_checks=True),
     Lesson("12_ioi_circuit.ipynb", "a circuit in a real model", budget_s=150, test_s=66, needs=("smollm2",),
            seed_variable="LESSON12_SEED", exports_checks=True),
-    Lesson("13_hybrid_attention.ipynb", "a real hybrid model", budget_s=150, grading_timeout_s=150, test_s=115,
+    Lesson("13_hybrid_attention.ipynb", "a real hybrid model", budget_s=150, grading_timeout_s=90, test_s=86,
            needs=("gemma",), seed_variable="LESSON13_SEED", exports_checks=True),
     Lesson("14_sinks_gates_delta_rule.ipynb", "sinks, gates and the delta rule", budget_s=150, test_s=31,
            needs=("smollm2",), seed_variable="LESSON14_SEED", exports_checks=True),
