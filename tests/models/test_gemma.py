@@ -118,7 +118,7 @@ def test_greedy_tokens_equal_transformers_with_the_rolling_cache(gemma, gemma_re
 
 
 def test_rolling_cache_generation_across_the_window_equals_a_full_recompute(gemma, long_prompt):
-    """A prompt of 506 tokens and 12 new ones: the cache crosses the window at the sixth step.
+    """A prompt of 506 tokens and 12 new ones: the cache crosses the window at the eighth step (505 + k tokens).
 
     The full recompute's 12 steps come from one pass without a cache over the 517 tokens the steps read: in a causal
     model the logits at position t are those of a pass over tokens 0 .. t alone, so at each step a generation
