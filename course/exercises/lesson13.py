@@ -377,7 +377,9 @@ def _raises_without_modulo(errors: dict[int, LearnerError], answers: dict[int, T
     return bool(errors) and all(past(c) for c in errors) and not any(past(c) for c in answers)
 
 
-def _mod_w_plus_one(errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict) -> bool:
+def _mod_w_plus_one(
+    errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict[int, tuple[Tensor, Tensor]]
+) -> bool:
     """Whether the code raised exactly where position mod (w + 1) is w (one past the last slot) and wrote slot
     position mod (w + 1) everywhere else."""
 
@@ -395,7 +397,9 @@ def _mod_w_plus_one(errors: dict[int, LearnerError], answers: dict[int, Tensor],
     )
 
 
-def _size_written_in(errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict) -> _Wrong | None:
+def _size_written_in(
+    errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict[int, tuple[Tensor, Tensor]]
+) -> _Wrong | None:
     """Code right on every buffer of one shape that raised on the others: one of that shape's sizes (N, h, w or
     d) is written in. Named by the sizes that are the same in every case it got right and differ in every case
     it raised on."""
