@@ -113,12 +113,15 @@ typecheck: $(STAMP)  ## mypy on helpers/ and course/: fails if it finds more err
 # Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded and
 # widget ids are renamed by their place, so re-running an unchanged lesson changes only outputs that truly
 # change; solution cells stay folded. Folding first: a new lesson's first fold changes its cells, and the stable
-# ids must be computed on the notebook as it is committed.
+# ids must be computed on the notebook as it is committed. Last, course.notebook_metadata drops the saved widget
+# state (a widget drawn from it looks live when it is not; a head view's data moves to its output's metadata, for
+# the site) and writes the course kernel's kernelspec (JupyterLab's, so that opening a lesson changes nothing).
 NB ?= notebooks/*.ipynb
 notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one; NB=... for some)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NB)
 	$(BIN)/python -m course.assignments collapse
 	$(BIN)/python -m course.notebook_ids $(NB)
+	$(BIN)/python -m course.notebook_metadata $(NB)
 
 benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py
