@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit lint typecheck notebooks setup benchmark corpus release site student-copies other-seeds clean
+.PHONY: lab solution restart test unit lint typecheck notebooks setup benchmark corpus release site student-copies other-seeds clean
 
 # A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
 # editable install points there) while make sees nothing to do. So ask the venv's python where it finds
@@ -48,10 +48,31 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The lessons are trusted first: JupyterLab draws a saved notebook's head views only in a trusted notebook.
-lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, IP=127.0.0.1; no browser)
-	$(BIN)/jupyter trust notebooks/*.ipynb
-	$(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+# A learner's JupyterLab opens their own copies of the lessons (course/learner.py): the student copies, each
+# exercise theirs to fill in, made in MINE (git-ignored) for each lesson not copied yet and never written over, so
+# their work survives `git pull` and every later `make lab`. nbgrader's menu, panels and Validate button are off:
+# course/learner_lab/ is a configuration folder added to Jupyter's search path for this JupyterLab only.
+# TEACHER=1 opens the solution notebooks themselves (notebooks/), with nbgrader on (docs/teaching.md).
+MINE ?= my-lessons
+LAB := $(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT)
+lab: $(STAMP)  ## open your copies of the lessons in JupyterLab (PORT=8888, IP=127.0.0.1; no browser; TEACHER=1)
+ifeq ($(TEACHER),1)
+	$(LAB) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+else
+	$(BIN)/python -m course.learner copy --into $(MINE)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/course/learner_lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH)) \
+	  $(LAB) --ServerApp.root_dir=$(MINE) $(ALLOW_ROOT)
+endif
+
+# The reference solutions are one deliberate step away from a learner's copy: printed here, never in it.
+solution: $(STAMP)  ## print a lesson's reference solutions (LESSON=02; EXERCISE=name for one)
+	$(if $(LESSON),,$(error name the lesson: make solution LESSON=02, or LESSON=02 EXERCISE=linear_projection))
+	@$(BIN)/python -m course.learner solution $(LESSON) $(if $(EXERCISE),--exercise $(EXERCISE))
+
+# The copy it replaces is kept in $(MINE)/.previous/, stamped with the time.
+restart: $(STAMP)  ## start your copy of a lesson again (LESSON=02; EXERCISE=name: only that exercise's cell)
+	$(if $(LESSON),,$(error name the lesson: make restart LESSON=02, or LESSON=02 EXERCISE=linear_projection))
+	$(BIN)/python -m course.learner restart $(LESSON) $(if $(EXERCISE),--exercise $(EXERCISE)) --into $(MINE)
 
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
