@@ -104,16 +104,17 @@ def solution_text(source: Path, exercise: str | None = None) -> str:
     return "\n".join(parts)
 
 
-def _exercise_cell(copy: NotebookNode, fresh_cell: NotebookNode, function: str, name: str) -> int:
-    """The index of the cell of ``copy`` that holds ``function``'s exercise: the fresh cell's id, else its def."""
+def _exercise_cell(copy: NotebookNode, like: NotebookNode, function: str, name: str) -> int:
+    """The index of the cell of ``copy`` that holds ``function``'s exercise: the one with ``like``'s id (JupyterLab
+    keeps a cell's id through edits), else the first code cell that defines the function."""
     for index, cell in enumerate(copy.cells):
-        if fresh_cell.get("id") is not None and cell.get("id") == fresh_cell.get("id"):
+        if like.get("id") is not None and cell.get("id") == like.get("id"):
             return index
     defines = re.compile(rf"^(?:async\s+)?def\s+{re.escape(function)}\s*\(", re.MULTILINE)
     for index, cell in enumerate(copy.cells):
         if cell.cell_type == "code" and defines.search(cell.source):
             return index
-    raise ReleaseError(name, None, f"no cell of your copy defines {function}(): restart the whole lesson")
+    raise ReleaseError(name, None, f"no cell defines {function}(): restart the whole lesson")
 
 
 def _keep_previous(copy_path: Path) -> Path:
@@ -145,8 +146,11 @@ def restart(
         return target, kept
     found = _exercise(source, exercise)
     solution_cell = read_notebook(source).cells[found.cell_index]
-    fresh_cell = next(cell for cell in fresh.cells if cell.get("id") == solution_cell.get("id"))
-    mine = nbformat.read(target, as_version=4)
+    fresh_cell = fresh.cells[_exercise_cell(fresh, solution_cell, exercise, str(source))]
+    try:
+        mine = nbformat.read(target, as_version=4)
+    except ValueError as error:  # nbformat's NotJSONError and a notebook it cannot read
+        raise ReleaseError(str(target), None, f"cannot be read ({error}): restart the whole lesson") from None
     index = _exercise_cell(mine, fresh_cell, exercise, str(target))
     mine.cells[index].source = fresh_cell.source
     mine.cells[index].outputs = []
@@ -174,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             made = make_copies(args.into, args.notebooks)
             for path in made:
                 print(f"made  {path}  (your copy: write your answers here)")
-            kept = len(list(args.into.glob("*.ipynb"))) - len(made)
-            left = f" ({kept} copies with your work left as they were)" if kept else ""
+            untouched = len(list(args.into.glob("*.ipynb"))) - len(made)
+            left = f" ({untouched} copies with your work left as they were)" if untouched else ""
             print(f"your lessons are in {args.into}/{left}")
         elif args.command == "solution":
             (source,) = select_lessons(_lessons(args.notebooks), [args.lesson])

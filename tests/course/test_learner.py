@@ -89,3 +89,12 @@ def test_restarting_a_lesson_gives_a_fresh_copy(lessons, tmp_path):
 def test_the_learners_folder_is_ignored_by_git():
     assert "/my-lessons/" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
     assert learner.LEARNER_DIR == ROOT / "my-lessons"
+
+
+def test_restarting_an_exercise_of_an_unreadable_copy_says_to_restart_the_lesson(lessons, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    learner.make_copies(mine, lessons)
+    (mine / LESSON_02.name).write_text("{not json", encoding="utf-8")
+    args = ["restart", "02", "--exercise", "linear_projection", "--into", str(mine), "--notebooks", str(lessons)]
+    assert learner.main(args) == 1
+    assert "restart the whole lesson" in capsys.readouterr().err
