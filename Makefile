@@ -53,15 +53,17 @@ setup: $(STAMP)
 # their work survives `git pull` and every later `make lab`. nbgrader's menu, panels and Validate button are off:
 # course/learner_lab/ is a configuration folder added to Jupyter's search path for this JupyterLab only.
 # TEACHER=1 opens the solution notebooks themselves (notebooks/), with nbgrader on (docs/teaching.md).
+# A class's hand-out (docs/teaching.md, section 3) holds student copies in notebooks/, no solution in them: those
+# are the student's own copies already, so they are what JupyterLab opens.
 MINE ?= my-lessons
 LAB := $(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT)
+LEARNER_LAB := JUPYTER_CONFIG_PATH=$(CURDIR)/course/learner_lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))
 lab: $(STAMP)  ## open your copies of the lessons in JupyterLab (PORT=8888, IP=127.0.0.1; no browser; TEACHER=1)
 ifeq ($(TEACHER),1)
 	$(LAB) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
 else
-	$(BIN)/python -m course.learner copy --into $(MINE)
-	JUPYTER_CONFIG_PATH=$(CURDIR)/course/learner_lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH)) \
-	  $(LAB) --ServerApp.root_dir=$(MINE) $(ALLOW_ROOT)
+	@folder=$$($(BIN)/python -m course.learner copy --into $(MINE)) && \
+	  $(LEARNER_LAB) $(LAB) --ServerApp.root_dir=$$folder $(ALLOW_ROOT)
 endif
 
 # The reference solutions are one deliberate step away from a learner's copy: printed here, never in it.

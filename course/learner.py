@@ -6,10 +6,14 @@ a ``raise NotImplementedError()`` to replace, whose check says NOT YET until it 
 ignores (``my-lessons/`` by default). ``make lab`` makes the copies and opens JupyterLab there::
 
     python -m course.learner copy                      # a copy of each lesson not copied yet (make lab runs it)
+                                                       # and, on stdout, the folder JupyterLab is to open
     python -m course.learner solution 02               # print lesson 02's reference solutions (make solution LESSON=02)
     python -m course.learner solution 02 --exercise linear_projection
     python -m course.learner restart 02                # lesson 02 from scratch (make restart LESSON=02)
     python -m course.learner restart 02 --exercise linear_projection   # just that exercise's cell
+
+A class's hand-out (docs/teaching.md, section 3) has student copies in ``notebooks/``, no solution in any: those
+are the student's own copies already, so ``copy`` makes none and names ``notebooks/`` as the folder to open.
 
 A copy, once made, is never written over by ``copy``: the learner's work survives ``git pull`` (the folder is not
 tracked) and every later ``make lab``, while a lesson added by a pull gets its copy on the next one. ``restart``
@@ -78,6 +82,18 @@ def make_copies(into: Path = LEARNER_DIR, notebooks_dir: Path = NOTEBOOKS_DIR) -
         write_atomically(into / name, data)
         made.append(into / name)
     return made
+
+
+def holds_solutions(notebooks_dir: Path = NOTEBOOKS_DIR) -> bool:
+    """Whether ``notebooks_dir`` holds the solution notebooks (a lesson with a solution region), not a hand-out's
+    student copies (none)."""
+    return any(
+        line.strip() == BEGIN_MARKER
+        for source in _lessons(Path(notebooks_dir))
+        for cell in read_notebook(source).cells
+        if cell.cell_type == "code"
+        for line in cell.source.split("\n")
+    )
 
 
 def _exercise(source: Path, exercise: str) -> Exercise:
@@ -174,13 +190,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("--notebooks", type=Path, default=NOTEBOOKS_DIR, help="the lessons (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "copy":
+        if args.command == "copy":  # what it says goes to stderr: stdout is the folder, for make lab
+            if not holds_solutions(args.notebooks):
+                print(f"{args.notebooks}/ holds student copies (a hand-out): write in them there", file=sys.stderr)
+                print(args.notebooks)
+                return 0
             made = make_copies(args.into, args.notebooks)
             for path in made:
-                print(f"made  {path}  (your copy: write your answers here)")
+                print(f"made  {path}  (your copy: write your answers here)", file=sys.stderr)
             untouched = len(list(args.into.glob("*.ipynb"))) - len(made)
             left = f" ({untouched} copies with your work left as they were)" if untouched else ""
-            print(f"your lessons are in {args.into}/{left}")
+            print(f"your lessons are in {args.into}/{left}", file=sys.stderr)
+            print(args.into)
         elif args.command == "solution":
             (source,) = select_lessons(_lessons(args.notebooks), [args.lesson])
             print(solution_text(source, args.exercise), end="")

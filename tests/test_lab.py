@@ -108,7 +108,7 @@ def test_a_teachers_lab_serves_the_lessons_with_nbgrader():
     teacher = subprocess.run(["make", "-n", "lab", "TEACHER=1"], cwd=ROOT, capture_output=True, text=True, check=True)
     learner = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "--ServerApp.root_dir=notebooks" in teacher.stdout and "learner_lab" not in teacher.stdout
-    assert "--ServerApp.root_dir=my-lessons" in learner.stdout and "course/learner_lab" in learner.stdout
+    assert "course.learner copy --into my-lessons" in learner.stdout and "course/learner_lab" in learner.stdout
 
 
 # ---------------------------------------------------------------------------------------------

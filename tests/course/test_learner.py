@@ -9,6 +9,7 @@ import nbformat
 import pytest
 
 from course import learner
+from course.assignments import release
 from course.solution_notebooks import BEGIN_MARKER, PLACEHOLDER, ReleaseError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +99,17 @@ def test_restarting_an_exercise_of_an_unreadable_copy_says_to_restart_the_lesson
     args = ["restart", "02", "--exercise", "linear_projection", "--into", str(mine), "--notebooks", str(lessons)]
     assert learner.main(args) == 1
     assert "restart the whole lesson" in capsys.readouterr().err
+
+
+def test_copy_names_the_folder_to_open_and_a_hand_out_is_opened_as_it_is(lessons, tmp_path, capsys):
+    """make lab opens what `copy` prints: the learner's folder, or, in a hand-out (student copies in notebooks/,
+    docs/teaching.md section 3), notebooks/ itself, with no copy made of the copies."""
+    mine = tmp_path / "mine"
+    assert learner.main(["copy", "--into", str(mine), "--notebooks", str(lessons)]) == 0
+    assert capsys.readouterr().out == f"{mine}\n" and learner.holds_solutions(lessons)
+    handout = tmp_path / "handout" / "notebooks"
+    release(handout, lessons)
+    capsys.readouterr()
+    assert learner.main(["copy", "--into", str(tmp_path / "other"), "--notebooks", str(handout)]) == 0
+    assert capsys.readouterr().out == f"{handout}\n" and not (tmp_path / "other").exists()
+    assert not learner.holds_solutions(handout)
