@@ -2,7 +2,8 @@
 
 Every executed lesson in ``notebooks/`` (whatever ``NN_*.ipynb`` files are there, in order) becomes one page,
 exported by ``helpers.viewing.head_view.export_html``: head views stay interactive, drawn by the package's own
-JavaScript from the widget state saved in the notebook, and the page fetches nothing from a network. This
+JavaScript from the data a committed lesson keeps in each view's output (``course.notebook_metadata``: lessons hold
+no widget state), and the page fetches nothing from a network. This
 module only wraps those pages: a landing page with the lesson table, a sidebar (the lessons, the sections of
 the lesson open, a search box), previous/next links, and solution cells folded behind a "Show the solution"
 button. Search runs in the page over an index written as a script (``_static/search-index.js``), so it works
