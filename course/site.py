@@ -2,7 +2,8 @@
 
 Every executed lesson in ``notebooks/`` (whatever ``NN_*.ipynb`` files are there, in order) becomes one page,
 exported by ``helpers.viewing.head_view.export_html``: head views stay interactive, drawn by the package's own
-JavaScript from the widget state saved in the notebook, and the page fetches nothing from a network. This
+JavaScript from the data a committed lesson keeps in each view's output (``course.notebook_metadata``: lessons hold
+no widget state), and the page fetches nothing from a network. This
 module only wraps those pages: a landing page with the lesson table, a sidebar (the lessons, the sections of
 the lesson open, a search box), previous/next links, and solution cells folded behind a "Show the solution"
 button. Search runs in the page over an index written as a script (``_static/search-index.js``), so it works
@@ -36,7 +37,7 @@ from pathlib import Path
 import nbformat
 
 from course.assignments import SOLUTION_ONLY_TAG, drop_folded_notes, is_solution_cell, strip_solutions
-from helpers.viewing.head_view import HEAD_VIEW_IDS, WIDGET_STATE, WIDGET_VIEW, export_html
+from helpers.viewing.head_view import HEAD_VIEW_IDS, SAVED_HEAD_VIEW, WIDGET_STATE, WIDGET_VIEW, export_html
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -78,11 +79,14 @@ class Lesson:
 # Reading the lessons
 # ---------------------------------------------------------------------------------------------
 def head_view_count(nb: dict) -> int:
-    """How many head views a notebook shows whose state was saved (those the site draws interactively)."""
+    """How many head views a notebook shows whose data was saved (those the site draws interactively)."""
     models = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     count = 0
     for cell in nb.get("cells", []):
         for output in cell.get("outputs", []):
+            if SAVED_HEAD_VIEW in output.get("metadata", {}):  # a committed lesson: no widget state, the data here
+                count += 1
+                continue
             model_id = output.get("data", {}).get(WIDGET_VIEW, {}).get("model_id")
             state = models.get(model_id, {}).get("state", {}) if model_id else {}
             count += state.get("_anywidget_id") in HEAD_VIEW_IDS  # the first view, and the stubs after it

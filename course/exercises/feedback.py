@@ -39,6 +39,15 @@ Mistakes = Mapping[str, Tensor | Callable[[], Tensor]]
 _EXERCISE: ContextVar[str | None] = ContextVar("exercise", default=None)
 
 
+# What an exercise whose code still raises NotImplementedError is told (its mark is NOT YET, as for a wrong
+# answer): that it is not attempted, and what to do, in one sentence. Tests tell the two apart by its start.
+NOT_ATTEMPTED = "not attempted yet"
+NOT_ATTEMPTED_MESSAGE = (
+    f"{NOT_ATTEMPTED}: write your code in place of `raise NotImplementedError()` in the exercise's cell, "
+    "run that cell, then run this one again."
+)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The outcome of one check: ``status`` is "pass", "wrong" or "not attempted"."""
@@ -52,7 +61,8 @@ class Verdict:
         return self.status == "pass"
 
     def __str__(self) -> str:
-        mark = {"pass": "PASS", "wrong": "NOT YET", "not attempted": "NOT ATTEMPTED YET"}[self.status]
+        # An exercise not yet attempted is NOT YET too (a learner's copy starts so), its message says what to do.
+        mark = "PASS" if self.status == "pass" else "NOT YET"
         return f"[{mark}] {self.exercise}: {self.message}"
 
     def _ipython_display_(self) -> None:
@@ -417,9 +427,7 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
         with torch.random.fork_rng(devices=[]):
             verdict = Verdict(exercise, "pass", body())
     except NotImplementedError:
-        verdict = Verdict(
-            exercise, "not attempted", "replace `raise NotImplementedError()` with your code, then run this cell again."
-        )
+        verdict = Verdict(exercise, "not attempted", NOT_ATTEMPTED_MESSAGE)
     except _Wrong as problem:
         verdict = Verdict(exercise, "wrong", str(problem))
     except LearnerError as problem:

@@ -45,7 +45,7 @@ def test_one_hot_lookup_float64_and_extra_kwargs_pass():
 def test_one_hot_lookup_not_attempted(capsys):
     verdict = check_one_hot_lookup(not_attempted)
     assert verdict.status == "not attempted"
-    assert "NOT ATTEMPTED YET" in capsys.readouterr().out
+    assert "[NOT YET] one-hot look-up: not attempted yet: write your code" in capsys.readouterr().out
 
 
 def test_one_hot_lookup_transposed_table():
