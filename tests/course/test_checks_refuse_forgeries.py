@@ -30,7 +30,8 @@ from test_remote_checks import remotely
 from torch import Tensor, nn
 
 import course.exercises
-from course.exercises.feedback import CHECK_BUG
+from course.exercises import lesson02, lesson05
+from course.exercises.feedback import CHECK_BUG, call_learner, run_check
 
 
 def _with_references() -> dict[str, tuple[Callable, Callable]]:
@@ -69,6 +70,7 @@ def test_every_check_is_probed():
         if name.startswith("check_") and callable(value) and value.__module__ == f"course.exercises.{info.name}"
     }
     assert public - probed == set(NOTHING_TO_PROBE), public - probed
+
 
 CHANGES: dict[str, Callable[[Tensor], Any]] = {
     "zeroes": lambda tensor: tensor.zero_(),
@@ -184,3 +186,122 @@ def test_every_check_refuses_a_changed_dtype_naming_both(exercise, other, capsys
     assert CHECK_BUG not in verdict.message, verdict.message
     assert "dtype changed" in verdict.message and str(fed) in verdict.message and str(given) in verdict.message
 
+
+# The three forgeries the issue found (each scored a pass in a lesson's cell, under `check` and under nbgrader).
+def _zero(*modules: nn.Module) -> None:
+    with torch.no_grad():
+        for module in modules:
+            for tensor in _floating_tensors(module):
+                tensor.zero_()
+
+
+def zeroed_projections(target, source, q_proj, k_proj, v_proj):
+    _zero(q_proj, k_proj, v_proj)
+    d = q_proj.out_features
+    return (
+        target.new_zeros(*target.shape[:2], d),
+        source.new_zeros(*source.shape[:2], d),
+        source.new_zeros(*source.shape[:2], d),
+    )
+
+
+def zeroed_block(x, sublayer, norm, norm_first):
+    _zero(norm, sublayer)
+    return x if norm_first else torch.zeros_like(x)
+
+
+def zeroed_last_norm(layer, tgt, memory, tgt_mask, memory_key_padding_mask):
+    layer.self_attn(tgt, tgt, tgt)  # each sub-block's first part runs once, in order, as the check watches
+    layer.multihead_attn(tgt, memory, memory)
+    layer.linear1(tgt)
+    _zero(layer.norm3)
+    return torch.zeros_like(tgt)
+
+
+FORGERIES = {
+    "lesson 02: q_proj, k_proj and v_proj zeroed": (
+        lesson02.check_cross_attention_inputs,
+        zeroed_projections,
+        "q_proj",
+    ),
+    "lesson 05: the norm and sublayer zeroed": (lesson05.check_residual_block, zeroed_block, "sublayer"),
+    "lesson 05: norm3 zeroed": (lesson05.check_decoder_layer_forward, zeroed_last_norm, "layer"),
+}
+
+
+@pytest.mark.parametrize("route", ["in-process", "remote"])
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_the_forgeries_found_are_refused_by_name(forgery, route, capsys):
+    check, answer, module = FORGERIES[forgery]
+    verdict = check(answer) if route == "in-process" else remotely(check, answer)
+    assert verdict.status == "wrong", verdict
+    assert f"changed the module `{module}` it was given" in verdict.message, verdict.message
+    assert "must not change it" in verdict.message
+
+
+def _linear_answer(change: Callable[[nn.Module], Any]) -> Callable:
+    def cross_attention_inputs(target, source, q_proj, k_proj, v_proj):
+        q, k, v = q_proj(target), k_proj(source), v_proj(source)
+        change(k_proj)
+        return q, k, v
+
+    return cross_attention_inputs
+
+
+def _hook(module: nn.Module) -> None:
+    module.register_forward_hook(lambda m, args, out: out * 0)
+
+
+# Other changes than the numbers, each named: (change, the words naming it, refused over the wire too).
+OTHER_CHANGES = {
+    "a setting": (lambda m: setattr(m, "in_features", 7), "`k_proj.in_features` is now 7, not 6", True),
+    "the training flag": (lambda m: m.eval(), "`k_proj.training` is now False, not True", True),
+    "a new attribute": (lambda m: setattr(m, "scale", 0.0), "`k_proj.scale` was set", True),
+    "a weight replaced by another dtype": (
+        lambda m: setattr(m, "weight", nn.Parameter(m.weight.detach().double())),
+        "`k_proj.weight` changed from torch.float32",
+        True,
+    ),
+    "an instance forward": (lambda m: setattr(m, "forward", lambda x: x * 0), "`k_proj.forward` was set", False),
+    "a hook": (_hook, "the hooks on `k_proj` were changed", False),
+}
+
+
+@pytest.mark.parametrize("change", list(OTHER_CHANGES))
+def test_a_modules_settings_parts_and_hooks_are_its_state_too(change, capsys):
+    """In a lesson every change is refused; over the wire the kernel sends back a module's numbers and plain
+    settings (a forward or a hook of the kernel's copy never reaches the check's module: nothing to refuse there)."""
+    edit, words, over_the_wire = OTHER_CHANGES[change]
+    answer = _linear_answer(edit)
+    local = lesson02.check_cross_attention_inputs(answer)
+    assert local.status == "wrong" and words in local.message and "`k_proj`" in local.message, local
+    if over_the_wire:
+        far = remotely(lesson02.check_cross_attention_inputs, answer)
+        assert (far.status, far.message) == (local.status, local.message), far
+
+
+def test_a_refused_change_is_put_back():
+    """The check's module holds its numbers and settings again once the change is refused (whatever a check does
+    after the refusal, it reads the module as it came)."""
+    layer = nn.Linear(3, 2)
+    before = {name: t.clone() for name, t in layer.state_dict().items()}
+
+    def zeroes(module):
+        _zero(module)
+        module.training = False
+        return torch.zeros(2)
+
+    verdict = run_check("demo", lambda: call_learner(zeroes, layer))
+    assert verdict.status == "wrong" and "the module `module`" in verdict.message, verdict
+    assert all(torch.equal(before[name], t) for name, t in layer.state_dict().items())
+    assert layer.training
+
+
+def test_calling_a_module_or_reading_its_weights_changes_nothing():
+    """Views, transposes, calls and a forward in training mode are reads: the same answer passes."""
+
+    def reads(target, source, q_proj, k_proj, v_proj):
+        weight = k_proj.weight.T  # a view
+        return q_proj(target), source @ weight + k_proj.bias, v_proj.forward(source)
+
+    assert lesson02.check_cross_attention_inputs(reads).passed
