@@ -44,10 +44,10 @@ def _with_references() -> dict[str, tuple[Callable, Callable]]:
         module = importlib.import_module(f"course.exercises.{info.name}")
         for name, reference in vars(module).items():
             check = getattr(module, name.replace("reference_", "check_", 1), None)
-            if name.startswith("reference_") and check is not None and name not in WRITTEN_WITH_A_SHORTCUT:
-                if check not in known:
-                    answers[f"{info.name}.{name[len('reference_') :]}"] = (check, learners_copy(reference))
-                    known.add(check)
+            shortcut = name in WRITTEN_WITH_A_SHORTCUT
+            if name.startswith("reference_") and check is not None and not shortcut and check not in known:
+                answers[f"{info.name}.{name[len('reference_') :]}"] = (check, learners_copy(reference))
+                known.add(check)
     return answers
 
 
@@ -107,7 +107,7 @@ def _changing_modules(right: Callable, change: Callable[[Tensor], Any], changed:
 def test_the_probe_reaches_the_checks_that_hand_out_modules():
     """Lessons 02, 04, 05, 10, 11 and 12 hand modules to the learner's code: the probe must find them there."""
     reached = set()
-    for exercise, (check, right) in ANSWERS.items():
+    for check, right in ANSWERS.values():
         changed: list[str] = []
         check(_changing_modules(right, CHANGES["zeroes"], changed))
         if changed:

@@ -409,7 +409,7 @@ MODULE_ANSWERS = {
 def test_answers_that_change_the_checks_modules_or_the_dtype_are_refused_by_check(tmp_path):
     lesson, cells = [MODULES], [MODULES]
     for function, (code, check, _) in MODULE_ANSWERS.items():
-        header, body = code.split("\n", 1)
+        header = code.split("\n", 1)[0]
         lesson += [
             f"{header}\n    # BEGIN SOLUTION\n    raise NotImplementedError()\n    # END SOLUTION",
             f"{check}({function})",
