@@ -576,7 +576,8 @@ def expect_shape(answer: Tensor, shape: Iterable[int], name: str, letters: str =
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
-    """Equal within a tolerance that accepts float32 answers (and either dtype); NaN matches NaN."""
+    """Equal within a tolerance that accepts float32 answers (the dtype itself is call_learner's to judge); NaN
+    matches NaN."""
     return a.shape == b.shape and torch.allclose(
         a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4, equal_nan=True
     )
