@@ -89,7 +89,7 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 
     ``NotImplementedError`` passes through unchanged: it means "not attempted yet". A function defined with
     the wrong parameters is told so by name (a ``wrong`` verdict), before it runs. Every call holds the learner
-    to the course's three rules for any exercise (each a ``wrong`` verdict that names the mistake):
+    to the course's rules for any exercise (each a ``wrong`` verdict that names the mistake):
 
     - **the inputs stay as they were**: a tensor argument (or one inside a tuple, list or dict argument) that
       the call changed in place is refused, since the caller may still need it; so is a module argument whose
