@@ -133,8 +133,10 @@ def _is_plain(value: Any, depth: int = 0) -> bool:
 
 
 def apply_module_state(module: nn.Module, tensors: Any, attributes: Any) -> None:
-    """Make ``module`` hold what ``module_state`` described (its tensors and plain attributes), in place: what the
-    learner's code did to its copy in the kernel shows on the check's module."""
+    """Make ``module`` hold what ``module_state`` described (its tensors and plain attributes, a new one too), in
+    place: what the learner's code did to its copy in the kernel shows on the check's module, so that
+    ``call_learner`` refuses it there as in a lesson, naming the module, and puts the module back as it was (the
+    check's expected values never see it)."""
     if isinstance(tensors, dict):
         own = module.state_dict(keep_vars=True)
         with torch.no_grad():
@@ -146,8 +148,22 @@ def apply_module_state(module: nn.Module, tensors: Any, attributes: Any) -> None
         for path, values in attributes.items():
             if path in subs and isinstance(values, dict):
                 for key, value in values.items():
-                    if isinstance(key, str) and key in vars(subs[path]) and _is_plain(value):
+                    if isinstance(key, str) and _settable(subs[path], key) and _is_plain(value):
                         setattr(subs[path], key, value)
+
+
+def _settable(module: nn.Module, key: str) -> bool:
+    """Whether ``key`` names a plain attribute ``module`` holds, or may hold (a new public one: not a parameter,
+    buffer, submodule, method or property of its class)."""
+    if key in vars(module):
+        return True
+    own = (module._parameters, module._buffers, module._modules)
+    return (
+        key.isidentifier()
+        and not key.startswith("_")
+        and not any(key in d for d in own)
+        and not hasattr(type(module), key)
+    )
 
 
 def is_described(value: Any) -> bool:

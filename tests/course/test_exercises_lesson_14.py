@@ -289,7 +289,7 @@ def _raises_on_blocked(scores, sink):
         (lambda s, k: (reference_sink_softmax(s, k), k), ["return one tensor", "tuple of 2"]),
         (lambda s, k: reference_sink_softmax(s, k).mT, ["should have shape"]),
         (lambda s, k: (reference_sink_softmax(s, k) * 100).long(), ["one row's weights should be"]),
-        (lambda s, k: reference_sink_softmax(s, k).float(), None),  # float32: right
+        (lambda s, k: reference_sink_softmax(s, k).float(), ["dtype changed", "torch.float64", "torch.float32"]),
         (_scores_edited, ["changed its input `scores` in place"]),
         (_raises_on_blocked, ["your code raised ValueError: a row with no key"]),
         (_sink_at(lambda s, k: 0.0), ["fixed at 0", "softmax_1"]),
@@ -400,7 +400,7 @@ def _heads_edited(heads, x, w):
         (lambda h, x, w: None, ["got None"]),
         (lambda h, x, w: reference_gated_heads(h, x, w)[..., :-1], ["should have shape (N, T, h·d) = (2, 3, 6)"]),
         (lambda h, x, w: reference_gated_heads(h, x, w).long(), ["feature", "should be"]),
-        (lambda h, x, w: reference_gated_heads(h, x, w).float(), None),
+        (lambda h, x, w: reference_gated_heads(h, x, w).float(), ["dtype changed", "torch.float64", "torch.float32"]),
         (_heads_edited, ["changed its input `heads` in place"]),
         (lambda h, x, w: h * torch.sigmoid(x @ w.T) * 1.01, ["feature", "times its gate"]),
         (lambda h, x, w: h / torch.sigmoid(x @ w.T), ["divided by the gate", "1 / sigmoid"]),

@@ -35,11 +35,15 @@ def test_one_hot_lookup_correct_passes(capsys):
     assert "[PASS]" in capsys.readouterr().out
 
 
-def test_one_hot_lookup_float64_and_extra_kwargs_pass():
-    def lookup(ids, weight, *, dtype=torch.float64):
+def test_one_hot_lookup_extra_kwargs_pass_and_another_dtype_is_named():
+    def lookup(ids, weight, *, dtype=None):
+        dtype = weight.dtype if dtype is None else dtype
         return F.one_hot(ids, weight.shape[0]).to(dtype) @ weight.to(dtype)
 
     assert check_one_hot_lookup(lookup).passed
+    # The table is float32: a float64 result is another dtype than the one asked for (#59 item 6).
+    verdict = check_one_hot_lookup(lambda ids, weight: lookup(ids, weight, dtype=torch.float64))
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")
 
 
 def test_one_hot_lookup_not_attempted(capsys):
@@ -147,7 +151,8 @@ def test_positional_encoding_wrong_shape_and_unknown_error():
 # ---------------------------------------------------------------------------------------------
 def test_linear_projection_correct_passes():
     assert check_linear_projection(lambda x, w, b: x @ w.T + b).passed
-    assert check_linear_projection(lambda x, w, b: x.double() @ w.double().T + b.double()).passed
+    verdict = check_linear_projection(lambda x, w, b: x.double() @ w.double().T + b.double())
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")  # the numbers agree, the dtype not
 
 
 def test_linear_projection_not_attempted():
@@ -224,7 +229,8 @@ def weights_answer(scale="sqrt", dim=-1, transpose=True, softmax=True, batched_t
 
 def test_attention_weights_correct_passes():
     assert check_attention_weights(weights_answer()).passed
-    assert check_attention_weights(lambda q, k: F.softmax(q.double() @ k.double().mT * q.shape[-1] ** -0.5, -1)).passed
+    verdict = check_attention_weights(lambda q, k: F.softmax(q.double() @ k.double().mT * q.shape[-1] ** -0.5, -1))
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")
 
 
 def test_attention_weights_not_attempted():
