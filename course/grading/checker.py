@@ -621,14 +621,20 @@ def _ignore_stopping_signals() -> None:
 @contextlib.contextmanager
 def _signals_stop_the_batch():
     """While grading, SIGINT, SIGTERM and SIGHUP unwind through the grading code's clean-up; the handlers that were
-    there before come back afterwards. A signal the caller ignores (``nohup``: SIGHUP) stays ignored."""
+    there before come back afterwards. A SIGTERM or SIGHUP the caller ignores (``nohup``: SIGHUP) stays ignored.
+
+    SIGINT always stops the batch, even where it came in ignored: a shell without job control (a script) starts
+    ``check … &`` with SIGINT ignored, only so that a Ctrl-C meant for the script's foreground command misses it.
+    Then the script ends and the batch runs on unseen, and a ``kill -INT`` aimed at it does nothing: both times the
+    person who sent it wants the batch stopped, and stopping it keeps every row graded so far. (``nohup`` does not
+    ignore SIGINT; a batch meant to survive its terminal is started with ``nohup`` or ``setsid``.)"""
     if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
         yield
         return
     before = {number: signal.getsignal(number) for number in STOPPING_SIGNALS}
     try:
         for number, handler in before.items():
-            if handler is not signal.SIG_IGN:
+            if handler is not signal.SIG_IGN or number == signal.SIGINT:
                 signal.signal(number, _stop_the_batch)
         yield
     finally:
