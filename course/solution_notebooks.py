@@ -340,9 +340,10 @@ def notebook_from_bytes(data: bytes, name: str) -> NotebookNode:
         raise ReleaseError(name, None, f"cannot be read as a notebook: {error}") from None
     except RecursionError:  # JSON's reader recurses once a level: far deeper than the limit below
         notebook = _NESTED_TOO_DEEP
-    except ValueError:  # Python's limit on the digits of a number read from text (a denial-of-service guard)
+    except ValueError as error:  # Python's limit on the digits of a number read from text (against denial of service)
         digits = f"{sys.get_int_max_str_digits():,}"
-        raise ReleaseError(name, None, f"cannot be read as a notebook: it holds a number of more than {digits} digits")
+        why = f"it holds a number of more than {digits} digits" if "digits" in str(error) else str(error)
+        raise ReleaseError(name, None, f"cannot be read as a notebook: {why}") from None
     if notebook is _NESTED_TOO_DEEP or _nesting(notebook) > NESTING_LIMIT:
         why = f"its JSON is nested more than {NESTING_LIMIT} levels deep (a lesson's is about 10)"
         raise ReleaseError(name, None, f"cannot be read as a notebook: {why}")

@@ -9,8 +9,9 @@ aligned with English whitespace token j (both counted from 0).
     >>> real = load_corpus("multi30k", "test", data_dir="/path/to/multi30k")   # a local folder
     >>> real = load_corpus("multi30k", "test", download=True)      # or a checksummed download
 
-Every problem with a file (missing, misaligned, empty line, bad encoding, truncated gzip, bad checksum)
-raises an error that names the file, so a learner knows which file to fix or fetch again.
+Every problem with a file (missing, misaligned, empty line, bad encoding, truncated gzip, bad checksum, a
+character that editors disagree on as a line end) raises an error that names the file, so a learner knows which
+file to fix or fetch again. Lines are read as an editor shows them (:func:`text_lines`).
 """
 
 from __future__ import annotations
@@ -222,9 +223,9 @@ def text_lines(raw: bytes, name: str, not_utf8: str = "the file must be UTF-8 te
     lone = _LONE_CARRIAGE_RETURN.search(text)
     if lone is not None and "\n" in text:
         raise CorpusError(
-            f"{name}: line {_line_of(text, lone.start())} ends in a carriage return alone (\\r), but other lines end in a "
-            "line feed (\\n): editors disagree on whether it ends the line. Save the file with one kind of line end "
-            "(`mac2unix FILE` converts an old Mac file; otherwise remove the stray \\r)"
+            f"{name}: line {_line_of(text, lone.start())} ends in a carriage return alone (\\r), but other lines end "
+            "in a line feed (\\n): editors disagree on whether it ends the line. Save the file with one kind of line "
+            "end (`mac2unix FILE` converts an old Mac file; otherwise remove the stray \\r)"
         )
     lines = _LINE_END.split(text)
     if lines and lines[-1] == "":

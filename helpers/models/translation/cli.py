@@ -429,7 +429,10 @@ def _add_translate(commands: argparse._SubParsersAction) -> None:
     translate.add_argument("sentences", nargs="*", help="German sentences (quote each)")
     translate.add_argument("--checkpoint", required=True, type=Path)
     translate.add_argument(
-        "--input", default=None, help="UTF-8 text file with one German sentence a line, '-' for standard input"
+        "--input",
+        default=None,
+        help="UTF-8 text file with one German sentence a line (ending in \\n, \\r\\n or an old Mac's \\r), "
+        "'-' for standard input",
     )
     translate.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy; 4 = beam search)")
     translate.add_argument("--batch-size", type=positive_int, default=250, help="sentences decoded together")
@@ -753,7 +756,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def _read_sentences(source: str) -> list[str]:
-    """Lines of a UTF-8 file, or of standard input for ``-``; errors name the file, the line and the encoding."""
+    """Lines of a UTF-8 file, or of standard input for ``-``, as an editor shows them; errors name the file, the
+    line and the encoding, or the character that editors disagree about (:func:`helpers.data.corpus.text_lines`)."""
     name = "standard input" if source == "-" else source
     try:
         if source == "-":
