@@ -96,8 +96,9 @@ the checker or its supervisor), no network, cannot make user namespaces, runs as
 root (one per notebook graded at once, so a fork bomb stops at its own process limit), and each of its processes
 is limited to --memory MiB. The supervisor that computes and signs the verdicts stays outside; a result counts only
 from a supervisor that exited by itself. Only a regular file in a student's folder is read (no link is followed, no
-FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every notebook's processes killed, the rows graded so
-far kept); rows reach the gradebook as each notebook ends.
+FIFO opened). SIGTERM, SIGHUP and SIGINT (also to a check a script started with `&`) stop check as Ctrl-C does
+(every notebook's processes killed, the rows graded so far kept); rows reach the gradebook as each notebook ends, and
+after a kill -9 of check nothing it started runs on for more than a few seconds (Linux tells each level below).
 
 Verdicts are computed outside the kernel: the check cell after each exercise is replaced by a locked cell in which
 the kernel only calls the learner's function when the supervisor asks. The course's check runs in the supervisor,
