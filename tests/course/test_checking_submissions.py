@@ -363,6 +363,17 @@ def test_a_cell_that_ignores_the_interrupt_ends_the_notebook_with_a_row_saying_s
     assert rows["linear_projection"][3:5] == ["error", "0"], rows  # its cells never ran
 
 
+def test_an_answer_holding_an_object_gets_a_row_naming_it_in_plain_words(tmp_path, capsys):
+    """A dict keyed by an object of the learner's own: weights_only refuses it; the row says what, in one plain
+    line, without torch's advice on loading checkpoints or its terminal escapes."""
+    answer = handed_in(tmp_path / "subs" / "ann", "    return {Key(): x @ weight.T + bias}", before=["class Key:\n    pass"])
+    status, rows = _check_with_timeout(tmp_path, capsys, answer, 60)
+    row = rows["linear_projection"]
+    assert status == 1 and row[3] == "error", row
+    assert "it holds a __main__.Key, which is not data" in row[5], row
+    assert "\\x1b" not in row[5] and "weights_only" not in row[5] and "checkpoint" not in row[5], row
+
+
 def test_the_result_is_read_only_with_its_signature():
     from course.grading.checker import _signed_result
     from course.grading.supervisor import sign
