@@ -366,7 +366,8 @@ def test_a_cell_that_ignores_the_interrupt_ends_the_notebook_with_a_row_saying_s
 def test_an_answer_holding_an_object_gets_a_row_naming_it_in_plain_words(tmp_path, capsys):
     """A dict keyed by an object of the learner's own: weights_only refuses it; the row says what, in one plain
     line, without torch's advice on loading checkpoints or its terminal escapes."""
-    answer = handed_in(tmp_path / "subs" / "ann", "    return {Key(): x @ weight.T + bias}", before=["class Key:\n    pass"])
+    keyed = "    return {Key(): x @ weight.T + bias}"
+    answer = handed_in(tmp_path / "subs" / "ann", keyed, before=["class Key:\n    pass"])
     status, rows = _check_with_timeout(tmp_path, capsys, answer, 60)
     row = rows["linear_projection"]
     assert status == 1 and row[3] == "error", row
