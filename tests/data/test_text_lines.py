@@ -8,7 +8,9 @@ line tools disagree about, and a stray ``\\r`` among ``\\n`` lines, are refused 
 
 from __future__ import annotations
 
+import gzip
 import io
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from helpers.data.corpus import CorpusError, load_corpus, text_lines
 from helpers.models.translation import cli
 
 CAPTIONS_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "captions"
+MULTI30K_FIXTURE = CAPTIONS_FIXTURE.parent / "multi30k"
 SENTENCES = ["Ein Hund läuft im Park.", "Im Park spielt ein kleines Mädchen.", "Eine Frau steigt in den Bus ein."]
 
 # Each character str.splitlines splits on beyond \n and \r, with the words that name it.
@@ -100,6 +103,20 @@ def test_a_corpus_file_holding_another_line_break_is_refused_naming_file_line_an
     with pytest.raises(CorpusError) as error:
         load_corpus("captions", "train", data_dir=folder)
     assert f"{name}: line 2 holds {OTHER_BREAKS[character]}" in str(error.value)
+
+
+@pytest.mark.parametrize(("end", "refused"), [("\r", None), ("\u2029", "a paragraph separator (U+2029)")])
+def test_multi30k_files_gzipped_are_read_through_the_same_reader(tmp_path, end, refused):
+    folder = tmp_path / "multi30k"
+    shutil.copytree(MULTI30K_FIXTURE, folder)
+    expected = load_corpus("multi30k", "val", data_dir=folder)
+    path = folder / "val.en.gz"
+    path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes()).replace(b"\n", end.encode())))
+    if refused is None:
+        assert load_corpus("multi30k", "val", data_dir=folder).en == expected.en
+    else:
+        with pytest.raises(CorpusError, match=rf"val\.en\.gz: line 1 holds {re.escape(refused)}"):
+            load_corpus("multi30k", "val", data_dir=folder)
 
 
 # --------------------------------------------------------------------------------------------- the translator
