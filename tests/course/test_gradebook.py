@@ -389,14 +389,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start_batch(tmp_path, **options):
+def _start_batch(tmp_path):
     import subprocess
     import sys
     import time
 
     script = tmp_path / "batch.py"
     script.write_text(INTERRUPTED_BATCH)
-    process = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True, **options)
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
     deadline = time.monotonic() + 300
     while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -404,6 +404,7 @@ def _start_batch(tmp_path, **options):
     return process
 
 
+@starts_processes
 def test_a_batch_killed_with_sigkill_takes_its_workers_and_their_processes_with_it(tmp_path):
     """``kill -9`` of the checker cleans up nothing itself: each worker is told by Linux, and runs its clean-up."""
     import signal
@@ -448,16 +449,12 @@ def test_sigint_stops_the_batch_even_where_it_came_in_ignored_and_an_ignored_sig
             signal.signal(number, handler)
 
 
+@starts_processes
 def test_a_process_whose_parent_died_before_it_asked_gets_its_death_signal_at_once():
+    import signal
     import subprocess
     import sys
 
     code = "import os, signal, time\nfrom course.grading.workers import die_with_parent\n"
     code += "assert die_with_parent(signal.SIGTERM, os.getppid() + 1)\ntime.sleep(60)"  # not its parent: gone already
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == -signal_number("SIGTERM")
-
-
-def signal_number(name: str) -> int:
-    import signal
-
-    return int(getattr(signal, name))
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == -signal.SIGTERM
