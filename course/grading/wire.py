@@ -21,6 +21,7 @@ import binascii
 import contextlib
 import inspect
 import io
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,15 +53,37 @@ def frame(value: Any, trusted: bool = False) -> str:
 def unframe(text: Any, trusted: bool = False) -> Any:
     """The value in a framed message. ``trusted`` (the kernel reading the checker's requests) loads in full;
     otherwise only data loads (``weights_only=True``) and anything else raises ``Unreadable``."""
-    if not isinstance(text, str) or len(text) > MAX_BYTES:
-        raise Unreadable(f"expected a framed message (text of at most {MAX_BYTES:,} characters)")
+    if not isinstance(text, str):
+        raise Unreadable(f"expected a framed message (text), not {type(text).__name__}")
+    if len(text) > MAX_BYTES:  # base64 holds 3 bytes in 4 characters
+        raise Unreadable(
+            f"too large: {len(text) * 3 // 4 / 2**20:,.0f} MiB, over the limit of {MAX_BYTES * 3 // 4 / 2**20:,.0f} "
+            "MiB for one answer (a check's results are small: return what the exercise asks for)"
+        )
     try:
         data = base64.b64decode(text.encode("ascii"), validate=True)
         return torch.load(io.BytesIO(data), weights_only=not trusted, map_location="cpu")
     except (binascii.Error, UnicodeEncodeError, ValueError, RuntimeError, EOFError, AttributeError) as error:
-        raise Unreadable(f"not a framed value ({type(error).__name__}: {str(error)[:200]})") from None
+        raise Unreadable(f"not a framed value ({type(error).__name__}: {_plain_text(error)})") from None
     except Exception as error:  # weights_only's refusal is an UnpicklingError; anything else alike
-        raise Unreadable(f"not data ({type(error).__name__}: {str(error)[:200]})") from None
+        found = _REFUSED_GLOBAL.search(str(error))
+        if found is None:
+            raise Unreadable(f"not data ({type(error).__name__}: {_plain_text(error)})") from None
+        raise Unreadable(
+            f"it holds a {found.group(1)}, which is not data: only tensors, numbers, strings, None, and tuples, lists "
+            "and dicts of them (their keys too) can be graded"
+        ) from None
+
+
+# torch.load(weights_only=True)'s refusal names the class it would not build ("GLOBAL __main__.Key was not an
+# allowed global"), amid advice on loading checkpoints that means nothing to a learner.
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]{1,200}) was not an allowed global")
+
+
+def _plain_text(error: BaseException, limit: int = 200) -> str:
+    """An error's message on one line, without terminal escapes (torch's are bold), at most ``limit`` characters."""
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(error)).split())
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 
 
 @contextlib.contextmanager
