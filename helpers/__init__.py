@@ -113,6 +113,19 @@ _EXPORTS = {
     "LatentGPT": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
     "gpt_to_latent": "helpers.latent_attention",
+    # helpers.kernels (lesson 16): Triton kernels, compiled on a GPU, interpreted on a CPU. A kernel's module imports
+    # Triton (Linux only) when its name is first used; triton_available() and the top-k references never do.
+    "triton_available": "helpers.kernels",
+    "flash_attention_triton": "helpers.kernels.flash_attention",
+    "flash_forward": "helpers.kernels.flash_forward",
+    "naive_attention_triton": "helpers.kernels.naive_attention",
+    "sparse_attention_triton": "helpers.kernels.sparse_attention",
+    "topk_attention_dense": "helpers.kernels.topk_reference",
+    "topk_attention_gather": "helpers.kernels.topk_reference",
+    "topk_mask": "helpers.kernels.topk_reference",
+    "MemoryTraffic": "helpers.kernels.memory_traffic",
+    "count_memory_traffic": "helpers.kernels.memory_traffic",
+    "measure_traffic": "helpers.kernels.memory_traffic",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",
     "induction_score": "helpers.analysis.circuits",

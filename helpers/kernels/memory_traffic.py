@@ -38,7 +38,7 @@ __all__ = [
     "MemoryTraffic",
     "count_memory_traffic",
     "flash_forward_elements",
-    "measure",
+    "measure_traffic",
     "naive_elements",
     "on_chip_elements",
 ]
@@ -110,7 +110,7 @@ def count_memory_traffic() -> Iterator[MemoryTraffic]:
             delattr(builder, name)  # the class's own methods show through again
 
 
-def measure(kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> MemoryTraffic:
+def measure_traffic(kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> MemoryTraffic:
     """Run ``kernel(*args, **kwargs)`` once and return the bytes it moved."""
     with count_memory_traffic() as traffic:
         kernel(*args, **kwargs)
