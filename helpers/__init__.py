@@ -246,6 +246,11 @@ _EXPORTS = {
     "show_attention": "helpers.viewing.widgets",
     "show_cross_attention": "helpers.viewing.widgets",
     "temperature_explorer": "helpers.viewing.widgets",
+    # helpers.kernels (lesson 16): Triton kernels; the package imports without Triton, a kernel module needs it
+    "TRITON_MISSING": "helpers.kernels",
+    "triton_available": "helpers.kernels",
+    "flash_attention_triton": "helpers.kernels.flash_attention",
+    "flash_forward": "helpers.kernels.flash_forward",
 }
 
 __all__ = sorted(_EXPORTS)
