@@ -251,6 +251,10 @@ _EXPORTS = {
     "triton_available": "helpers.kernels",
     "flash_attention_triton": "helpers.kernels.flash_attention",
     "flash_forward": "helpers.kernels.flash_forward",
+    "count_memory_traffic": "helpers.kernels.memory_traffic",
+    "flash_forward_elements": "helpers.kernels.memory_traffic",
+    "naive_elements": "helpers.kernels.memory_traffic",
+    "naive_attention_triton": "helpers.kernels.naive_attention",
 }
 
 __all__ = sorted(_EXPORTS)
