@@ -113,6 +113,14 @@ _EXPORTS = {
     "LatentGPT": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
     "gpt_to_latent": "helpers.latent_attention",
+    # helpers.kernels (lesson 16), beside the lesson's own names at the end: the sparse kernel, its PyTorch
+    # references (which never import Triton) and what a count returns
+    "sparse_attention_triton": "helpers.kernels.sparse_attention",
+    "topk_attention_dense": "helpers.kernels.topk_reference",
+    "topk_attention_gather": "helpers.kernels.topk_reference",
+    "topk_mask": "helpers.kernels.topk_reference",
+    "MemoryTraffic": "helpers.kernels.memory_traffic",
+    "measure_traffic": "helpers.kernels.memory_traffic",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",
     "induction_score": "helpers.analysis.circuits",

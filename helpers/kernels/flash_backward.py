@@ -48,8 +48,16 @@ def row_dot_kernel(
     rows = block * BM + tl.arange(0, BM)
     dims = tl.arange(0, BD)
     ok = (rows < T)[:, None] & (dims < d)[None, :]
-    o = tl.load(Out + n * stride_on + head * stride_oh + rows[:, None] * stride_ot + dims[None, :] * stride_od, mask=ok)
-    do = tl.load(DO + n * stride_dn + head * stride_dh + rows[:, None] * stride_dt + dims[None, :] * stride_dd, mask=ok)
+    o = tl.load(
+        Out + n * stride_on + head * stride_oh + rows[:, None] * stride_ot + dims[None, :] * stride_od,
+        mask=ok,
+        other=0.0,
+    )
+    do = tl.load(
+        DO + n * stride_dn + head * stride_dh + rows[:, None] * stride_dt + dims[None, :] * stride_dd,
+        mask=ok,
+        other=0.0,
+    )
     tl.store(D + batch_head * T + rows, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), mask=rows < T)
 
 
@@ -77,10 +85,14 @@ def dkdv_kernel(
     dim_ok = dims < d
     kv_ok = key_ok[:, None] & dim_ok[None, :]
     k = tl.load(
-        K + n * stride_kn + kv_head * stride_kh + keys[:, None] * stride_ks + dims[None, :] * stride_kd, mask=kv_ok
+        K + n * stride_kn + kv_head * stride_kh + keys[:, None] * stride_ks + dims[None, :] * stride_kd,
+        mask=kv_ok,
+        other=0.0,
     )  # (BN, BD), read once
     v = tl.load(
-        V + n * stride_vn + kv_head * stride_vh + keys[:, None] * stride_vs + dims[None, :] * stride_vd, mask=kv_ok
+        V + n * stride_vn + kv_head * stride_vh + keys[:, None] * stride_vs + dims[None, :] * stride_vd,
+        mask=kv_ok,
+        other=0.0,
     )
     dk = tl.zeros([BN, BD], dtype=tl.float32)
     dv = tl.zeros([BN, BD], dtype=tl.float32)
@@ -147,9 +159,15 @@ def dq_kernel(
     row_ok = rows < T
     dim_ok = dims < d
     q_ok = row_ok[:, None] & dim_ok[None, :]
-    q = tl.load(Q + n * stride_qn + head * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd, mask=q_ok)
+    q = tl.load(
+        Q + n * stride_qn + head * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd,
+        mask=q_ok,
+        other=0.0,
+    )
     do = tl.load(
-        DO + n * stride_don + head * stride_doh + rows[:, None] * stride_dot + dims[None, :] * stride_dod, mask=q_ok
+        DO + n * stride_don + head * stride_doh + rows[:, None] * stride_dot + dims[None, :] * stride_dod,
+        mask=q_ok,
+        other=0.0,
     )
     lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))
     delta = tl.load(D + batch_head * T + rows, mask=row_ok, other=0.0)

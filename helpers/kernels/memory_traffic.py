@@ -10,9 +10,14 @@ What it counts is what the kernel asks for, not what a GPU's caches make of it: 
 (on a GPU the second read may hit L2), and on-chip work (registers, shared memory) counts nothing, which is the
 line FlashAttention's IO analysis draws too (HBM accesses; Dao et al. 2022, theorem 2):
 
-- the naive kernel (scores and weights through global memory): Θ(T S + (T + S) d) elements per head, so Θ(T²);
+- the naive kernel (scores and weights through global memory): 4 T S float32 numbers per head for the round trips
+  of the scores and weights, and Q, K, V read once per block of the other side, so Θ(T²);
 - FlashAttention, with on-chip memory of M elements: Θ(T² d² / M). Here a program holds a block of BM queries, so
   M grows as BM d, and its K and V are read once per block of queries: 2 (T / BM) S d elements.
+
+So at a fixed block both grow as T², and tiling saves a factor that grows with the on-chip memory (about M / d²),
+not with T: what grows with T is what the naive kernel must *hold*, the (T, S) scores, which no chip holds past
+a few thousand tokens.
 
 ``flash_forward_elements`` and ``naive_elements`` are those two counts written as formulas for these kernels; the
 tests hold the counted bytes to them exactly.
@@ -38,7 +43,7 @@ __all__ = [
     "MemoryTraffic",
     "count_memory_traffic",
     "flash_forward_elements",
-    "measure",
+    "measure_traffic",
     "naive_elements",
     "on_chip_elements",
 ]
@@ -110,7 +115,7 @@ def count_memory_traffic() -> Iterator[MemoryTraffic]:
             delattr(builder, name)  # the class's own methods show through again
 
 
-def measure(kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> MemoryTraffic:
+def measure_traffic(kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> MemoryTraffic:
     """Run ``kernel(*args, **kwargs)`` once and return the bytes it moved."""
     with count_memory_traffic() as traffic:
         kernel(*args, **kwargs)

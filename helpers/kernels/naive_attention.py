@@ -107,7 +107,11 @@ def weighted_sum_kernel(
     for start in range(0, S, BN):
         keys = start + cols
         key_ok = keys < S
-        p = tl.load(P + batch_head * T * S + rows[:, None] * S + keys[None, :], mask=row_ok[:, None] & key_ok[None, :])
+        p = tl.load(
+            P + batch_head * T * S + rows[:, None] * S + keys[None, :],
+            mask=row_ok[:, None] & key_ok[None, :],
+            other=0.0,
+        )
         v = tl.load(
             v_base + keys[:, None] * stride_vs + dims[None, :] * stride_vd,
             mask=key_ok[:, None] & dim_ok[None, :],
