@@ -297,3 +297,45 @@ def test_a_causal_head_size_written_in_is_named():
 def test_the_causal_check_wants_a_tensor_and_knows_a_stub():
     assert_hint(check_causal_attention(causal_by(to_numpy=True)), "numpy")
     assert check_causal_attention(_not_attempted).status == "not attempted"
+
+
+# ---------------------------------------------------------------------------------------------
+# The grader's route: the check in one place, the learner's kernels behind the wire (course.grading.wire)
+# ---------------------------------------------------------------------------------------------
+class _Loopback:
+    """A channel to a 'kernel' in this process, requests and replies framed as on the real channel (the real
+    kernel's round trip is tests/course/test_remote_verdicts.py's)."""
+
+    def __init__(self, handles: dict) -> None:
+        self.handles = handles
+
+    def ask(self, request: dict):
+        from course.grading import learner_side, wire
+
+        sent = wire.unframe(wire.frame(request, trusted=True), trusted=True)
+        return wire.unframe(wire.frame(learner_side._call(sent, self.handles)))
+
+
+def _remotely(check, answer):
+    from course.grading import learner_side, remote, wire
+
+    handles: dict = {}
+    hello = wire.unframe(wire.frame({"answer": learner_side._describe(answer, handles)}))
+    return check(remote.from_kernel(hello["answer"], _Loopback(handles)))
+
+
+@pytest.mark.parametrize(
+    "check,answer,fragment",
+    [
+        (check_masked_row_softmax, softmax_by("zero padding"), "minus infinity"),
+        (check_online_attention, online_by("acc not rescaled"), "accumulator is not rescaled"),
+        (check_online_attention, online_by("lse unsaved"), "left unsaved"),
+        (check_causal_attention, causal_by("stops before diagonal"), "stops before"),
+    ],
+)
+def test_the_checks_give_their_verdicts_across_the_wire(check, answer, fragment):
+    """The checks only call the learner's function and read tensors back, so a grader that holds the check in
+    another process (the learner's kernels run where the learner's code runs) reaches the same verdicts."""
+    assert_hint(_remotely(check, answer), fragment)
+    right = {check_masked_row_softmax: softmax_by, check_online_attention: online_by}.get(check, causal_by)()
+    assert _remotely(check, right).passed
