@@ -50,6 +50,7 @@ INTEGRATION = {
     "course/test_handout.py",
     "course/test_nbgrader_term.py",
     "course/test_student_copies.py",
+    "kernels/test_kernels_compile.py",  # a fresh interpreter compiles every kernel for sm_90 (about a minute)
     "kernels/test_kernels_runtime.py",  # fresh interpreters: the kernels' path is decided before Triton's import
     "models/test_gemma.py",
     "models/test_language_model.py",

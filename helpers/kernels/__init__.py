@@ -8,6 +8,7 @@ The modules, one idea each:
 
 - ``runtime``: which path the kernels take, compiled on a CUDA GPU or run by Triton's CPU interpreter
   (``TRITON_INTERPRET=1``), decided once, before any kernel is defined.
+- ``checks``: the shapes, dtypes and devices every kernel's caller refuses by name before a launch.
 - ``flash_forward``: FlashAttention-2's forward kernel (online softmax over key blocks, log-sum-exp saved; causal
   with an early stop, a sliding window, grouped-query heads by pointer).
 - ``flash_backward``: its backward kernels (P recomputed from the log-sum-exp; dK and dV per key block, dQ per

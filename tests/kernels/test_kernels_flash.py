@@ -151,3 +151,21 @@ def test_bad_settings_are_refused(settings, words):
     q = torch.randn(1, 1, 20, 16).to(DEVICE)
     with pytest.raises(ValueError, match=words):
         flash_attention_triton(q, q, q, **settings)
+
+
+def test_queries_with_every_key_blocked_get_zeros_and_finite_gradients():
+    """T > S with a window: queries 23 .. 39 see no key (their window lies past the last one). As lesson 07's
+    helpers.flash_attention, they get zeros, and the backward pass (lse = +inf there) gives no NaN. The output's
+    gradient here is a stride-0 expanded tensor (from .sum()), read through its strides."""
+    from helpers.flash import flash_attention
+
+    q, k, v = inputs(1, 2, 1, 40, 20, 16)
+    out = flash_attention_triton(q, k, v, causal=True, window=4)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    expected = flash_attention(q, k.expand(-1, 2, -1, -1), v.expand(-1, 2, -1, -1), is_causal=True, window=4)
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v))
+    assert out[:, :, 23:].abs().max() == 0
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
