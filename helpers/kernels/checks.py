@@ -7,12 +7,20 @@ Does not import Triton.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 from torch import Tensor
 
-__all__ = ["KERNEL_DTYPES", "MAX_HEAD_SIZE", "check_attention_inputs", "check_positive_int", "check_window"]
+__all__ = [
+    "KERNEL_DTYPES",
+    "MAX_HEAD_SIZE",
+    "check_attention_inputs",
+    "check_positive_int",
+    "check_scale",
+    "check_window",
+]
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_SIZE = 256  # one (BM, d) block of queries and its accumulator sit in a program's registers
@@ -76,3 +84,12 @@ def check_window(window: object, causal: bool) -> int | None:
     if not causal:
         raise ValueError(f"window needs causal=True (query i reads keys i - window + 1 .. i), got window={window!r}")
     return check_positive_int("window (a number of keys)", window)
+
+
+def check_scale(scale: object, d: int) -> float:
+    """The scores' factor: ``1 / sqrt(d)`` for None, else a finite real number (NaN or inf would give NaN weights)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number (or None for 1/sqrt(d)), got {scale!r}")
+    return float(scale)

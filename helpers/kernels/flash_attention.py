@@ -9,14 +9,12 @@ h_kv < h.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from helpers.kernels import runtime
-from helpers.kernels.checks import check_attention_inputs, check_window
+from helpers.kernels.checks import check_attention_inputs, check_scale, check_window
 from helpers.kernels.flash_backward import flash_backward
 from helpers.kernels.flash_forward import check_block, default_blocks, flash_forward
 
@@ -84,11 +82,7 @@ def flash_attention_triton(
     """
     d = check_attention_inputs(q, k, v, runtime.INTERPRETED)[-1]
     window = check_window(window, bool(causal))
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
-    ):
-        raise ValueError(f"scale must be a finite number (or None for 1/sqrt(d)), got {scale!r}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = check_scale(scale, d)
     default_q, default_k = default_blocks(d)
     block_q = check_block("block_q", default_q if block_q is None else block_q)
     block_k = check_block("block_k", default_k if block_k is None else block_k)

@@ -16,13 +16,11 @@ backward pass needs to recompute the weights (FlashAttention-2, Dao 2023, algori
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from helpers.kernels import runtime
-from helpers.kernels.checks import check_attention_inputs, check_positive_int, check_window
+from helpers.kernels.checks import check_attention_inputs, check_positive_int, check_scale, check_window
 
 import triton  # isort: skip  (after runtime, which decides TRITON_INTERPRET)
 import triton.language as tl  # isort: skip
@@ -150,9 +148,7 @@ def flash_forward(
     """
     N, h, h_kv, T, S, d = check_attention_inputs(q, k, v, runtime.INTERPRETED)
     window = check_window(window, causal)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number (or None for 1/sqrt(d)), got {scale!r}")
+    scale = check_scale(scale, d)
     BM, BN = default_blocks(d)
     BM = check_block("block_q", BM if block_q is None else block_q)
     BN = check_block("block_k", BN if block_k is None else block_k)

@@ -14,13 +14,11 @@ Forward only, causal or not, grouped-query heads by pointer as in the flash kern
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from helpers.kernels import runtime
-from helpers.kernels.checks import check_attention_inputs
+from helpers.kernels.checks import check_attention_inputs, check_scale
 from helpers.kernels.flash_forward import block_dot, check_block, default_blocks, dot_precision, head_block, upcast
 
 import triton  # isort: skip  (after runtime, which decides TRITON_INTERPRET)
@@ -138,7 +136,7 @@ def naive_attention_triton(
     Returns (N, h, T, d). Allocates two (N, h, T, S) float32 buffers, the scores and the weights.
     """
     N, h, h_kv, T, S, d = check_attention_inputs(q, k, v, runtime.INTERPRETED)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = check_scale(scale, d)
     default_q, default_k = default_blocks(d)
     BM = check_block("block_q", default_q if block_q is None else block_q)
     BN = check_block("block_k", default_k if block_k is None else block_k)

@@ -12,13 +12,11 @@ causal validity the caller's. Forward only: it has no backward, and refuses inpu
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from helpers.kernels import runtime
-from helpers.kernels.checks import check_attention_inputs
+from helpers.kernels.checks import check_attention_inputs, check_scale
 from helpers.kernels.topk_reference import check_topk_indices
 
 import triton  # isort: skip  (after runtime, which decides TRITON_INTERPRET)
@@ -110,11 +108,7 @@ def sparse_attention_triton(
             "sparse_attention_triton has no backward kernel: call it under torch.no_grad() (or detach q, k, v), "
             "or use topk_reference.topk_attention_gather where gradients are needed"
         )
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
-    ):
-        raise ValueError(f"scale must be a finite number (or None for 1/sqrt(d)), got {scale!r}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = check_scale(scale, d)
     BM = 16 if block_q is None else block_q
     if isinstance(BM, bool) or not isinstance(BM, int) or BM < 1 or BM & (BM - 1):
         raise ValueError(f"block_q must be a power of two, got {block_q!r}")

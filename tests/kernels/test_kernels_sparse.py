@@ -104,3 +104,12 @@ def test_inputs_that_want_gradients_are_refused_rather_than_silently_detached():
     q, keys, values = qkv(1, 2, 2, 20, 30, 16)
     with pytest.raises(RuntimeError, match="no backward kernel"):
         sparse_attention_triton(q.requires_grad_(), keys, values, random_selection(1, 2, 20, 30, 6))
+
+
+def test_an_explicit_scale_is_used_and_a_nan_one_refused():
+    q, keys, values = qkv(1, 2, 2, 20, 30, 16)
+    indices = random_selection(1, 2, 20, 30, 6)
+    got = sparse_attention_triton(q, keys, values, indices, scale=0.5)
+    torch.testing.assert_close(got, topk_attention_dense(q, keys, values, indices, scale=0.5), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="finite"):
+        sparse_attention_triton(q, keys, values, indices, scale=float("nan"))
