@@ -77,6 +77,7 @@ from course.exercises.lesson14 import (
     reference_delta_step,
     reference_sink_softmax,
 )
+from course.exercises.lesson16 import check_causal_attention, check_masked_row_softmax, check_online_attention
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -210,6 +211,19 @@ RIGHT = {
     "sink softmax": (check_sink_softmax, reference_sink_softmax),
     "output gate": (check_output_gate, lambda heads, x, w: heads * torch.sigmoid(x @ w.T)),
     "delta step": (check_delta_step, reference_delta_step),
+    # Lesson 16's answers launch Triton kernels; these right answers are PyTorch's, which the checks accept alike.
+    "masked row softmax": (check_masked_row_softmax, lambda x: torch.softmax(x, dim=-1)),
+    "online attention": (
+        check_online_attention,
+        lambda q, k, v: (
+            torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1) @ v,
+            torch.logsumexp(q @ k.T / math.sqrt(q.size(-1)), dim=-1),
+        ),
+    ),
+    "causal attention": (
+        check_causal_attention,
+        lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0],
+    ),
 }
 
 
