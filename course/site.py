@@ -6,9 +6,10 @@ JavaScript from the widget state saved in the notebook, and the page fetches not
 module only wraps those pages: a landing page with the lesson table, a sidebar (the lessons, the sections of
 the lesson open, a search box), previous/next links, and solution cells folded behind a "Show the solution"
 button. Search runs in the page over an index written as a script (``_static/search-index.js``), so it works
-from ``file://`` too. Formulas (TeX between ``$`` or ``$$`` in the lessons' prose) are drawn in the browser by KaTeX,
-whose files the site carries (``course/site_static/katex``, with its licence), in the pages and in search results. A finished site is checked for scripts, style sheets, fonts or images that would be
-fetched from a network; the site is written to a temporary folder first and moved into place only when
+from ``file://`` too. Formulas (TeX between ``$`` or ``$$`` in the lessons' prose) are drawn in the browser by
+KaTeX, whose files the site carries (``course/site_static/katex``, with its licence), in the pages and in search
+results. A finished site is checked for scripts, style sheets, fonts or images that would be fetched from a
+network; the site is written to a temporary folder first and moved into place only when
 complete, so a failed build leaves the previous site as it was.
 
 ``--no-solutions`` (``make site SOLUTIONS=0``) builds the site for the weeks a lesson is graded: every solution

@@ -411,8 +411,8 @@ def _snapshot_html(model_id: str, models: dict) -> str:
     """What a non-head-view widget showed when the notebook was saved, as plain HTML.
 
     Output areas give their saved figures and text, labels and HTML widgets their value, controls
-    "description: value" (a selection: its chosen label); boxes their children in order. The controls no longer do anything: their
-    callbacks need a kernel.
+    "description: value" (a selection: its chosen label); boxes their children in order. The controls no longer
+    do anything: their callbacks need a kernel.
     """
     model = models.get(model_id, {}).get("state", {})
     name = model.get("_model_name", "")
