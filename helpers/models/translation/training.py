@@ -274,14 +274,10 @@ class _Reporter:
         self.clock, self.every = clock, every_minutes * 60
         self.lines = speaking and not _terminal() and not in_notebook()
         by_steps = clock.total_steps is not None
+        total = clock.total_steps if clock.total_steps is not None else clock.budget_s()  # steps, or seconds
         self.tenths = (
-            ProgressLines(
-                clock.total_steps if by_steps else clock.budget_s(),
-                "training",
-                "steps" if by_steps else "s",
-                done=step if by_steps else clock.elapsed(),
-            )
-            if speaking and in_notebook()
+            ProgressLines(total, "training", "steps" if by_steps else "s", done=step if by_steps else clock.elapsed())
+            if speaking and in_notebook() and total > 0
             else None
         )
         self.bar = tqdm(
