@@ -64,3 +64,20 @@ def test_the_nbval_sanitizer_maps_the_seconds_to_one_form():
 
 def test_a_plain_python_process_is_not_a_notebook():
     assert not in_notebook()
+
+
+def test_train_gpt_with_a_label_says_each_tenth_and_trains_the_same(capsys):
+    import torch
+
+    from helpers.gpt import GPT, GPTConfig, train_gpt
+
+    config = GPTConfig(vocab_size=12, embed_dim=16, num_heads=2, num_kv_heads=1, num_layers=1, ff_dim=32)
+    data = torch.randint(12, (50, 9), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for label in (None, "the small GPT"):
+        torch.manual_seed(0)
+        runs.append(train_gpt(GPT(config), data[:, :-1], data[:, 1:], steps=10, batch_size=4, progress=label))
+        runs.append(capsys.readouterr().out.splitlines())
+    quiet, silence, spoken, lines = runs
+    assert silence == [] and quiet == spoken  # the lines change nothing in the training
+    assert [line.split(" (")[0] for line in lines] == [f"the small GPT: {10 * k}%" for k in range(1, 11)]
