@@ -414,8 +414,8 @@ def _snapshot_html(model_id: str, models: dict) -> str:
     """What a non-head-view widget showed when the notebook was saved, as plain HTML.
 
     Output areas give their saved figures and text, labels and HTML widgets their value, controls
-    "description: value"; boxes their children in order. The controls no longer do anything: their
-    callbacks need a kernel.
+    "description: value" (a selection: its chosen label); boxes their children in order. The controls no longer
+    do anything: their callbacks need a kernel.
     """
     model = models.get(model_id, {}).get("state", {})
     name = model.get("_model_name", "")
@@ -444,6 +444,11 @@ def _snapshot_html(model_id: str, models: dict) -> str:
         if "_options_labels" in model and isinstance(value, int) and 0 <= value < len(model["_options_labels"]):
             value = model["_options_labels"][value]
         return f"<div>{html.escape(label + str(value))}</div>"
+    labels, index = model.get("_options_labels"), model.get("index")
+    if isinstance(labels, list) and isinstance(index, int) and 0 <= index < len(labels):
+        # a selection (SelectionSlider, Dropdown) saves the index of its choice, not a value
+        label = f"{model.get('description', '')}: " if model.get("description") else ""
+        return f"<div>{html.escape(label + str(labels[index]))}</div>"
     return ""
 
 

@@ -20,7 +20,7 @@ import helpers.attention
 from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
 from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
-from course.exercises.shortcuts import RULE
+from course.exercises.shortcuts import MASK_TYPE, RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def test_masked_attention_correct_passes():
     ],
 )
 def test_masked_attention_one_call_shortcut_is_refused_by_the_rule(shortcut, named):
-    assert_hint(check_masked_attention(shortcut), named, RULE)
+    assert_hint(check_masked_attention(shortcut), named, RULE, MASK_TYPE)  # a mask exercise: what a mask's type is
 
 
 def test_attention_weights_helper_shortcut_is_refused_by_the_rule():
@@ -447,7 +447,9 @@ def _with_linear_module(x, w, b):
 
 @pytest.mark.parametrize("shortcut", [lambda x, w, b: F.linear(x, w, b), _with_linear_module])
 def test_linear_projection_forbidden_shortcut_is_named(shortcut):
-    assert_hint(check_linear_projection(shortcut), RULE, "F.linear", "write the product and the sum yourself")
+    verdict = check_linear_projection(shortcut)
+    assert_hint(verdict, RULE, "F.linear", "write the product and the sum yourself")
+    assert "mask" not in verdict.message  # a projection has no mask: the rule's sentence about masks stays out
 
 
 def test_positional_encoding_helper_shortcut_is_refused_by_the_rule():
