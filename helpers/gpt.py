@@ -18,6 +18,11 @@ scale of its own) are switches of the same config. With ``new_cache(rolling=True
 only its window of keys and values, so its memory stops growing at the window. A layer may also be "linear"
 (linear attention) or "delta" (the gated delta rule, ``helpers.delta_rule``): no softmax, and its cache is one
 (d, d) state per head that does not grow with T.
+
+Each kind of layer is a class registered by name (``helpers.layer_kinds``): "global" is ``CausalSelfAttention``,
+"local" ``LocalAttention``, "linear" and "delta" live in ``helpers.delta_rule``, "latent" in
+``helpers.latent_attention``. The kind owns its window, rotary base, cache entry and the switches it carries;
+``GPT`` builds each layer by its kind's name and never asks a layer's class, so a new kind needs no edit here.
 """
 
 from __future__ import annotations

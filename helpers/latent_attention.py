@@ -60,6 +60,7 @@ __all__ = [
     "LatentGPT",
     "MultiHeadLatentAttention",
     "attend",
+    "attend_keeping_weights",
     "cache_bytes_per_token",
     "gpt_to_latent",
     "latent_from_gqa",
@@ -150,7 +151,9 @@ class LatentConfig:
 # ---------------------------------------------------------------------------------------------
 # Scores -> weights -> weighted sum: the attention core's, with the weights kept
 # ---------------------------------------------------------------------------------------------
-def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+def attend_keeping_weights(
+    query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
     """Masked softmax attention: query (N, h, L, D), key (N, h or 1, T, D), value (N, h or 1, T, D_v), mask
     (L, T) **True = may attend** (the core's convention, as ``F.scaled_dot_product_attention``'s) -> (outputs
     (N, h, L, D_v), weights (N, h, L, T)).
@@ -163,6 +166,11 @@ def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale:
     out, weights = core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
     assert weights is not None, "asked for with need_weights"
     return out, weights
+
+
+# The name lesson 11's tests knew it by; ``helpers.attention.attend`` is the core's own, which returns None for
+# the weights unless asked: one name per idea, this one kept as an alias.
+attend = attend_keeping_weights
 
 
 def _check_flag(name: str, value) -> None:
