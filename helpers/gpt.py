@@ -486,6 +486,10 @@ class GPT(nn.Module):
         layer runs on the last position alone, logits (N, 1, V): all a generation step needs."""
         if cache is not None:
             self._check_cache(cache, x.size(0))
+        return self._run_checked(x, cache, need_weights, last_only)
+
+    def _run_checked(self, x: Tensor, cache: KVCache | None, need_weights: bool, last_only: bool):
+        """``run`` with a cache already checked (``forward`` checks it before reading its length)."""
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + x.size(1), device=x.device)  # (L,)
         rotations = self._rotations(positions, x.dtype)
@@ -557,7 +561,8 @@ class GPT(nn.Module):
             )
         if ids.dtype not in (torch.int32, torch.int64):  # uint8, int16, …: in range, but nn.Embedding takes these two
             ids = ids.long()
-        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
+        x = self.embed(ids, start=0 if cache is None else cache.length)
+        return self._run_checked(x, cache, need_weights, last_only)  # the cache was checked above, once
 
     @property
     def decoder_blocks(self) -> list[DecoderBlock]:
