@@ -140,3 +140,24 @@ def test_a_sink_logit_of_plus_inf_or_nan_is_refused():
             masked_softmax(scores, None, bad)
     plain = masked_softmax(scores, None, torch.full((2,), -torch.inf))  # -inf is plain attention
     torch.testing.assert_close(plain, scores.softmax(-1))
+
+
+def test_latent_attention_is_a_kind_that_mixes_with_others_in_one_model():
+    from helpers.latent_attention import LatentConfig, LatentGPT, MultiHeadLatentAttention
+
+    latent = LatentConfig(embed_dim=16, num_heads=2, head_dim=8, latent_dim=6, rotary_dim=4)
+    torch.manual_seed(0)
+    model = GPT(_config(layer_kinds=("latent", "global"), kind_settings={"latent": latent})).eval()
+    assert isinstance(model.blocks[0].attention, MultiHeadLatentAttention)
+    prompt = torch.randint(30, (2, 3), generator=torch.Generator().manual_seed(4))
+    cached, logits = generate(model, prompt, 5)
+    recomputed, recomputed_logits = generate(model, prompt, 5, use_cache=False)
+    assert torch.equal(cached, recomputed)
+    torch.testing.assert_close(logits, recomputed_logits, atol=1e-5, rtol=1e-5)
+    assert [layer.cache_numbers_per_token() for layer in model.attention_layers] == [6 + 4, 2 * 2 * 8]
+    with pytest.raises(ValueError, match=r"kind_settings\['latent'\], a LatentConfig; got NoneType"):
+        _config(layer_kinds=("latent", "global"))
+    with pytest.raises(ValueError, match="layer 0 is of kind 'latent', which cannot carry qk_norm=True"):
+        _config(layer_kinds=("latent", "global"), kind_settings={"latent": latent}, qk_norm=True)
+    whole = LatentGPT(_config(), latent)  # every layer latent: the same config a GPT would be built from
+    assert whole.config.layer_kinds == ("latent", "latent") and whole.config.kind_settings == {"latent": latent}
