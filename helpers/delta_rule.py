@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import merge_heads, split_heads
-from helpers.layer_kinds import LayerKind, register_kind
+from helpers.layer_kind import LayerKind, register_kind
 from helpers.masks import causal_mask
 from helpers.rotary import rotary_cos_sin, rotate_first
 

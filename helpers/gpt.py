@@ -19,7 +19,7 @@ only its window of keys and values, so its memory stops growing at the window. A
 (linear attention) or "delta" (the gated delta rule, ``helpers.delta_rule``): no softmax, and its cache is one
 (d, d) state per head that does not grow with T.
 
-Each kind of layer is a class registered by name (``helpers.layer_kinds``): "global" is ``CausalSelfAttention``,
+Each kind of layer is a class registered by name (``helpers.layer_kind``): "global" is ``CausalSelfAttention``,
 "local" ``LocalAttention``, "linear" and "delta" live in ``helpers.delta_rule``, "latent" in
 ``helpers.latent_attention``. The kind owns its window, rotary base, cache entry and the switches it carries;
 ``GPT`` builds each layer by its kind's name and never asks a layer's class, so a new kind needs no edit here.
@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
 from helpers.embeddings import PositionalEncoding
 from helpers.kv_cache import KVCache, extend, kv_cache_bytes
-from helpers.layer_kinds import KINDS, SWITCHES, LayerKind, kind_class, register_kind
+from helpers.layer_kind import KINDS, SWITCHES, LayerKind, kind_class, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_first
@@ -49,7 +49,7 @@ __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_g
 POSITIONS = ("rotary", "sinusoidal", "none")
 NORMS = ("layer", "rms")
 FEED_FORWARDS = ("gelu", "swiglu", "geglu")
-LAYER_KINDS = ("local", "global", "linear", "delta", "latent")  # the course's kinds (helpers.layer_kinds.KINDS: all)
+LAYER_KINDS = ("local", "global", "linear", "delta", "latent")  # the course's kinds (helpers.layer_kind.KINDS: all)
 
 
 def _positive_int(name: str, value) -> None:
@@ -82,7 +82,7 @@ class GPTConfig:
       layer attends to every earlier token and rotates by ``rotary_base``; "linear" or "delta" makes a layer
       linear attention or the gated delta rule (``helpers.delta_rule.DeltaRuleAttention``: h heads of d, its
       cache a state (N, h, d, d)), "latent" lesson 11's latent attention; any kind registered with
-      ``helpers.layer_kinds.register_kind`` is accepted (``kind_settings``: a dict from a kind's name to the
+      ``helpers.layer_kind.register_kind`` is accepted (``kind_settings``: a dict from a kind's name to the
       settings its layers read, such as "latent": a ``LatentConfig``). A switch below that a layer's kind cannot
       carry (a delta layer's ``qk_norm``, say) is refused here, naming the layer and the switch;
     * ``head_size``: d, when it is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 > E = 640);
@@ -413,7 +413,7 @@ class DecoderBlock(nn.Module):
 
 
 def _attention(config: GPTConfig, layer: int) -> LayerKind:
-    """Layer ``layer``'s attention: built by the class registered for its kind (``helpers.layer_kinds``)."""
+    """Layer ``layer``'s attention: built by the class registered for its kind (``helpers.layer_kind``)."""
     return kind_class(config.layer_kind(layer)).from_config(config, layer)
 
 

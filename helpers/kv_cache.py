@@ -242,7 +242,7 @@ class KVCache:
 
     def check_fits(self, layers: list) -> None:
         """Refuse bounds (``keep``) that would hide keys the model's ``layers`` may still read: each layer's kind
-        says what it needs (``helpers.layer_kinds.LayerKind.check_keep``). A variant of the cache whose bounds
+        says what it needs (``helpers.layer_kind.LayerKind.check_keep``). A variant of the cache whose bounds
         follow another rule (``helpers.streaming.StreamingCache``) overrides this."""
         for index, (layer, keep) in enumerate(zip(layers, self.keep, strict=True)):
             layer.check_keep(keep, index)

@@ -48,7 +48,7 @@ from helpers.attention import AttentionCore, merge_heads, repeat_kv_heads, split
 from helpers.attention import attend as core_attend
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
 from helpers.kv_cache import KVCache, cache_bytes_per_token
-from helpers.layer_kinds import LayerKind, register_kind
+from helpers.layer_kind import LayerKind, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 

@@ -1,4 +1,4 @@
-"""Kinds of layer (helpers.layer_kinds): a new kind in one class and one registration, with no edit to gpt.py;
+"""Kinds of layer (helpers.layer_kind): a new kind in one class and one registration, with no edit to gpt.py;
 switches a kind cannot carry refused when the config is built; a cache that disagrees with its model refused."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from helpers.gpt import GPT, GPTConfig, KVCache, generate
-from helpers.layer_kinds import KINDS, LayerKind, kind_class, register_kind
+from helpers.layer_kind import KINDS, LayerKind, kind_class, register_kind
 
 
 @register_kind("running_mean")
@@ -161,3 +161,11 @@ def test_latent_attention_is_a_kind_that_mixes_with_others_in_one_model():
         _config(layer_kinds=("latent", "global"), kind_settings={"latent": latent}, qk_norm=True)
     whole = LatentGPT(_config(), latent)  # every layer latent: the same config a GPT would be built from
     assert whole.config.layer_kinds == ("latent", "latent") and whole.config.kind_settings == {"latent": latent}
+
+
+def test_the_registry_module_does_not_shadow_a_name_lessons_import_from_helpers():
+    import helpers
+    import helpers.gpt  # imports helpers.layer_kind, which must not hide helpers.layer_kinds (lesson 13's)
+    from helpers.analysis.attention_distance import layer_kinds
+
+    assert helpers.layer_kinds is layer_kinds

@@ -22,7 +22,7 @@ after these tokens, ``rotation`` the (cos, sin) of the positions at the model's 
 ``rotary_base``, or None.
 
 Adding a kind: subclass ``LayerKind``, decorate it with ``@register_kind("name")``, and name it in
-``layer_kinds`` (CONTRIBUTING.md, "Adding a kind of layer"; ``tests/test_layer_kinds.py`` adds one in the test
+``layer_kinds`` (CONTRIBUTING.md, "Adding a kind of layer"; ``tests/test_layer_kind.py`` adds one in the test
 file itself).
 """
 
