@@ -6,7 +6,7 @@ PORT   ?= 8888
 IP     ?= 127.0.0.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test unit lint typecheck notebooks setup benchmark corpus release site student-copies other-seeds clean
+.PHONY: lab solution restart test unit lint typecheck notebooks setup benchmark corpus release site student-copies other-seeds clean
 
 # A checkout copied or moved together with its .venv would silently run the *other* folder's code (the
 # editable install points there) while make sees nothing to do. So ask the venv's python where it finds
@@ -48,10 +48,33 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The lessons are trusted first: JupyterLab draws a saved notebook's head views only in a trusted notebook.
-lab: $(STAMP)  ## open the course in JupyterLab (PORT=8888, IP=127.0.0.1; no browser)
-	$(BIN)/jupyter trust notebooks/*.ipynb
-	$(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+# A learner's JupyterLab opens their own copies of the lessons (course/learner.py): the student copies, each
+# exercise theirs to fill in, made in MINE (git-ignored) for each lesson not copied yet and never written over, so
+# their work survives `git pull` and every later `make lab`. nbgrader's menu, panels and Validate button are off:
+# course/learner_lab/ is a configuration folder added to Jupyter's search path for this JupyterLab only.
+# TEACHER=1 opens the solution notebooks themselves (notebooks/), with nbgrader on (docs/teaching.md).
+# A class's hand-out (docs/teaching.md, section 3) holds student copies in notebooks/, no solution in them: those
+# are the student's own copies already, so they are what JupyterLab opens.
+MINE ?= my-lessons
+LAB := $(BIN)/jupyter lab --no-browser --ip=$(IP) --port=$(PORT)
+LEARNER_LAB := JUPYTER_CONFIG_PATH=$(CURDIR)/course/learner_lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))
+lab: $(STAMP)  ## open your copies of the lessons in JupyterLab (PORT=8888, IP=127.0.0.1; no browser; TEACHER=1)
+ifeq ($(TEACHER),1)
+	$(LAB) --ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+else
+	@folder=$$($(BIN)/python -m course.learner copy --into $(MINE)) && \
+	  $(LEARNER_LAB) $(LAB) --ServerApp.root_dir=$$folder $(ALLOW_ROOT)
+endif
+
+# The reference solutions are one deliberate step away from a learner's copy: printed here, never in it.
+solution: $(STAMP)  ## print a lesson's reference solutions (LESSON=02; EXERCISE=name for one)
+	$(if $(LESSON),,$(error name the lesson: make solution LESSON=02, or LESSON=02 EXERCISE=linear_projection))
+	@$(BIN)/python -m course.learner solution $(LESSON) $(if $(EXERCISE),--exercise $(EXERCISE))
+
+# The copy it replaces is kept in $(MINE)/.previous/, stamped with the time.
+restart: $(STAMP)  ## start your copy of a lesson again (LESSON=02; EXERCISE=name: only that exercise's cell)
+	$(if $(LESSON),,$(error name the lesson: make restart LESSON=02, or LESSON=02 EXERCISE=linear_projection))
+	$(BIN)/python -m course.learner restart $(LESSON) $(if $(EXERCISE),--exercise $(EXERCISE)) --into $(MINE)
 
 # Jupyter refuses to run as root unless told to (containers and CI machines often are root).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
@@ -113,12 +136,15 @@ typecheck: $(STAMP)  ## mypy on helpers/ and course/: fails if it finds more err
 # Re-execute lessons in place (NB=notebooks/04_*.ipynb for one). No per-cell timing metadata is recorded and
 # widget ids are renamed by their place, so re-running an unchanged lesson changes only outputs that truly
 # change; solution cells stay folded. Folding first: a new lesson's first fold changes its cells, and the stable
-# ids must be computed on the notebook as it is committed.
+# ids must be computed on the notebook as it is committed. Last, course.notebook_metadata drops the saved widget
+# state (a widget drawn from it looks live when it is not; a head view's data moves to its output's metadata, for
+# the site) and writes the course kernel's kernelspec (JupyterLab's, so that opening a lesson changes nothing).
 NB ?= notebooks/*.ipynb
 notebooks: $(STAMP)  ## re-execute every notebook in place (after editing one; NB=... for some)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $(NB)
 	$(BIN)/python -m course.assignments collapse
 	$(BIN)/python -m course.notebook_ids $(NB)
+	$(BIN)/python -m course.notebook_metadata $(NB)
 
 benchmark: $(STAMP)  ## speed of our attention against torch's (results: benchmarks/RESULTS.md)
 	$(BIN)/python benchmarks/attention_speed.py

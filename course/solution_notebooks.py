@@ -20,6 +20,7 @@ import json
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -337,12 +338,39 @@ def notebook_from_bytes(data: bytes, name: str) -> NotebookNode:
         notebook = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ReleaseError(name, None, f"cannot be read as a notebook: {error}") from None
+    except RecursionError:  # JSON's reader recurses once a level: far deeper than the limit below
+        notebook = _NESTED_TOO_DEEP
+    except ValueError as error:  # Python's limit on the digits of a number read from text (against denial of service)
+        digits = f"{sys.get_int_max_str_digits():,}"
+        why = f"it holds a number of more than {digits} digits" if "digits" in str(error) else str(error)
+        raise ReleaseError(name, None, f"cannot be read as a notebook: {why}") from None
+    if notebook is _NESTED_TOO_DEEP or _nesting(notebook) > NESTING_LIMIT:
+        why = f"its JSON is nested more than {NESTING_LIMIT} levels deep (a lesson's is about 10)"
+        raise ReleaseError(name, None, f"cannot be read as a notebook: {why}")
     if not isinstance(notebook, dict) or notebook.get("nbformat") != 4:
         raise ReleaseError(name, None, "expected an nbformat 4 notebook (a JSON object with nbformat 4)")
     problem = _shape_problem(notebook)
     if problem:
         raise ReleaseError(name, None, f"is not shaped as an nbformat 4 notebook: {problem}")
     return rejoin_lines(nbformat.from_dict(notebook))  # sources stored as lists of lines -> one string
+
+
+# A notebook's JSON is about 10 levels deep (a widget's state, an output's JSON); one far deeper is refused as it is
+# read, before anything (nbformat, the checker's copies, the supervisor's job) recurses through it.
+NESTING_LIMIT = 100
+_NESTED_TOO_DEEP = object()
+
+
+def _nesting(value: object) -> int:
+    """How many lists and objects deep ``value`` goes (counted without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= NESTING_LIMIT:
+                todo.extend((inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _type_name(value: object) -> str:

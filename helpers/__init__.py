@@ -113,6 +113,14 @@ _EXPORTS = {
     "LatentGPT": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
     "gpt_to_latent": "helpers.latent_attention",
+    # helpers.kernels (lesson 16), beside the lesson's own names at the end: the sparse kernel, its PyTorch
+    # references (which never import Triton) and what a count returns
+    "sparse_attention_triton": "helpers.kernels.sparse_attention",
+    "topk_attention_dense": "helpers.kernels.topk_reference",
+    "topk_attention_gather": "helpers.kernels.topk_reference",
+    "topk_mask": "helpers.kernels.topk_reference",
+    "MemoryTraffic": "helpers.kernels.memory_traffic",
+    "measure_traffic": "helpers.kernels.memory_traffic",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",
     "induction_score": "helpers.analysis.circuits",
@@ -246,6 +254,15 @@ _EXPORTS = {
     "show_attention": "helpers.viewing.widgets",
     "show_cross_attention": "helpers.viewing.widgets",
     "temperature_explorer": "helpers.viewing.widgets",
+    # helpers.kernels (lesson 16): Triton kernels; the package imports without Triton, a kernel module needs it
+    "TRITON_MISSING": "helpers.kernels",
+    "triton_available": "helpers.kernels",
+    "flash_attention_triton": "helpers.kernels.flash_attention",
+    "flash_forward": "helpers.kernels.flash_forward",
+    "count_memory_traffic": "helpers.kernels.memory_traffic",
+    "flash_forward_elements": "helpers.kernels.memory_traffic",
+    "naive_elements": "helpers.kernels.memory_traffic",
+    "naive_attention_triton": "helpers.kernels.naive_attention",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -43,6 +43,7 @@ from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_first
 from helpers.swiglu import GeGLU, SwiGLU
+from helpers.tools.progress import ProgressLines
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_gpt"]
 
@@ -650,12 +651,15 @@ def train_gpt(
     lr: float = 3e-3,
     ignore_index: int = -100,
     seed: int = 0,
+    progress: str | None = None,
 ) -> list[float]:
     """Train on (inputs, targets), both (num_sequences, T) token ids, for a fixed number of steps with AdamW.
 
     A language model's targets are its inputs shifted by one; other tasks give other targets (positions to
-    skip hold ``ignore_index``). Returns the loss of every step.
+    skip hold ``ignore_index``). Returns the loss of every step. ``progress``: a label to print a line under at
+    every tenth of the steps (``helpers.tools.progress``); None: silent.
     """
+    lines = ProgressLines(steps, progress) if progress is not None and steps > 0 else None
     if inputs.shape != targets.shape:
         raise ValueError(f"inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)} must have one shape")
     generator = torch.Generator().manual_seed(seed)
@@ -670,5 +674,7 @@ def train_gpt(
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if lines is not None:
+            lines.update(len(losses))
     model.eval()
     return losses

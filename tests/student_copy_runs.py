@@ -16,7 +16,8 @@ The judge (``problems_after_running``), what "the copy works" means:
 
 * an exercise cell (one that held a solution region) may fail only with ``NotImplementedError``;
 * every check cell (the next code cell after an exercise, and any cell calling a ``check_*`` function of
-  course/exercises/) runs without an error and prints at least one verdict, all of them "[NOT ATTEMPTED YET]";
+  course/exercises/) runs without an error and prints at least one verdict, all of them "[NOT YET] name: not
+  attempted yet: ..." (never a pass, never a wrong answer's hint);
 * every other cell runs without an error (cells the lesson marks as raising on purpose, with
   ``NBVAL_RAISES_EXCEPTION`` or the ``raises-exception`` tag, excepted).
 """
@@ -34,9 +35,11 @@ import pytest
 from nbformat import NotebookNode, v4
 
 from course.assignments import SOLUTION_ONLY_TAG, find_exercises, student_copy
+from course.exercises.feedback import NOT_ATTEMPTED
 from course.notebook_slices import learner_name_uses
 
-VERDICT = re.compile(r"^\[(PASS|NOT YET|NOT ATTEMPTED YET)\]", re.MULTILINE)
+# A verdict line: "[PASS] name: ..." or "[NOT YET] name: ..."; an exercise not attempted says so first.
+VERDICT = re.compile(r"^\[(PASS|NOT YET)\] [^:\n]*: (.*)$", re.MULTILINE)
 RUN_TEST = "test_lesson_student_copy_runs_failing_only_in_exercises"  # test_student_copies.py's run of one lesson
 CELL_TIMEOUT_S = 900  # as nbval's cells: a check on a busy 2-core runner
 
@@ -124,7 +127,9 @@ def problems_after_running(
             if not verdicts:
                 problems.append(f"{where} is a check cell but printed no verdict")
             problems += [
-                f"{where} printed [{v}] instead of [NOT ATTEMPTED YET]" for v in verdicts if v != "NOT ATTEMPTED YET"
+                f"{where} printed [{mark}] {message!r} instead of [NOT YET] {NOT_ATTEMPTED}"
+                for mark, message in verdicts
+                if not message.startswith(NOT_ATTEMPTED)
             ]
     if not exercises:
         problems.append("no exercise cells: nothing in this notebook was released as an exercise")

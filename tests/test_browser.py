@@ -2,7 +2,8 @@
 
 Headless Chromium (Debian's `chromium` package; Playwright's own browser download is never used) is
 driven by Playwright for Python. What is checked is what a learner sees: lesson 03's slider redraws its
-figure; the head view shows up from a notebook's saved widget state, again after "Run All Cells", and
+figure; a lesson as committed draws no widget before its cells run (no saved widget state: a widget drawn from
+it would look live and do nothing), only its static pictures; the head view appears when its cell runs, and
 hovering a token changes what it shows; an exported page works with every network request refused.
 The browser console must stay free of errors. Screenshots go to test-artifacts/browser/.
 
@@ -27,6 +28,7 @@ import nbformat
 import pytest
 from chromium import CHROMIUM, CHROMIUM_FLAGS, skip_without_browser, sync_playwright
 
+from course import notebook_metadata
 from helpers.viewing.head_view import export_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +63,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _jupyter(*args: str, env: dict) -> None:
-    subprocess.run([str(Path(sys.executable).parent / "jupyter"), *args], env=env, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A folder for the server: copies of the lessons (so the repository's files are never saved over)
-    and a small head-view notebook executed by nbclient, which saves the widget state in its metadata."""
+    and a small head-view notebook executed by nbclient and committed as `make notebooks` commits a lesson."""
     base = tmp_path_factory.mktemp("browser")
     root, home = base / "notebooks", base / "jupyter"
     root.mkdir()
@@ -95,14 +93,10 @@ def workspace(tmp_path_factory):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     NotebookClient(nb, timeout=300, kernel_name="python3", shutdown_kernel="immediate").execute()
     nbformat.write(nb, root / "head_view.ipynb")
+    notebook_metadata.main([str(root / "head_view.ipynb")])  # no widget state, as make notebooks leaves a lesson
     shutil.copy(LESSON_03, root)
-    names = ["head_view.ipynb"]
     if _lesson_06_has_a_head_view():
         shutil.copy(LESSON_06, root)
-        names.append(LESSON_06.name)
-    # JupyterLab draws the widgets of a saved notebook only once it is trusted; a learner's own runs
-    # trust it, here (as for a class, see docs/teaching.md) `jupyter trust` does.
-    _jupyter("trust", *[str(root / name) for name in names], env=env)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return {"root": root, "env": env}
 
@@ -255,34 +249,38 @@ def test_lesson_03_slider_redraws_the_figure(browser, lab, pages):
     assert console.errors == []
 
 
-def test_head_view_in_jupyterlab_from_saved_state_and_after_running(browser, lab, pages):
+def _no_widget_drawn(page, label: str) -> None:
+    """Nothing on the page is a widget (nor the error a widget without its state shows); pictures may be."""
+    page.wait_for_timeout(2000)  # a widget manager draws saved widgets within moments of opening
+    page.screenshot(path=ARTIFACTS / f"{label}-before-running.png")
+    assert page.locator(".jupyter-widgets, .hv-root").count() == 0, f"{label}: a widget is drawn before running"
+    assert "Error displaying widget" not in page.locator(".jp-Notebook").inner_text()
+
+
+def test_head_view_in_jupyterlab_appears_when_its_cell_runs(browser, lab, pages):
     page, console = _open_notebook(browser, lab, "head_view.ipynb", pages)
-    # Before any cell runs: drawn from the widget state saved in the notebook, no kernel involved.
+    # Before any cell runs: each view's static picture, and no widget (there is no saved state to draw one from).
+    _no_widget_drawn(page, "head-view")
+    assert page.locator(".jp-OutputArea-output img").count() == 3
+    _run_all_cells(page, timeout_ms=120_000)
     views = page.locator(".hv-root")
     views.nth(2).wait_for()  # the later views draw with the first one's script (they carry a stub)
     assert views.count() == 3
-    page.screenshot(path=ARTIFACTS / "head-view-saved-state.png")
-    _check_hover_and_clicks(page, views.nth(0), "head-view-saved-state")
-    _run_all_cells(page, timeout_ms=120_000)
-    views = page.locator(".hv-root")
-    views.nth(2).wait_for()
-    assert views.count() == 3
+    _check_hover_and_clicks(page, views.nth(0), "head-view-live-self")
     _check_hover_and_clicks(page, views.nth(2), "head-view-live-cross")
     assert console.errors == []
 
 
-@pytest.mark.skipif(LESSON_06.exists() and not _lesson_06_has_a_head_view(), reason="lesson 06 has no head view yet")
-def test_lesson_06_head_views_in_jupyterlab(browser, lab, pages):
-    """The committed lesson's head views draw and respond from its saved state, with no kernel involved.
+@pytest.mark.parametrize("lesson", [LESSON_03, LESSON_06], ids=lambda p: p.stem[:2])
+def test_a_committed_lesson_draws_no_widget_before_it_runs(browser, lab, pages, lesson):
+    """Lesson 03's explorer and lesson 06's head views and explorer: only static pictures until their cells run.
 
-    Running the lesson here would train its model once more (nbval already runs the lesson); the live
-    path, a kernel sending the same widget, is driven on the small notebook of the test above.
+    Running lesson 06 here would train its model once more (nbval already runs the lesson); the live path, a
+    kernel sending the same widgets, is driven on the small notebook above and on lesson 03.
     """
-    page, console = _open_notebook(browser, lab, LESSON_06.name, pages)
-    page.locator(".hv-root").first.wait_for()  # drawn from the committed lesson's saved widget state
-    views = page.locator(".hv-root")
-    assert views.count() > 0
-    _check_hover_and_clicks(page, views.first, "lesson-06")
+    page, console = _open_notebook(browser, lab, lesson.name, pages)
+    _no_widget_drawn(page, f"lesson-{lesson.stem[:2]}")
+    assert page.locator(".jp-OutputArea-output img").count() > 0
     assert console.errors == []
 
 

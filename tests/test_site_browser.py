@@ -3,14 +3,16 @@
 The site is built from the committed lessons (whatever notebooks/NN_*.ipynb there are). Headless Chromium
 (Debian's `chromium`, driven by Playwright for Python) opens the landing page, follows the lesson table's first
 link and then each page's "next" link through every lesson, and on each page checks the title, the sidebar and
-the pager, that the solutions are folded until clicked, and that every head view saved in the notebook is drawn;
-one head view per lesson that has one is driven (hover a token, click a head, open a thumbnail). The search box
-must lead to a lesson's section. The console must stay free of errors. Screenshots: test-artifacts/site/.
+the pager, that the solutions are folded until clicked, that every formula is drawn by KaTeX, and that every head
+view saved in the notebook is drawn; one head view per lesson that has one is driven (hover a token, click a head,
+open a thumbnail). The search box must lead to a lesson's section, and a result's formula is drawn, not shown as
+TeX. The console must stay free of errors. Screenshots: test-artifacts/site/.
 Without a `chromium` on PATH the tests are skipped with a warning; `.ci/run` installs it first.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -56,6 +58,20 @@ def offline_page(built):
         yield {"page": page, "refused": refused, "errors": errors}
         page.screenshot(path=ARTIFACTS / "last-page.png")
         browser.close()
+
+
+# A formula in a lesson's prose, as site.js finds it: TeX between $$ … $$ or $ … $, outside code.
+_FORMULA = re.compile(r"\$\$[\s\S]+?\$\$|\$[^$\n]+?\$")
+
+
+def _formulas(lesson) -> int:
+    """Formulas in the lesson's markdown (code blocks and inline code left out), counted from the notebook."""
+    count = 0
+    for cell in nbformat.read(lesson.path, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", cell.source, flags=re.DOTALL))
+            count += len(_FORMULA.findall(prose))
+    return count
 
 
 def _saved_head_views(lesson) -> int:
@@ -112,6 +128,13 @@ def test_every_lesson_is_reached_by_its_links_and_works_offline(built, offline_p
             assert solutions.first.is_visible() and "BEGIN SOLUTION" in solutions.first.inner_text()
             toggles.first.click()
             assert not solutions.first.is_visible()
+        # every formula of the lesson's prose drawn by KaTeX, none left as TeX or drawn as an error
+        formulas = page.locator(".jp-RenderedMarkdown .katex")
+        assert formulas.count() == _formulas(lesson), f"lesson {lesson.number}: formulas drawn"
+        assert page.locator(".katex-error").count() == 0, page.locator(".katex-error").all_inner_texts()
+        if formulas.count():
+            formulas.first.scroll_into_view_if_needed()
+            page.screenshot(path=ARTIFACTS / f"lesson-{lesson.number}-formula.png")
         # every head view saved in the notebook is drawn, and the first one answers the mouse
         views = page.locator(".hv-root")
         assert views.count() == _saved_head_views(lesson), f"lesson {lesson.number}: head views drawn"
@@ -151,4 +174,24 @@ def test_the_search_box_leads_to_a_lesson_section(built, offline_page):
     assert Path(page.url.partition("#")[0]).name == lesson.page
     page.fill(".site-search-input", "qqqxyzzy")
     assert page.locator(".site-search-none").inner_text() == "Nothing found."
+    assert offline_page["refused"] == [] and offline_page["errors"] == []
+
+
+def test_a_search_result_shows_a_formula_drawn_not_its_tex(built, offline_page):
+    page = offline_page["page"]
+    page.goto((built["out"] / "index.html").as_uri())
+    entries = page.evaluate("window.COURSE_SEARCH")
+    with_formula = [entry for entry in entries if _FORMULA.search(entry["text"])]
+    assert with_formula, "no lesson section has a formula: nothing to check"
+    entry = with_formula[0]
+    before = entry["text"][: _FORMULA.search(entry["text"]).start()].split()
+    words = [w for w in before if re.fullmatch(r"[A-Za-z]{4,}", w)]  # a plain word just before the formula
+    assert words, entry["text"][:200]
+    page.fill(".site-search-input", f"{words[-1]} {entry['heading'].split()[-1]}")
+    result = page.locator(f".site-search-results a.site-search-result[href='{entry['href']}']")
+    result.wait_for()
+    snippet = result.locator(".site-search-snippet")
+    assert snippet.locator(".katex").count() >= 1
+    assert "$" not in snippet.inner_text() and "\\" not in snippet.inner_text(), snippet.inner_text()
+    page.screenshot(path=ARTIFACTS / "search-formula.png")
     assert offline_page["refused"] == [] and offline_page["errors"] == []

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 import helpers
+from course.exercises.module_snapshot import ModuleSnapshot
 
 # What run_check says when the check itself (not the learner's code) fails: tests assert it never appears.
 CHECK_BUG = "the check itself could not finish (a bug in the course, not in your code)"
@@ -37,6 +38,15 @@ Mistakes = Mapping[str, Tensor | Callable[[], Tensor]]
 # The exercise whose check is running (``run_check`` sets it): each call of the learner's code refuses its
 # graduated helper (``course.exercises.graduated.GRADUATED_HELPERS``).
 _EXERCISE: ContextVar[str | None] = ContextVar("exercise", default=None)
+
+
+# What an exercise whose code still raises NotImplementedError is told (its mark is NOT YET, as for a wrong
+# answer): that it is not attempted, and what to do, in one sentence. Tests tell the two apart by its start.
+NOT_ATTEMPTED = "not attempted yet"
+NOT_ATTEMPTED_MESSAGE = (
+    f"{NOT_ATTEMPTED}: write your code in place of `raise NotImplementedError()` in the exercise's cell, "
+    "run that cell, then run this one again."
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,8 @@ class Verdict:
         return self.status == "pass"
 
     def __str__(self) -> str:
-        mark = {"pass": "PASS", "wrong": "NOT YET", "not attempted": "NOT ATTEMPTED YET"}[self.status]
+        # An exercise not yet attempted is NOT YET too (a learner's copy starts so), its message says what to do.
+        mark = "PASS" if self.status == "pass" else "NOT YET"
         return f"[{mark}] {self.exercise}: {self.message}"
 
     def _ipython_display_(self) -> None:
@@ -88,10 +99,16 @@ def call_learner(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 
     ``NotImplementedError`` passes through unchanged: it means "not attempted yet". A function defined with
     the wrong parameters is told so by name (a ``wrong`` verdict), before it runs. Every call holds the learner
-    to the course's three rules for any exercise (each a ``wrong`` verdict that names the mistake):
+    to the course's rules for any exercise (each a ``wrong`` verdict that names the mistake):
 
     - **the inputs stay as they were**: a tensor argument (or one inside a tuple, list or dict argument) that
-      the call changed in place is refused, since the caller may still need it;
+      the call changed in place is refused, since the caller may still need it; so is a module argument whose
+      parameters, buffers, plain attributes (``eps``, ``training``), parts or hooks the call changed, named by
+      the argument (the check's expected values come from those modules: an answer that zeroes their weights
+      must not match its own expected value);
+    - **the dtype asked for**: when the tensor arguments (and the module arguments' weights) are all of one
+      floating dtype, a floating result (or one inside a tuple, list or dict result) of another dtype is
+      refused, naming both;
     - **torch, not numpy**: a numpy array or number returned (alone or inside a tuple, list or dict) is refused,
       and the learner is told what to return instead: what the check was declared to expect
       (``@learner_check(returns=...)``, e.g. "an int"), a tensor unless it says otherwise;
@@ -118,6 +135,8 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
 
     before = _tensor_inputs(args, kwargs)
     kept = [(where, tensor, _copy(tensor)) for where, tensor in before]
+    modules = [(where, module, ModuleSnapshot(module)) for where, module in _module_inputs(args, kwargs)]
+    asked = _dtype_fed(before, modules)
     try:
         with CallRecorder() as recorder:  # what it calls: the course's own answer is not the learner's
             result = function(*args, **kwargs)
@@ -148,9 +167,21 @@ def _call_once(function: Callable[..., Any], args: tuple, kwargs: dict, returns:
                 "as it came: build the result in a new tensor (work on a copy, or use operations that return "
                 "a new tensor) and return that."
             )
+    for where, module, snapshot in modules:
+        change = snapshot.change(module, _plain_argument_name(function, where))
+        if change:
+            snapshot.restore(module)  # the check's module as it came, whatever the check does next
+            raise wrong(
+                f"`{name}` changed the module {_argument_name(function, where)} it was given ({change}): the "
+                "exercise must not change it. The caller's module now computes something else, and the caller "
+                "still needs it as it was. Use the module as it came (call it, read its weights) and leave its "
+                "parameters, buffers and settings alone."
+            )
     numpy_at = _numpy_inside(result)
     if numpy_at is not None:
         raise wrong(_numpy_hint(name, numpy_at, result, returns))
+    if asked is not None:
+        _expect_dtype_kept(name, result, asked)
     return result
 
 
@@ -213,6 +244,53 @@ def _tensor_inputs(args: tuple, kwargs: dict) -> list[tuple[tuple, Tensor]]:
     return found
 
 
+def _module_inputs(args: tuple, kwargs: dict) -> list[tuple[tuple, nn.Module]]:
+    """Every module among the arguments, or one level inside a tuple, list or dict argument, with where it is (as
+    ``_tensor_inputs`` says it)."""
+    found: list[tuple[tuple, nn.Module]] = []
+    for key, value in (*enumerate(args), *kwargs.items()):
+        if _checks_module(value):
+            found.append(((key,), value))
+        elif isinstance(value, (tuple, list)):
+            found += [((key, i), item) for i, item in enumerate(value) if _checks_module(item)]
+        elif isinstance(value, dict):
+            found += [((key, k), item) for k, item in value.items() if _checks_module(item)]
+    return found
+
+
+def _checks_module(value: Any) -> bool:
+    """Whether ``value`` is a module the check made (a learner's own module stays behind a ``LearnerCode`` proxy,
+    whose class reads as the module's: it is the learner's to change)."""
+    return isinstance(value, nn.Module) and not isinstance(value, LearnerCode)
+
+
+def _dtype_fed(tensors: list[tuple[tuple, Tensor]], modules: list) -> torch.dtype | None:
+    """The one floating dtype of the tensor arguments and the module arguments' parameters and buffers: the dtype
+    the exercise asks its result in (None when they hold none, or several)."""
+    dtypes = {tensor.dtype for _, tensor in tensors if tensor.dtype.is_floating_point}
+    for _, module, _ in modules:
+        dtypes |= {t.dtype for t in (*module.parameters(), *module.buffers()) if t.dtype.is_floating_point}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _expect_dtype_kept(name: str, result: Any, asked: torch.dtype) -> None:
+    """Refuse a floating tensor in ``result`` (itself, or one level inside a tuple, list or dict) whose dtype is
+    not ``asked``, naming both: numbers in another dtype are other numbers (float32 keeps about 7 digits of
+    float64's 16), however close they look."""
+    if isinstance(result, (tuple, list, dict)):
+        items = result.items() if isinstance(result, dict) else enumerate(result)
+        found = [(f" (item {key!r} of the {type(result).__name__} it returned)", item) for key, item in items]
+    else:
+        found = [("", result)]
+    for where, item in found:
+        if isinstance(item, Tensor) and item.dtype.is_floating_point and item.dtype != asked:
+            raise wrong(
+                f"the dtype changed: `{name}` was given {asked} and returned a tensor of dtype {item.dtype}{where}. "
+                f"The exercise asks for {asked}, the dtype of its inputs: work in that dtype throughout (a new "
+                "tensor made without a dtype, or a conversion on the way, gives another one)."
+            )
+
+
 def _copy(tensor: Tensor) -> Tensor | None:
     """A copy to compare against after the call (None for a tensor without numbers to compare)."""
     if tensor.layout != torch.strided or tensor.device.type == "meta":
@@ -237,6 +315,11 @@ def _argument_name(function: Callable[..., Any], where: tuple) -> str:
         key = _positional_names(function, key + 1)[key]
     inner = f"[{where[1]!r}]" if len(where) > 1 else ""
     return f"`{key}{inner}`"
+
+
+def _plain_argument_name(function: Callable[..., Any], where: tuple) -> str:
+    """``_argument_name`` without the backticks: the start of a path such as ``layer.norm3.weight``."""
+    return _argument_name(function, where).strip("`")
 
 
 def _positional_names(function: Callable[..., Any], count: int) -> list[str]:
@@ -417,9 +500,7 @@ def run_check(exercise: str, body: Callable[[], str]) -> Verdict:
         with torch.random.fork_rng(devices=[]):
             verdict = Verdict(exercise, "pass", body())
     except NotImplementedError:
-        verdict = Verdict(
-            exercise, "not attempted", "replace `raise NotImplementedError()` with your code, then run this cell again."
-        )
+        verdict = Verdict(exercise, "not attempted", NOT_ATTEMPTED_MESSAGE)
     except _Wrong as problem:
         verdict = Verdict(exercise, "wrong", str(problem))
     except LearnerError as problem:
@@ -503,7 +584,8 @@ def expect_shape(answer: Tensor, shape: Iterable[int], name: str, letters: str =
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
-    """Equal within a tolerance that accepts float32 answers (and either dtype); NaN matches NaN."""
+    """Equal within a tolerance that accepts float32 answers (the dtype itself is call_learner's to judge); NaN
+    matches NaN."""
     return a.shape == b.shape and torch.allclose(
         a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=1e-4, equal_nan=True
     )

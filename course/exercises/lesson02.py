@@ -127,16 +127,18 @@ def check_cross_attention_inputs(
             target, source = torch.randn(N, L, E), torch.randn(N, S, E)
             q_proj, k_proj, v_proj = nn.Linear(E, d), nn.Linear(E, d), nn.Linear(E, d)
         with torch.no_grad():
+            # Every projection of every sentence, to recognise which one was used: computed before the call, so
+            # that nothing the learner's code does to the projections can reach the expected values.
+            projected = {
+                (name, side): as_tensor(proj(x), name)
+                for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
+                for side, x in (("target", target), ("source", source))
+            }
             result = call_learner(cross_attention_inputs, target.clone(), source.clone(), q_proj, k_proj, v_proj)
             if not isinstance(result, (tuple, list)) or len(result) != 3:
                 what = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else None
                 raise wrong(f"return the three tensors as a tuple `(q, k, v)`, got {what or type(result).__name__}")
             q, k, v = (as_tensor(t, name) for t, name in zip(result, ("q", "k", "v"), strict=True))
-            projected = {  # every projection of every sentence, to recognise which one was used
-                (name, side): as_tensor(proj(x), name)
-                for name, proj in (("q_proj", q_proj), ("k_proj", k_proj), ("v_proj", v_proj))
-                for side, x in (("target", target), ("source", source))
-            }
         for name, tensor, proj_name, side, x in (
             ("q", q, "q_proj", "target", target),
             ("k", k, "k_proj", "source", source),

@@ -349,12 +349,7 @@ def check_absorbed_weights(absorb: Callable[[MultiHeadLatentAttention], tuple[Te
                     "from the layer, its config or its weights' shapes, instead of writing numbers in."
                 ) from error
             raise
-        changed = [name for name, p in layer.state_dict().items() if not torch.equal(p, pristine.state_dict()[name])]
-        if changed:  # the references below would otherwise fold the changed weights and agree with the answer
-            raise wrong(
-                f"absorb changed the layer's {', '.join(changed)} in place: read the weights (a `.view` or "
-                "`.transpose` of them is fine), never write into them; the layer must still run afterwards."
-            )
+        # A weight the call changed is refused by call_learner, named; the references read the pristine layer.
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             raise wrong("return two tensors: (query_to_latent, latent_to_out)")
         query, output = (

@@ -255,6 +255,16 @@ SHIFTED = (
 )
 
 
+SLOT_DIVIDED = (
+    "the slot is position // w, how many times the ring has gone round, not where it is on the ring: the slot is "
+    "the REMAINDER, position mod w (position 9 with w = 4 goes into slot 1, not 2)."
+)
+SLOT_MOD_W_PLUS_ONE = (
+    "the slot is position mod (w + 1): the ring has w slots, numbered 0 .. w - 1, so the slot is position mod w; "
+    "mod (w + 1) gives slot w, one past the last, which raised {error} for position {position} with w = {w}."
+)
+
+
 def _write_mistakes(buffer: Tensor, new: Tensor, position: int) -> dict[str, Callable[[], Tensor]]:
     w = buffer.size(2)
     slot = position % w
@@ -280,6 +290,11 @@ def _write_mistakes(buffer: Tensor, new: Tensor, position: int) -> dict[str, Cal
         "here; the slot is position mod that size.": lambda: _at_slot(buffer, new, position % 4),
         "the slot was taken mod d, the buffer's last size (the head size): w is its third size (dim 2, the "
         "slots); the slot is position mod w.": lambda: _at_slot(buffer, new, position % buffer.size(3)),
+        SLOT_DIVIDED: lambda: _at_slot(buffer, new, position // w),
+        "the other slots were zeroed: the new buffer started from zeros and got only the new key. The ring keeps "
+        "the w - 1 older keys the layer can still read; copy the buffer as it came, then overwrite one slot.": (
+            lambda: _at_slot(torch.zeros_like(buffer), new, slot)
+        ),
     }
 
 
@@ -362,6 +377,53 @@ def _raises_without_modulo(errors: dict[int, LearnerError], answers: dict[int, T
     return bool(errors) and all(past(c) for c in errors) and not any(past(c) for c in answers)
 
 
+def _mod_w_plus_one(
+    errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict[int, tuple[Tensor, Tensor]]
+) -> bool:
+    """Whether the code raised exactly where position mod (w + 1) is w (one past the last slot) and wrote slot
+    position mod (w + 1) everywhere else."""
+
+    def past(case: int) -> bool:
+        (_, _, w, _), position = _WRITE_CASES[case]
+        return position % (w + 1) == w
+
+    return (
+        bool(errors)
+        and all(past(c) for c in errors)
+        and not any(past(c) for c in answers)
+        and all(
+            close(answers[c], _at_slot(*cases[c], _WRITE_CASES[c][1] % (_WRITE_CASES[c][0][2] + 1))) for c in answers
+        )
+    )
+
+
+def _size_written_in(
+    errors: dict[int, LearnerError], answers: dict[int, Tensor], cases: dict[int, tuple[Tensor, Tensor]]
+) -> _Wrong | None:
+    """Code right on every buffer of one shape that raised on the others: one of that shape's sizes (N, h, w or
+    d) is written in. Named by the sizes that are the same in every case it got right and differ in every case
+    it raised on."""
+    if not answers or not all(
+        close(answers[c], reference_rolling_write(*cases[c], _WRITE_CASES[c][1])) for c in answers
+    ):
+        return None
+    ran = [_WRITE_CASES[c][0] for c in answers]
+    raised = [_WRITE_CASES[c][0] for c in errors]
+    suspects = [
+        f"{letter} = {ran[0][axis]}"
+        for axis, letter in enumerate("Nhwd")
+        if len({sizes[axis] for sizes in ran}) == 1 and all(sizes[axis] != ran[0][axis] for sizes in raised)
+    ]
+    if not suspects:
+        return None
+    first = next(iter(errors.values()))
+    return wrong(
+        f"a size is written in: your code was right on every buffer of shape {ran[0]} and raised {first} on "
+        f"{', '.join(str(s) for s in raised)}; {' or '.join(suspects)} holds only in the first. Read N, h, w and d "
+        "from the tensors' shapes (buffer.shape, new.shape), which differ from call to call."
+    )
+
+
 @learner_check
 def check_rolling_write(rolling_write: Callable[[Tensor, Tensor, int], Tensor]) -> Verdict:
     """Check ``rolling_write(buffer (N, h, w, d), new (N, h, d), position) -> (N, h, w, d)``: ``new`` in slot
@@ -391,6 +453,11 @@ def check_rolling_write(rolling_write: Callable[[Tensor, Tensor, int], Tensor]) 
                         raise wrong(hint)
             first_case, first = next(iter(errors.items()))
             (_, _, w, _), first_position = _WRITE_CASES[first_case]
+            if _mod_w_plus_one(errors, answers, cases):
+                raise wrong(SLOT_MOD_W_PLUS_ONE.format(error=first, position=first_position, w=w))
+            written_in = _size_written_in(errors, answers, cases)
+            if written_in:
+                raise written_in
             if _raises_without_modulo(errors, answers) and all(
                 close(answers[c], reference_rolling_write(*cases[c], _WRITE_CASES[c][1])) for c in answers
             ):
@@ -536,6 +603,14 @@ def _bytes_mistakes(config: GPTConfig, T: int, bytes_per_number: int) -> dict[st
         "2 · h_kv · d numbers.": right // 2,
         "the query heads were counted: the cache keeps the key/value heads only, config.num_kv_heads of them "
         "(each serves a group of query heads).": count(h_kv=config.num_heads),
+        "the embedding size E was used where the cache stores h_kv · d numbers a token (a key, and a value): "
+        "the keys and values are the key/value heads' outputs, config.num_kv_heads heads of config.head_dim "
+        "numbers each, not the E numbers of the residual stream.": count(h_kv=1, d=config.embed_dim),
+        "a local layer was counted as keeping T - window tokens, what it has DROPPED: a rolling cache keeps the "
+        "last min(T, window) tokens, the ones its queries can still read.": [
+            count(local_keeps=lambda T, window: T - window),
+            count(local_keeps=lambda T, window: max(T - window, 0)),
+        ],
         "the head size was taken as E / h (config.embed_dim // config.num_heads): this model's heads are not "
         "E / h wide; read d from config.head_dim.": count(d=config.embed_dim // config.num_heads),
         "that is a number of numbers, not of bytes: multiply by bytes_per_number, the bytes each number takes.": (

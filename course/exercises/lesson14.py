@@ -132,6 +132,34 @@ def _square_verdict(
     return None
 
 
+def _size_written_in(
+    errors: dict[int, LearnerError],
+    answers: dict[int, Tensor],
+    right: Callable[[int], Tensor],
+    sizes: Callable[[int], dict[str, int]],
+) -> _Wrong | None:
+    """Code right on every case it ran that raised on the others, where some size (h, say) is the same in every
+    case that ran and different in each that raised: that size is written in. ``right(c)`` is case c's right
+    answer, ``sizes(c)`` its sizes by letter."""
+    if not errors or not answers or not all(close(answers[c], right(c)) for c in answers):
+        return None
+    ran = [sizes(c) for c in answers]
+    raised = [sizes(c) for c in errors]
+    suspects = [
+        f"{letter} = {ran[0][letter]}"
+        for letter in ran[0]
+        if len({s[letter] for s in ran}) == 1 and all(s[letter] != ran[0][letter] for s in raised)
+    ]
+    if not suspects:
+        return None
+    first = next(iter(errors.values()))
+    return wrong(
+        f"a size is written in: your code was right wherever {' and '.join(suspects)} (as in the first case) and "
+        f"raised {first} where it is not. Read every size from the tensors' shapes (or use -1 and broadcasting), "
+        "which differ from call to call."
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: softmax with an attention sink
 # ---------------------------------------------------------------------------------------------
@@ -222,6 +250,18 @@ def _sink_mistakes(scores: Tensor, sink: Tensor) -> dict[str, Expected]:
         "those are log-weights (a log-softmax): return the weights themselves, each between 0 and 1.": (
             lambda: torch.log_softmax(logits, dim=-1)[..., :-1]
         ),
+        "the sink's logit was fixed at 0 (1 added to the softmax's denominator, the 'softmax_1' form): gpt-oss "
+        "learns one sink logit per head, sink[a] for head a; its column holds that logit, not 0.": (
+            lambda: torch.softmax(_with_sink(scores, torch.zeros_like(sink)), -1)[..., :-1]
+        ),
+        "every head got the same sink (one of the sink's logits, or their mean or sum, for all heads): sink holds "
+        "h logits, one per head; head a's rows take sink[a].": [
+            torch.softmax(_with_sink(scores, one.expand_as(sink)), -1)[..., :-1]
+            for one in (sink[:1], sink[-1:], sink.mean(0, keepdim=True), sink.sum(0, keepdim=True))
+        ],
+        "the sink's column was repeated for every key (S sink columns, or e to the sink added to each key's "
+        "term): a row has ONE sink column, so the denominator holds e to the sink once, beside the S keys' "
+        "terms.": lambda: torch.softmax(torch.cat((scores, column.expand_as(scores)), -1), -1)[..., : scores.size(-1)],
     }
 
 
@@ -359,7 +399,13 @@ def check_sink_softmax(sink_softmax: Callable[[Tensor, Tensor], Tensor]) -> Verd
         if errors:
             square = _SINK_SQUARE.args
             named = _square_verdict(sink_softmax, _SINK_SQUARE, _sink_answer, _sink_axis_mistakes(*square))
-            raise named or _leading_axes_error(errors) or next(iter(errors.values()))
+            written_in = _size_written_in(
+                errors,
+                answers,
+                lambda c: reference_sink_softmax(*_SINK_CASES[c].args),
+                lambda c: dict(zip("hLS", _SINK_CASES[c].args[0].shape[-3:], strict=True)),
+            )
+            raise named or _leading_axes_error(errors) or written_in or next(iter(errors.values()))
         right = {c: reference_sink_softmax(*_SINK_CASES[c].args) for c in answers}
         if all(close(answers[c], right[c]) for c in answers):
             share = 1 - float(right[0].sum(-1).mean())
@@ -415,6 +461,11 @@ def _gate_mistakes(heads: Tensor, x: Tensor, gate_weight: Tensor) -> dict[str, E
         "feature back.": [heads * torch.relu(logits), heads * F.gelu(logits)],
         "1 - sigmoid: the gate is the sigmoid of the logit itself (large logit, feature through), not what it "
         "leaves out.": heads * (1 - gate),
+        "the heads were divided by the gate (1 / sigmoid, the sigmoid turned upside down): that is at least 1 and "
+        "grows without bound as the logit falls; the gate multiplies, by the sigmoid itself, in (0, 1).": [
+            heads / gate,
+            heads * (1 + torch.exp(-logits)),
+        ],
         "the gate was added to the heads: a gate multiplies, each feature scaled by its own gate.": heads + gate,
         "the sigmoid went on the heads and the gate's raw logits multiplied them: the sigmoid belongs to the "
         "gate's logits, the heads pass as they are.": torch.sigmoid(heads) * logits,
@@ -504,7 +555,16 @@ def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -
         answers, errors = _run(gated_heads, _GATE_CASES, _gate_answer)
         if errors:
             named = _square_verdict(gated_heads, _GATE_SQUARE, _gate_answer, _gate_square_mistakes(*_GATE_SQUARE.args))
-            raise named or next(iter(errors.values()))
+            written_in = _size_written_in(
+                errors,
+                answers,
+                lambda c: reference_gated_heads(*_GATE_CASES[c].args),
+                lambda c: (
+                    {"N": _GATE_CASES[c].args[0].size(0), "T": _GATE_CASES[c].args[0].size(1)}
+                    | {"h·d": _GATE_CASES[c].args[0].size(2), "E": _GATE_CASES[c].args[1].size(2)}
+                ),
+            )
+            raise named or written_in or next(iter(errors.values()))
         right = {c: reference_gated_heads(*_GATE_CASES[c].args) for c in answers}
         if all(close(answers[c], right[c]) for c in answers):
             return "each of the h·d features scaled by its own gate in (0, 1), computed from x, large logits included."
@@ -587,6 +647,12 @@ def _delta_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha
         "recalls for k.": _write(decayed, k, b * (v + recalled)),
         "the correction has the wrong sign (the recall minus v): the state moves towards v, by beta times v "
         "minus what it recalls.": _write(decayed, k, b * (recalled - v)),
+        "beta was applied twice (squared, or once more on one part of the correction): the correction is "
+        "beta times (v minus the recall), beta once.": [
+            _write(decayed, k, b * b * (v - recalled)),
+            _write(decayed, k, b * (b * v - recalled)),
+            _write(decayed, k, b * (v - b * recalled)),
+        ],
         "the old state was dropped: the new state is the old one, decayed, plus the correction written under k.": [
             k[..., :, None] * (b * (v - recalled))[..., None, :],
             k[..., :, None] * (b * v)[..., None, :],
@@ -625,6 +691,9 @@ def _delta_square_mistakes(state: Tensor, k: Tensor, v: Tensor, beta: Tensor, lo
         ),
         "the erasing (I - beta k k^T) was applied on the right of the state: with the state (d_k, d_v) it acts "
         "on the key's axis, the rows, from the left.": right_side + k[..., :, None] * (b * v)[..., None, :],
+        "the state was read and written as (d_v, d_k), transposed (the DeltaNet paper's S v-by-k: recall S k, "
+        "write v k^T): here the state is (N, h, d_k, d_v), one row per KEY feature, so the recall is S^T k and "
+        "the write k v^T.": decayed + (b * (v - (decayed @ k[..., None]).squeeze(-1)))[..., :, None] * k[..., None, :],
     }
 
 
@@ -726,7 +795,13 @@ def check_delta_step(delta_step: Callable[..., Tensor]) -> Verdict:
         if errors:
             square = _DELTA_SQUARE.args
             named = _square_verdict(delta_step, _DELTA_SQUARE, _delta_answer, _delta_square_mistakes(*square))
-            raise named or _none_error(errors) or next(iter(errors.values()))
+            written_in = _size_written_in(
+                errors,
+                answers,
+                lambda c: reference_delta_step(*_DELTA_CASES[c].args),
+                lambda c: dict(zip(("N", "h", "d_k", "d_v"), _DELTA_CASES[c].args[0].shape, strict=True)),
+            )
+            raise named or _none_error(errors) or written_in or next(iter(errors.values()))
         cases = [_DELTA_CASES[c] for c in answers]
         right = {c: reference_delta_step(*case.args) for c, case in zip(answers, cases, strict=True)}
         if all(close(answers[c], right[c]) for c in answers):

@@ -35,8 +35,12 @@ from course.exercises.feedback import wrong
 RULE = (
     "The rule of every exercise: write the step yourself with the operations it names. A library call that does "
     "the whole exercise in one go is refused even when its numbers are right, and the result has the type the "
-    "exercise asks for (a boolean mask is `torch.bool`: not 0/1 integers, not a float mask)."
+    "exercise asks for."
 )
+#: What the asked type means for a mask; a hint adds it only where the exercise is about a mask.
+MASK_TYPE = "A boolean mask is `torch.bool`: not 0/1 integers, not a float mask."
+# The exercises (by their names in SHORTCUTS) whose answer is a mask or that take one.
+_MASK_EXERCISES = ("padding mask for F.scaled_dot_product_attention", "masked attention", "sliding-window mask")
 
 # Ways to pick rows out of a table without a matrix product, each with the name a hint shows.
 _ROW_LOOK_UPS: dict[Callable[..., Any], str] = {
@@ -137,11 +141,17 @@ def refuse_shortcuts(recorder: FunctionRecorder, exercise: str, instead: str, wa
     if used:
         raise wrong(
             f"the numbers may be right, but your code calls {used}, which does this whole exercise in one call. "
-            f"{RULE} Here: {instead}"
+            f"{_rule(exercise in _MASK_EXERCISES)} Here: {instead}"
         )
+
+
+def _rule(about_masks: bool) -> str:
+    """RULE, with what a boolean mask is where the exercise is about a mask (and only there)."""
+    return f"{RULE} {MASK_TYPE}" if about_masks else RULE
 
 
 def expect_dtype(answer: Tensor, dtype: torch.dtype, name: str, how: str = "") -> None:
     """Complain, naming the dtype received, unless ``answer`` has ``dtype``; ``how``: how to get there."""
     if answer.dtype != dtype:
-        raise wrong(f"{name} should have dtype {dtype}, got dtype {answer.dtype}. {RULE}" + (f" {how}" if how else ""))
+        rule = _rule(dtype == torch.bool)
+        raise wrong(f"{name} should have dtype {dtype}, got dtype {answer.dtype}. {rule}" + (f" {how}" if how else ""))

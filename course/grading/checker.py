@@ -96,8 +96,9 @@ the checker or its supervisor), no network, cannot make user namespaces, runs as
 root (one per notebook graded at once, so a fork bomb stops at its own process limit), and each of its processes
 is limited to --memory MiB. The supervisor that computes and signs the verdicts stays outside; a result counts only
 from a supervisor that exited by itself. Only a regular file in a student's folder is read (no link is followed, no
-FIFO opened). SIGTERM and SIGHUP stop check as Ctrl-C does (every notebook's processes killed, the rows graded so
-far kept); rows reach the gradebook as each notebook ends.
+FIFO opened). SIGTERM, SIGHUP and SIGINT (also to a check a script started with `&`) stop check as Ctrl-C does
+(every notebook's processes killed, the rows graded so far kept); rows reach the gradebook as each notebook ends, and
+after a kill -9 of check nothing it started runs on for more than a few seconds (Linux tells each level below).
 
 Verdicts are computed outside the kernel: the check cell after each exercise is replaced by a locked cell in which
 the kernel only calls the learner's function when the supervisor asks. The course's check runs in the supervisor,
@@ -621,14 +622,20 @@ def _ignore_stopping_signals() -> None:
 @contextlib.contextmanager
 def _signals_stop_the_batch():
     """While grading, SIGINT, SIGTERM and SIGHUP unwind through the grading code's clean-up; the handlers that were
-    there before come back afterwards. A signal the caller ignores (``nohup``: SIGHUP) stays ignored."""
+    there before come back afterwards. A SIGTERM or SIGHUP the caller ignores (``nohup``: SIGHUP) stays ignored.
+
+    SIGINT always stops the batch, even where it came in ignored: a shell without job control (a script) starts
+    ``check … &`` with SIGINT ignored, only so that a Ctrl-C meant for the script's foreground command misses it.
+    Then the script ends and the batch runs on unseen, and a ``kill -INT`` aimed at it does nothing: both times the
+    person who sent it wants the batch stopped, and stopping it keeps every row graded so far. (``nohup`` does not
+    ignore SIGINT; a batch meant to survive its terminal is started with ``nohup`` or ``setsid``.)"""
     if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
         yield
         return
     before = {number: signal.getsignal(number) for number in STOPPING_SIGNALS}
     try:
         for number, handler in before.items():
-            if handler is not signal.SIG_IGN:
+            if handler is not signal.SIG_IGN or number == signal.SIGINT:
                 signal.signal(number, _stop_the_batch)
         yield
     finally:

@@ -6,9 +6,11 @@ here, unchanged, on a :class:`RemoteLearner` in place of the learner's function.
 code one way only, through ``call_learner``; each call of a ``RemoteLearner`` sends its arguments to the kernel
 and gets back the result and the arguments as they are after the call (:mod:`course.grading.wire`: data only,
 read with ``torch.load(weights_only=True)``). Those arguments are written back into the check's own tensors,
-modules and generators, so ``call_learner``'s three rules (inputs untouched, torch not numpy, randomness from the
-generator) judge the remote call as they judge a local one. The references and the comparison stay in this
-process: nothing the learner's code prints, patches or hooks in the kernel can reach the verdict.
+modules and generators, so ``call_learner``'s rules (inputs and modules untouched, the dtype asked for, torch not
+numpy, randomness from the generator) judge the remote call as they judge a local one: a module the kernel's copy
+of which the learner's code changed is refused by name, and put back as it was, before the check computes anything
+from it. The references and the comparison stay in this process: nothing the learner's code prints, patches or
+hooks in the kernel can reach the verdict.
 
 A kernel that stops answering, or answers with something that is not data, gives the verdict ``error``.
 """

@@ -148,4 +148,4 @@ class KernelChannel:
         try:
             return wire.unframe(prompt)
         except wire.Unreadable as problem:
-            raise remote.ChannelBroken(f"the kernel's answer is not data: {problem}") from None
+            raise remote.ChannelBroken(f"the answer from the kernel cannot be graded: {problem}") from None

@@ -21,6 +21,7 @@ import binascii
 import contextlib
 import inspect
 import io
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,15 +53,37 @@ def frame(value: Any, trusted: bool = False) -> str:
 def unframe(text: Any, trusted: bool = False) -> Any:
     """The value in a framed message. ``trusted`` (the kernel reading the checker's requests) loads in full;
     otherwise only data loads (``weights_only=True``) and anything else raises ``Unreadable``."""
-    if not isinstance(text, str) or len(text) > MAX_BYTES:
-        raise Unreadable(f"expected a framed message (text of at most {MAX_BYTES:,} characters)")
+    if not isinstance(text, str):
+        raise Unreadable(f"expected a framed message (text), not {type(text).__name__}")
+    if len(text) > MAX_BYTES:  # base64 holds 3 bytes in 4 characters
+        raise Unreadable(
+            f"too large: {len(text) * 3 // 4 / 2**20:,.0f} MiB, over the limit of {MAX_BYTES * 3 // 4 / 2**20:,.0f} "
+            "MiB for one answer (a check's results are small: return what the exercise asks for)"
+        )
     try:
         data = base64.b64decode(text.encode("ascii"), validate=True)
         return torch.load(io.BytesIO(data), weights_only=not trusted, map_location="cpu")
     except (binascii.Error, UnicodeEncodeError, ValueError, RuntimeError, EOFError, AttributeError) as error:
-        raise Unreadable(f"not a framed value ({type(error).__name__}: {str(error)[:200]})") from None
+        raise Unreadable(f"not a framed value ({type(error).__name__}: {_plain_text(error)})") from None
     except Exception as error:  # weights_only's refusal is an UnpicklingError; anything else alike
-        raise Unreadable(f"not data ({type(error).__name__}: {str(error)[:200]})") from None
+        found = _REFUSED_GLOBAL.search(str(error))
+        if found is None:
+            raise Unreadable(f"not data ({type(error).__name__}: {_plain_text(error)})") from None
+        raise Unreadable(
+            f"it holds a {found.group(1)}, which is not data: only tensors, numbers, strings, None, and tuples, lists "
+            "and dicts of them (their keys too) can be graded"
+        ) from None
+
+
+# torch.load(weights_only=True)'s refusal names the class it would not build ("GLOBAL __main__.Key was not an
+# allowed global"), amid advice on loading checkpoints that means nothing to a learner.
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]{1,200}) was not an allowed global")
+
+
+def _plain_text(error: BaseException, limit: int = 200) -> str:
+    """An error's message on one line, without terminal escapes (torch's are bold), at most ``limit`` characters."""
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(error)).split())
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 
 
 @contextlib.contextmanager
@@ -133,8 +156,10 @@ def _is_plain(value: Any, depth: int = 0) -> bool:
 
 
 def apply_module_state(module: nn.Module, tensors: Any, attributes: Any) -> None:
-    """Make ``module`` hold what ``module_state`` described (its tensors and plain attributes), in place: what the
-    learner's code did to its copy in the kernel shows on the check's module."""
+    """Make ``module`` hold what ``module_state`` described (its tensors and plain attributes, a new one too), in
+    place: what the learner's code did to its copy in the kernel shows on the check's module, so that
+    ``call_learner`` refuses it there as in a lesson, naming the module, and puts the module back as it was (the
+    check's expected values never see it)."""
     if isinstance(tensors, dict):
         own = module.state_dict(keep_vars=True)
         with torch.no_grad():
@@ -146,8 +171,22 @@ def apply_module_state(module: nn.Module, tensors: Any, attributes: Any) -> None
         for path, values in attributes.items():
             if path in subs and isinstance(values, dict):
                 for key, value in values.items():
-                    if isinstance(key, str) and key in vars(subs[path]) and _is_plain(value):
+                    if isinstance(key, str) and _settable(subs[path], key) and _is_plain(value):
                         setattr(subs[path], key, value)
+
+
+def _settable(module: nn.Module, key: str) -> bool:
+    """Whether ``key`` names a plain attribute ``module`` holds, or may hold (a new public one: not a parameter,
+    buffer, submodule, method or property of its class)."""
+    if key in vars(module):
+        return True
+    own = (module._parameters, module._buffers, module._modules)
+    return (
+        key.isidentifier()
+        and not key.startswith("_")
+        and not any(key in d for d in own)
+        and not hasattr(type(module), key)
+    )
 
 
 def is_described(value: Any) -> bool:

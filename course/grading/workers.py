@@ -11,11 +11,26 @@ Stopping is the part a pool gets wrong by default, so it is spelled out here:
   unwinds through the grading code's own clean-up (which kills the notebook's processes) and exits, one that is
   idle exits at once, and the checker stops the rest (SIGTERM, handled the same way) and starts no further notebook;
 * a worker that dies (the out-of-memory killer, ``kill -9``) costs the notebooks it held a :class:`WorkerDied`
-  each, never the batch.
+  each, never the batch;
+* a checker that dies (``kill -9``, the out-of-memory killer), which can clean up nothing, takes its workers with it:
+  each worker asks Linux for SIGTERM when the checker dies (``PR_SET_PDEATHSIG``) and handles it as above, so its
+  notebook's supervisor, sandbox and kernel are killed and its scratch folder removed within a second or two. Each
+  level below does the same (the supervisor dies with its worker, the sandbox with its supervisor: bwrap's
+  ``--die-with-parent``, which is the same request).
+
+Why a death signal on each level, and not another design: it is Linux's own, sent whatever killed the parent
+(SIGKILL included), with nothing to run in the child meanwhile and nothing inherited that could keep the link alive.
+A pipe that each child watches needs a thread per process, and its write end, once inherited by a grandchild, keeps
+it open after the checker is gone; a process group is not signalled when its leader is SIGKILLed alone (``kill -9
+PID``); a subreaper must itself survive to act. Its two limits are handled here: the request is tied to the thread
+that started the child (the pool starts its workers from the thread that submits, the checker's main thread, and
+the supervisors are started from a worker's main thread), and a parent that died before the request was made is
+found by asking for the parent afterwards.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -24,7 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-__all__ = ["ONE_THREAD", "WorkerDied", "in_workers", "usable_cores"]
+__all__ = ["ONE_THREAD", "WorkerDied", "die_with_parent", "in_workers", "usable_cores"]
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -43,6 +58,20 @@ class _Stopped(BaseException):
 
 
 _busy = False  # in a worker: is it inside the function right now?
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(signum: int, parent: int) -> bool:
+    """Ask Linux to send this process ``signum`` when its parent (whose pid is ``parent``) dies; if it has died
+    already (before the request took effect), send it now. False where Linux's request is not available."""
+    try:
+        requested = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    if requested and os.getppid() != parent:  # re-parented already: the death signal will never come
+        os.kill(os.getpid(), signum)
+    return requested
 
 
 def usable_cores() -> int:
@@ -63,14 +92,16 @@ def _on_signal(signum: int, frame: object) -> None:
     raise KeyboardInterrupt if signum == signal.SIGINT else _Stopped
 
 
-def _start_worker(environment: dict[str, str], interrupt_ignored: bool, hangup_ignored: bool) -> None:
+def _start_worker(environment: dict[str, str], hangup_ignored: bool, checker: int) -> None:
     os.environ.update(environment)
-    # Handlers, unlike an ignored signal, are reset when a child execs: the notebook's kernel keeps its own. Where
-    # the checker ignores Ctrl-C (started under nohup, or in the background of a script), its workers do too.
-    signal.signal(signal.SIGINT, signal.SIG_IGN if interrupt_ignored else _on_signal)
+    # Handlers, unlike an ignored signal, are reset when a child execs: the notebook's kernel keeps its own. SIGINT
+    # always stops a worker, as it always stops the checker (course.grading.checker says why).
+    signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     # A closed terminal (or `kill -HUP` of the checker's process group) hangs up every worker too: the same clean-up.
+    # Where the checker ignores it (started under nohup), its workers do too.
     signal.signal(signal.SIGHUP, signal.SIG_IGN if hangup_ignored else _on_signal)
+    die_with_parent(signal.SIGTERM, checker)  # after the handler: a checker already gone is handled the same way
 
 
 def _call_in_worker(function: Callable[[Item], Result], item: Item) -> Result:
@@ -98,10 +129,7 @@ def in_workers(
         return
     context = multiprocessing.get_context("spawn")
     others = set(multiprocessing.active_children())
-    interrupt_ignored, hangup_ignored = (
-        signal.getsignal(number) == signal.SIG_IGN for number in (signal.SIGINT, signal.SIGHUP)
-    )
-    initargs = (environment, interrupt_ignored, hangup_ignored)
+    initargs = (environment, signal.getsignal(signal.SIGHUP) == signal.SIG_IGN, os.getpid())
     with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=initargs) as pool:
         futures = [pool.submit(_call_in_worker, function, item) for item in items]
         try:

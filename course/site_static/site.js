@@ -1,6 +1,23 @@
-// The course site's behaviour (course/site.py writes the pages): folded solutions, and search over
-// window.COURSE_SEARCH (_static/search-index.js, one entry per lesson section). Nothing is fetched.
+// The course site's behaviour (course/site.py writes the pages): formulas drawn by KaTeX (shipped in
+// _static/katex), folded solutions, and search over window.COURSE_SEARCH (_static/search-index.js, one entry
+// per lesson section). Nothing is fetched.
 "use strict";
+
+// The lessons write formulas as TeX between $…$ (inline) and $$…$$ (display), as JupyterLab reads them.
+const MATH_DELIMITERS = [
+  { left: "$$", right: "$$", display: true },
+  { left: "$", right: "$", display: false },
+];
+const FORMULA = /\$\$[\s\S]+?\$\$|\$[^$]+?\$/g;
+
+// Draw the formulas of the lessons' prose (markdown cells only: a $ in code or in an output is not TeX).
+// A formula KaTeX cannot read stays as its source, in red (class katex-error), and the page goes on.
+function renderFormulas() {
+  if (!window.renderMathInElement) return;
+  for (const prose of document.querySelectorAll(".jp-RenderedMarkdown")) {
+    window.renderMathInElement(prose, { delimiters: MATH_DELIMITERS, throwOnError: false });
+  }
+}
 
 // Solution cells (class celltag_site-solution) show their code only after a click.
 function foldSolutions() {
@@ -38,10 +55,38 @@ function search(query, entries, limit = 12) {
   return scored.slice(0, limit).map(([, entry]) => entry);
 }
 
-function snippet(text, word) {
+// About 140 characters of an entry's text around the first query word, widened so that no formula is cut:
+// [start, end) into text.
+function snippetRange(text, word) {
   const at = Math.max(0, text.toLowerCase().indexOf(word));
-  const start = Math.max(0, at - 50);
-  return (start > 0 ? "…" : "") + text.slice(start, start + 140) + (start + 140 < text.length ? "…" : "");
+  let start = Math.max(0, at - 50);
+  let end = Math.min(text.length, start + 140);
+  for (const formula of text.matchAll(FORMULA)) {
+    const [from, to] = [formula.index, formula.index + formula[0].length];
+    if (from < start && start < to) start = from;
+    if (from < end && end < to) end = to;
+  }
+  return [start, end];
+}
+
+// The snippet as nodes: prose as text, each formula drawn by KaTeX in the line (never as TeX source).
+function snippetNodes(text, word) {
+  const [start, end] = snippetRange(text, word);
+  const part = text.slice(start, end);
+  const nodes = [document.createTextNode(start > 0 ? "…" : "")];
+  let last = 0;
+  for (const formula of part.matchAll(FORMULA)) {
+    nodes.push(document.createTextNode(part.slice(last, formula.index)));
+    const tex = formula[0].replace(/^\$\$?|\$?\$$/g, "");
+    const math = document.createElement("span");
+    math.className = "site-search-formula";
+    if (window.katex) window.katex.render(tex, math, { displayMode: false, throwOnError: false });
+    else math.textContent = tex;
+    nodes.push(math);
+    last = formula.index + formula[0].length;
+  }
+  nodes.push(document.createTextNode(part.slice(last) + (end < text.length ? "…" : "")));
+  return nodes;
 }
 
 function wireSearch() {
@@ -71,7 +116,7 @@ function wireSearch() {
       heading.textContent = entry.heading;
       const text = document.createElement("span");
       text.className = "site-search-snippet";
-      text.textContent = snippet(entry.text, first);
+      text.append(...snippetNodes(entry.text, first));
       link.append(lesson, heading, text);
       item.appendChild(link);
       list.appendChild(item);
@@ -86,5 +131,6 @@ function wireSearch() {
   });
 }
 
+renderFormulas();
 foldSolutions();
 wireSearch();

@@ -87,12 +87,15 @@ def train_repeated(
     seed: int = 0,
     every: int = 50,
     eval_size: int = 256,
+    progress: str | None = None,
 ) -> TrainedVariant:
     """Train on fresh repeated batches for ``steps`` AdamW steps, the loss on the predictable tokens only (as
     lesson 10's ``repeated_only``); measure on one fixed batch every ``every`` steps and at the end. The batches
-    depend on ``seed`` alone, so every variant sees the same data. The model is left in eval mode."""
+    depend on ``seed`` alone, so every variant sees the same data. ``progress``: a label to print a line under at
+    every tenth of the steps. The model is left in eval mode."""
     history, seconds = train_on_repeated_batches(
-        model, steps, seq_len, model.config.vocab_size, lengths, batch_size, lr, seed, every, eval_size, repeated_loss
-    )
+        model, steps, seq_len, model.config.vocab_size, lengths, batch_size, lr, seed, every, eval_size, repeated_loss,
+        progress,
+    )  # fmt: skip
     tokens = steps * batch_size * seq_len
     return TrainedVariant(history, seconds, tokens / seconds if seconds else float("nan"), history.loss[-1])

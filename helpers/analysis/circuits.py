@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import AttentionCore, causal_mask, merge_heads, split_heads, unflatten_heads
+from helpers.tools.progress import ProgressLines
 
 __all__ = [
     "AttentionOnlyTransformer",
@@ -516,6 +517,7 @@ def train_on_repeated_batches(
     every: int = 100,
     eval_size: int = 256,
     loss: Callable[[Tensor, RepeatedBatch], Tensor] = _next_token_loss,
+    progress: str | None = None,
 ) -> tuple[PhaseChange, float]:
     """The loop behind ``train_induction`` (lesson 10) and ``cache_budget.train_repeated`` (lesson 11): AdamW
     on a fresh repeated batch (N = ``batch_size``, T = ``seq_len``) each step, ``loss(logits, batch)``.
@@ -523,7 +525,9 @@ def train_on_repeated_batches(
     ``model(ids, need_weights=True)`` must give (logits (N, T, V), one (N, h, T, T) weights tensor per layer).
     Every ``every`` steps and at the end it is measured on one fixed batch of ``eval_size`` sequences; the
     batches depend on ``seed`` alone. Returns the ``PhaseChange`` and the seconds spent in training steps
-    (measurements excluded); the model is left in eval mode."""
+    (measurements excluded); the model is left in eval mode. ``progress``: a label, to print a line under it at
+    every tenth of the steps (``helpers.tools.progress``); None: silent."""
+    lines = ProgressLines(steps, progress) if progress is not None and steps > 0 else None
     generator = torch.Generator().manual_seed(seed)
     evaluation = repeated_batch(eval_size, seq_len, vocab_size, lengths, generator)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -545,6 +549,8 @@ def train_on_repeated_batches(
         step_loss.backward()
         optimizer.step()
         seconds += time.perf_counter() - started
+        if lines is not None:
+            lines.update(step + 1)
     model.eval()
     return history, seconds
 
@@ -559,15 +565,17 @@ def train_induction(
     every: int = 100,
     eval_size: int = 256,
     repeated_only: bool = False,
+    progress: str | None = None,
 ) -> PhaseChange:
     """Train on fresh repeated batches for a fixed number of steps (AdamW; next-token loss on every position).
 
     Every ``every`` steps (and at step 0) the model is measured on one fixed batch of ``eval_size`` sequences
     drawn with the same ``lengths``. With ``repeated_only`` the training loss counts only the predictable
-    targets (the random ones teach nothing but add noise). The model is left in eval mode.
+    targets (the random ones teach nothing but add noise). ``progress``: a label to print a line under at every
+    tenth of the steps. The model is left in eval mode.
     """
     history, _ = train_on_repeated_batches(
         model, steps, model.max_len, model.embed.num_embeddings, lengths, batch_size, lr, seed, every, eval_size,
-        repeated_loss if repeated_only else _next_token_loss,
+        repeated_loss if repeated_only else _next_token_loss, progress,
     )  # fmt: skip
     return history

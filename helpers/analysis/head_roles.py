@@ -29,6 +29,7 @@ from torch import Tensor
 from helpers.attention import unflatten_heads
 from helpers.layers import EncoderLayer
 from helpers.models.pretrained import PretrainedEncoder, encode, mean_pool, run_layer, sentence_embeddings
+from helpers.tools.progress import ProgressLines
 
 __all__ = [
     "PARAPHRASE_PAIRS",
@@ -343,18 +344,25 @@ class SimilarityTask:
         return TaskScore(related - unrelated, accuracy, related, unrelated)
 
 
-def ablation_costs(model: PretrainedEncoder, task: SimilarityTask) -> tuple[TaskScore, Tensor]:
+def ablation_costs(
+    model: PretrainedEncoder, task: SimilarityTask, progress: str | None = None
+) -> tuple[TaskScore, Tensor]:
     """Silence each head alone and measure the margin lost: ``(full score, costs (n_layers, h))``.
 
     cost[layer, head] = margin with every head - margin without that head (positive: the head helped).
+    ``progress``: a label to print a line under at every tenth of the heads; None: silent.
     """
     full = task.score(model)
     inputs = task.layer_inputs(model)  # silencing a head in layer l leaves layers below l as they were
-    costs = torch.zeros(model.config.num_layers, model.config.num_heads)
-    for layer in range(model.config.num_layers):
-        for head in range(model.config.num_heads):
+    layers, heads = model.config.num_layers, model.config.num_heads
+    costs = torch.zeros(layers, heads)
+    lines = ProgressLines(layers * heads, progress, "heads") if progress is not None else None
+    for layer in range(layers):
+        for head in range(heads):
             with gated_heads(model, head_gates(model, [(layer, head)])):
                 costs[layer, head] = full.margin - task.score(model, layer, inputs[layer]).margin
+            if lines is not None:
+                lines.update(layer * heads + head + 1)
     return full, costs
 
 
@@ -373,15 +381,23 @@ def gradient_importance(model: PretrainedEncoder, task: SimilarityTask) -> Tenso
 
 
 def pruning_curve(
-    model: PretrainedEncoder, task: SimilarityTask, order: Sequence[tuple[int, int]], counts: Sequence[int]
+    model: PretrainedEncoder,
+    task: SimilarityTask,
+    order: Sequence[tuple[int, int]],
+    counts: Sequence[int],
+    progress: str | None = None,
 ) -> list[TaskScore]:
-    """Silence the first k heads of ``order`` for each k in ``counts``; the task's score at each k."""
+    """Silence the first k heads of ``order`` for each k in ``counts``; the task's score at each k.
+    ``progress``: a label to print a line under at every tenth of the counts; None: silent."""
     scores = []
+    lines = ProgressLines(len(counts), progress, "points") if progress is not None and counts else None
     for k in counts:
         if not 0 <= k <= len(order):
             raise ValueError(f"cannot silence {k} heads: the order lists {len(order)}")
         with gated_heads(model, head_gates(model, order[:k])):
             scores.append(task.score(model))
+        if lines is not None:
+            lines.update(len(scores))
     return scores
 
 

@@ -34,6 +34,7 @@ from torch import Tensor
 from helpers.analysis.circuits import record_head_outputs
 from helpers.attention import GroupedQueryAttention, unflatten_heads
 from helpers.gpt import GPT, CausalSelfAttention
+from helpers.tools.progress import ProgressLines
 
 __all__ = ["PathPatch", "knock_out", "path_patching", "path_patching_map", "query_heads_moved", "residual_patching"]
 
@@ -117,6 +118,7 @@ def residual_patching(
     metric: Metric,
     positions: Sequence,
     layers: Iterable[int] | None = None,
+    progress: str | None = None,
 ) -> Tensor:
     """Run ``corrupted`` with the residual entering layer l (l = n_layers: the final norm) at one position taken
     from the ``clean`` run; entry [l, p] is (metric patched − metric corrupted) / (metric clean − metric
@@ -128,7 +130,7 @@ def residual_patching(
 
     A patched run starts at layer l from the corrupted run's residual (``GPT.run_from``): the layers before l
     would compute exactly what they computed in the corrupted run. The positions of one layer run side by side in
-    one batch."""
+    one batch. ``progress``: a label to print a line under at every tenth of the layers; None: silent."""
     _check_runs(model, clean, corrupted)
     N, T = clean.shape
     spots = _positions(positions, N, T)
@@ -138,7 +140,8 @@ def residual_patching(
     corrupted_metric, corrupted_residuals = _record_residuals(model, corrupted, metric)
     result = torch.full((n_sites, len(spots)), float("nan"))
     rows = torch.arange(N)
-    for layer in chosen:
+    lines = ProgressLines(len(chosen), progress, "layers") if progress is not None and chosen else None
+    for done, layer in enumerate(chosen, start=1):
         for group in _groups(list(enumerate(spots)), N):
             x = corrupted_residuals[layer].repeat(len(group), 1, 1)  # (len(group)·N, T, E): one copy per position
             for copy, (_, where) in enumerate(group):
@@ -147,6 +150,8 @@ def residual_patching(
             for copy, (column, _) in enumerate(group):
                 patched = float(metric(logits[copy * N : (copy + 1) * N]))
                 result[layer, column] = (patched - corrupted_metric) / (clean_metric - corrupted_metric)
+        if lines is not None:
+            lines.update(done)
     return result
 
 
@@ -355,12 +360,14 @@ def path_patching_map(
     receivers: Iterable[tuple[int, int]],
     kind: str = "q",
     senders: Iterable[tuple[int, int]] | None = None,
+    progress: str | None = None,
 ) -> Tensor:
     """``path_patching``'s effect for many senders into the same receivers: (n_layers, h), entry [layer, head] =
     (patched − clean) / (clean − corrupted) for that sender (−1: the path carries the whole difference), NaN for
     heads not patched. ``senders`` defaults to every head in a layer before the first receiver's. Step 1 runs
     once; then the senders of one layer run side by side, from their layer up to the receivers (step 2) and from
-    the first receiver layer to the end (step 3): the layers before compute exactly the clean run."""
+    the first receiver layer to the end (step 3): the layers before compute exactly the clean run. ``progress``: a
+    label to print a line under at every tenth of the senders' layers; None: silent."""
     _check_runs(model, clean, corrupted)
     c = model.config
     receivers = _head_pairs("receiver", receivers, c.num_layers, c.num_heads)  # heads by kind: _check_receivers
@@ -371,12 +378,16 @@ def path_patching_map(
     by_layer = _check_receivers(model, kind, receivers, max((layer for layer, _ in senders), default=-1))
     runs = _record_runs(model, clean, corrupted, metric)
     result = torch.full((c.num_layers, c.num_heads), float("nan"))
-    for layer in sorted({layer for layer, _ in senders}):
+    sender_layers = sorted({layer for layer, _ in senders})
+    lines = ProgressLines(len(sender_layers), progress, "layers") if progress is not None and sender_layers else None
+    for done, layer in enumerate(sender_layers, start=1):
         for heads in _groups(sorted({head for where, head in senders if where == layer}), clean.size(0)):
             received = _received_inputs(model, runs, [[(layer, head)] for head in heads], by_layer, kind)
             patched = _patched_metrics(model, runs, metric, received, by_layer, kind)
             for head, value in zip(heads, patched, strict=True):
                 result[layer, head] = PathPatch(value, runs.clean_metric, runs.corrupted_metric).effect
+        if lines is not None:
+            lines.update(done)
     return result
 
 

@@ -9,8 +9,9 @@ aligned with English whitespace token j (both counted from 0).
     >>> real = load_corpus("multi30k", "test", data_dir="/path/to/multi30k")   # a local folder
     >>> real = load_corpus("multi30k", "test", download=True)      # or a checksummed download
 
-Every problem with a file (missing, misaligned, empty line, bad encoding, truncated gzip, bad checksum)
-raises an error that names the file, so a learner knows which file to fix or fetch again.
+Every problem with a file (missing, misaligned, empty line, bad encoding, truncated gzip, bad checksum, a
+character that editors disagree on as a line end) raises an error that names the file, so a learner knows which
+file to fix or fetch again. Lines are read as an editor shows them (:func:`text_lines`).
 """
 
 from __future__ import annotations
@@ -166,17 +167,69 @@ def _read_text_lines(path: Path) -> list[str]:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (EOFError, gzip.BadGzipFile, zlib.error) as error:
         raise CorpusError(f"{path}: truncated or corrupt gzip file ({error}); download or copy it again") from error
+    return text_lines(raw, str(path), "corpus files must be UTF-8 text")
+
+
+# Line ends as every editor shows them: "\r\n" (Windows), "\n" (Unix), and a lone "\r" (classic Mac OS) in a file
+# that ends its lines with nothing else.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LONE_CARRIAGE_RETURN = re.compile(r"\r(?!\n)")
+# What Python's str.splitlines also splits on, but editors and line-based tools (wc -l, paste, sacreBLEU) do not
+# agree on: some show a line end, some a symbol, some nothing. A file holding one is refused, naming it.
+_OTHER_BREAKS = {
+    "\x0b": "a vertical tab (U+000B)",
+    "\x0c": "a form feed (U+000C)",
+    "\x1c": "a file separator (U+001C)",
+    "\x1d": "a group separator (U+001D)",
+    "\x1e": "a record separator (U+001E)",
+    "\x85": "a next-line character (U+0085, NEL)",
+    "\u2028": "a line separator (U+2028)",
+    "\u2029": "a paragraph separator (U+2029)",
+}
+_OTHER_BREAK = re.compile("[" + "".join(_OTHER_BREAKS) + "]")
+
+
+def _line_of(text: str, position: int) -> int:
+    """The number (from 1) of the line, as an editor counts them, that holds ``text[position]``."""
+    return len(_LINE_END.findall(text, 0, position)) + 1
+
+
+def text_lines(raw: bytes, name: str, not_utf8: str = "the file must be UTF-8 text") -> list[str]:
+    r"""The lines of UTF-8 text ``raw`` (a byte-order mark first is dropped), as a text editor shows them.
+
+    A line ends in ``"\n"``, ``"\r\n"``, or a lone ``"\r"`` where the file ends its lines in nothing else (an old
+    Mac file); the ends are not part of the lines, and the last line's end is optional. Raises
+    :class:`CorpusError`, naming ``name``, the line (counted as an editor counts) and the character, for bytes that
+    are not UTF-8 (``not_utf8`` says what to do), a lone ``"\r"`` in a file whose other lines end in ``"\n"``
+    (editors disagree: a line end to some, a symbol to others), and the other characters Python's
+    ``str.splitlines`` splits on: U+2028, U+2029, U+000B, U+000C, U+001C-U+001E and U+0085. Every reader of text
+    line by line in the course (corpus files, gold alignments, the translator's ``--input``) reads through this
+    one, so a sentence is never silently merged with the next or split in two.
+    """
     try:
         text = raw.decode("utf-8-sig")  # -sig: a byte-order mark (Windows editors add one) is not part of line 1
     except UnicodeDecodeError as error:
-        line_number = raw[: error.start].count(b"\n") + 1
+        line_number = len(_LINE_END.findall(raw[: error.start].decode("utf-8", "replace"))) + 1
         raise CorpusError(
-            f"{path}: line {line_number} is not valid UTF-8 (byte {raw[error.start]:#04x}); "
-            "corpus files must be UTF-8 text"
+            f"{name}: line {line_number} is not valid UTF-8 (byte {raw[error.start]:#04x}); {not_utf8}"
         ) from error
-    lines = text.split("\n")
+    odd = _OTHER_BREAK.search(text)
+    if odd is not None:
+        raise CorpusError(
+            f"{name}: line {_line_of(text, odd.start())} holds {_OTHER_BREAKS[odd.group()]}, which some programs "
+            "read as a line end and others do not; replace it with a space (or with a line end, where a sentence "
+            "ends there)"
+        )
+    lone = _LONE_CARRIAGE_RETURN.search(text)
+    if lone is not None and "\n" in text:
+        raise CorpusError(
+            f"{name}: line {_line_of(text, lone.start())} ends in a carriage return alone (\\r), but other lines end "
+            "in a line feed (\\n): editors disagree on whether it ends the line. Save the file with one kind of line "
+            "end (`mac2unix FILE` converts an old Mac file; otherwise remove the stray \\r)"
+        )
+    lines = _LINE_END.split(text)
     if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
+        lines.pop()  # the end of the last line
     return lines
 
 

@@ -49,6 +49,7 @@ from helpers.models.gguf import (
     read_tensors,
     vocabulary_size,
 )
+from helpers.tools.progress import ProgressLines
 
 __all__ = [
     "GEMMA_NAME",
@@ -311,10 +312,13 @@ def chat_prompt(tokenizer, question: str) -> Tensor:
 TRANSLATE_REQUEST = "Translate into English: {}"
 
 
-def chat_translate(model: GPT, tokenizer, sentences: Sequence[str], max_new_tokens: int = 48) -> list[str]:
+def chat_translate(
+    model: GPT, tokenizer, sentences: Sequence[str], max_new_tokens: int = 48, progress: str | None = None
+) -> list[str]:
     """Each German sentence translated by the chat model: asked ``TRANSLATE_REQUEST`` through the chat template,
     answered greedily (our KV cache) until ``<|im_end|>`` or ``max_new_tokens``. Of each answer the first
-    non-empty line is kept, without a leading "English:" label or enclosing quotes, so that BLEU scores words."""
+    non-empty line is kept, without a leading "English:" label or enclosing quotes, so that BLEU scores words.
+    ``progress``: a label to print a line under at every tenth of the sentences; None: silent."""
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, not one string")
     sentences = list(sentences)
@@ -322,11 +326,14 @@ def chat_translate(model: GPT, tokenizer, sentences: Sequence[str], max_new_toke
     if wrong:
         raise TypeError(f"sentences must all be strings; got {wrong[:3]} (index, type)")
     answers = []
+    lines = ProgressLines(len(sentences), progress, "sentences") if progress is not None and sentences else None
     for sentence in sentences:
         prompt = chat_prompt(tokenizer, TRANSLATE_REQUEST.format(sentence))  # (1, T0)
         tokens, _ = generate(model, prompt, max_new_tokens, eos_id=tokenizer.eos_token_id)
         text = tokenizer.decode(tokens[0, prompt.size(1) :], skip_special_tokens=True)
         answers.append(_bare_answer(text))
+        if lines is not None:
+            lines.update(len(answers))
     return answers
 
 

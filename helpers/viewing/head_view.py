@@ -8,16 +8,16 @@ layer × head thumbnails (click one to open it). The drawing is JavaScript that 
 
 Where it works, and how:
 
-* **JupyterLab** (live, and when a saved notebook is reopened): an anywidget. Its JavaScript and data
-  travel in the widget state, which nbclient saves in the notebook (``metadata.widgets``), so a committed
-  lesson shows the view before any cell runs, and hovering needs no kernel (it all happens in the browser).
-  JupyterLab draws a saved notebook's widgets only once the notebook is trusted (a learner's own run, or
-  ``jupyter trust``); until then it shows the PNG below.
+* **JupyterLab** (live): an anywidget, drawn when its cell runs; hovering needs no kernel (it all happens in
+  the browser). Its JavaScript and data travel in the widget state. The course commits its lessons without
+  that state (``course.notebook_metadata``: a widget drawn from saved state looks live when it is not), so
+  before its cell runs a committed lesson shows the PNG below, and keeps the view's data in the output's
+  metadata (``SAVED_HEAD_VIEW``) for the export.
 * **Exported HTML, offline**: ``jupyter nbconvert --to html`` on its own loads the widget manager from a
   CDN (unpkg) and require.js and MathJax from cdnjs, so widgets are blank offline. ``export_html(lesson)``
   instead replaces each head view by a self-contained ``<div>`` + ``<script>`` built from this package's
-  JavaScript and the saved state, turns the other widgets into static snapshots of what they showed, and
-  loads no remote script: the page works from a USB stick. ``OfflineWidgets`` is the nbconvert
+  JavaScript and the saved state (or ``SAVED_HEAD_VIEW``), turns the other widgets into static snapshots of
+  what they showed, and loads no remote script: the page works from a USB stick. ``OfflineWidgets`` is the nbconvert
   preprocessor that does it, usable from the command line too.
 * **PDF, GitHub, nbval**: the output also carries a PNG (``fallback_figure``: the first layer's heads, sized
   to be read on its own) and a text/plain line with shapes only (no address, no random id), which nbval
@@ -64,6 +64,9 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # The anywidget id of HeadView in saved widget state (anywidget writes module.ClassName there).
 HEAD_VIEW_ID = "helpers.viewing.head_view.HeadView"
 HEAD_VIEW_IDS = (HEAD_VIEW_ID, HEAD_VIEW_ID + "Stub")  # the view carrying the script, and the later ones
+# Where a committed lesson keeps a head view's data (tokens, weights), in its output's metadata: lessons are
+# committed without widget state (course.notebook_metadata), and an export draws the view from this instead.
+SAVED_HEAD_VIEW = "head_view"
 _EXPORT_LINE = "export default { render };"
 LEVELS = 255  # weights travel as round(LEVELS * w) in one byte; decoded they are within 1 / (2 * LEVELS)
 # layers x h x L x S weights one view may carry: 30 x 9 heads of 20 tokens (lesson 09's model) fit, with room;
@@ -411,8 +414,8 @@ def _snapshot_html(model_id: str, models: dict) -> str:
     """What a non-head-view widget showed when the notebook was saved, as plain HTML.
 
     Output areas give their saved figures and text, labels and HTML widgets their value, controls
-    "description: value"; boxes their children in order. The controls no longer do anything: their
-    callbacks need a kernel.
+    "description: value" (a selection: its chosen label); boxes their children in order. The controls no longer
+    do anything: their callbacks need a kernel.
     """
     model = models.get(model_id, {}).get("state", {})
     name = model.get("_model_name", "")
@@ -441,13 +444,19 @@ def _snapshot_html(model_id: str, models: dict) -> str:
         if "_options_labels" in model and isinstance(value, int) and 0 <= value < len(model["_options_labels"]):
             value = model["_options_labels"][value]
         return f"<div>{html.escape(label + str(value))}</div>"
+    labels, index = model.get("_options_labels"), model.get("index")
+    if isinstance(labels, list) and isinstance(index, int) and 0 <= index < len(labels):
+        # a selection (SelectionSlider, Dropdown) saves the index of its choice, not a value
+        label = f"{model.get('description', '')}: " if model.get("description") else ""
+        return f"<div>{html.escape(label + str(labels[index]))}</div>"
     return ""
 
 
 def make_offline(nb) -> None:
     """Rewrite a notebook (nbformat node, in place) so that an HTML export needs nothing from a CDN.
 
-    Head views become ``standalone_html``; other widgets become static snapshots of what they showed
+    Head views become ``standalone_html`` (from the widget state, or from the data a committed lesson keeps in
+    the output's metadata, ``SAVED_HEAD_VIEW``); other widgets become static snapshots of what they showed
     (marked as such); the saved widget state is then dropped, so the exporter includes no widget manager.
     """
     models = _widget_models(nb)
@@ -455,6 +464,12 @@ def make_offline(nb) -> None:
     for cell in nb.get("cells", []):
         for output in cell.get("outputs", []):
             data = output.get("data", {})
+            saved = output.get("metadata", {}).get(SAVED_HEAD_VIEW)
+            if WIDGET_VIEW not in data and saved is not None:  # a committed lesson's head view, without widget state
+                data["text/html"] = standalone_html(saved, library=not library_written)
+                library_written = True
+                data.pop("image/png", None)
+                continue
             if WIDGET_VIEW not in data:
                 continue
             model_id = data[WIDGET_VIEW].get("model_id", "")

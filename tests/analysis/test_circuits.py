@@ -282,6 +282,29 @@ def test_training_records_the_fixed_steps_and_is_seeded():
     assert first.first_step_below(-1.0) is None and first.first_step_below(100.0) == 0
 
 
+def test_training_with_a_progress_label_prints_a_line_at_every_tenth_and_trains_the_same(capsys):
+    quiet, spoken = small_model(11), small_model(11)
+    quiet_run = train_induction(quiet, steps=20, lengths=(3, 8), batch_size=8, every=5, eval_size=16, seed=3)
+    assert capsys.readouterr().out == ""  # no label: silent
+    spoken_run = train_induction(
+        spoken, steps=20, lengths=(3, 8), batch_size=8, every=5, eval_size=16, seed=3, progress="two layers"
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"two layers: {10 * k}%" for k in range(1, 11)]
+    assert lines[-1].startswith("two layers: 100% (20/20 steps), ") and lines[-1].endswith(" s elapsed")
+    assert spoken_run.loss == quiet_run.loss  # the lines change nothing in the training
+
+
+def test_lesson_11s_training_passes_its_progress_label_on(capsys):
+    from helpers.analysis.cache_budget import build_variant, train_repeated
+
+    torch.manual_seed(0)
+    result = train_repeated(build_variant("MQA", vocab_size=20), steps=5, batch_size=4, eval_size=8, progress="MQA")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"MQA: {20 * k}%" for k in range(1, 6)]
+    assert result.history.steps[-1] == 5
+
+
 def test_the_hooks_work_on_the_course_gpt_too():
     from helpers.gpt import GPT, GPTConfig
 

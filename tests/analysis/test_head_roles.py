@@ -158,6 +158,20 @@ def test_ablation_costs_match_full_reruns(small):
         assert costs[layer, head] == pytest.approx(full.margin - rerun.margin, abs=1e-6)
 
 
+def test_the_ablation_and_pruning_sweeps_say_each_tenth_under_a_label_and_compute_the_same(small, capsys):
+    model, task = small
+    quiet = ablation_costs(model, task)
+    assert capsys.readouterr().out == ""
+    spoken = ablation_costs(model, task, progress="ablation")  # 2 layers x 4 heads
+    lines = capsys.readouterr().out.splitlines()
+    assert spoken[0] == quiet[0] and torch.equal(spoken[1], quiet[1])
+    assert [line.split(" (")[0] for line in lines] == [f"ablation: {p}%" for p in (10, 20, 30, 50, 60, 70, 80, 100)]
+    assert lines[-1].startswith("ablation: 100% (8/8 heads), ") and lines[-1].endswith(" s elapsed")
+    order = [(layer, head) for layer in range(2) for head in range(4)]
+    assert pruning_curve(model, task, order, [0, 8], progress="pruning") == pruning_curve(model, task, order, [0, 8])
+    assert [line.split(" (")[0] for line in capsys.readouterr().out.splitlines()] == ["pruning: 50%", "pruning: 100%"]
+
+
 def test_gradient_importance_is_the_derivative_of_the_margin_with_respect_to_a_gate(small):
     model, task = small
     gradient = gradient_importance(model, task)

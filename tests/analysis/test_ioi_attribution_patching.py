@@ -358,6 +358,23 @@ def test_the_map_gives_each_senders_single_path_patch(batch):
     assert not torch.isnan(every[:2]).any() and torch.isnan(every[2]).all()
 
 
+def test_the_patching_sweeps_say_each_tenth_of_their_layers_under_a_label_and_compute_the_same(batch, capsys):
+    from helpers.analysis.patching import path_patching_map
+
+    model = small_gpt(seed=3)
+    metric = lambda logits: logit_difference(logits, batch)  # noqa: E731
+    places = [batch.positions["S2"], -1 % batch.ids.size(1)]
+    quiet = residual_patching(model, batch.ids, batch.corrupted, metric, places)
+    assert capsys.readouterr().out == ""
+    spoken = residual_patching(model, batch.ids, batch.corrupted, metric, places, progress="residual")
+    lines = capsys.readouterr().out.splitlines()
+    assert torch.equal(quiet.nan_to_num(7.0), spoken.nan_to_num(7.0))
+    assert [line.split(" (")[0] for line in lines] == [f"residual: {share}%" for share in (20, 50, 70, 100)]
+    assert lines[-1].startswith("residual: 100% (4/4 layers), ")  # the 3 blocks' residuals and the final norm's
+    path_patching_map(model, batch.ids, batch.corrupted, metric, [(2, 1)], progress="paths")
+    assert [line.split(" (")[0] for line in capsys.readouterr().out.splitlines()] == ["paths: 50%", "paths: 100%"]
+
+
 def test_a_name_the_model_just_likes_cancels_in_the_mean(batch):
     """The embedding of END is the same in every prompt, so alone it can only prefer one name over another; with
     each name once as IO and once as S, that preference cancels: the lens reads 0 there, whatever the model."""

@@ -363,6 +363,18 @@ def test_a_cell_that_ignores_the_interrupt_ends_the_notebook_with_a_row_saying_s
     assert rows["linear_projection"][3:5] == ["error", "0"], rows  # its cells never ran
 
 
+def test_an_answer_holding_an_object_gets_a_row_naming_it_in_plain_words(tmp_path, capsys):
+    """A dict keyed by an object of the learner's own: weights_only refuses it; the row says what, in one plain
+    line, without torch's advice on loading checkpoints or its terminal escapes."""
+    keyed = "    return {Key(): x @ weight.T + bias}"
+    answer = handed_in(tmp_path / "subs" / "ann", keyed, before=["class Key:\n    pass"])
+    status, rows = _check_with_timeout(tmp_path, capsys, answer, 60)
+    row = rows["linear_projection"]
+    assert status == 1 and row[3] == "error", row
+    assert "it holds a __main__.Key, which is not data" in row[5], row
+    assert "\\x1b" not in row[5] and "weights_only" not in row[5] and "checkpoint" not in row[5], row
+
+
 def test_the_result_is_read_only_with_its_signature():
     from course.grading.checker import _signed_result
     from course.grading.supervisor import sign
@@ -425,6 +437,46 @@ def test_an_out_folder_that_cannot_hold_the_gradebook_is_refused_up_front(blocke
     assert blocker != "file" or out.read_text() == "my notes"
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, ..., start time 20th); None: gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """Every process below ``root`` now, each with its start time (so that a reused pid is not taken for it)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            fields = _stat(child)
+            if fields:
+                found.append((child, fields[19]))
+            todo.append(child)
+    return found
+
+
+def still_running(process: tuple[int, str]) -> bool:
+    """Whether the process (pid, start time) runs yet (a zombie, dead but not yet read by its parent, does not)."""
+    fields = _stat(process[0])
+    return fields is not None and fields[19] == process[1] and fields[0] != "Z"
+
+
+def as_from_a_script() -> None:
+    """The signals of a command a script started with ``&``, in a terminal: SIGINT ignored (so that a Ctrl-C for
+    the script's foreground command misses it), SIGHUP not (under nohup it is, and the checker keeps an ignored
+    SIGHUP ignored, as it should: bob's loop would run on into the 120 s wait below)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def spins_with(marker: str) -> str:
     """A cell that starts a process with ``marker`` on its command line, then waits for ever."""
     script = f"import time; time.sleep(600)  # {marker}"
@@ -433,12 +485,16 @@ def spins_with(marker: str) -> str:
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("stop", "jobs"), [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2), ("SIGKILL", 1)], ids=lambda v: str(v)
+    ("stop", "jobs"),
+    [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2), ("SIGINT", 2), ("SIGKILL", 1), ("SIGKILL", 2)],
+    ids=lambda v: str(v),
 )
 def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(stop, jobs, tmp_path):
     """SIGTERM or SIGHUP to a real ``check`` (one job or two) ends it as Ctrl-C does: the notebook in flight, its
-    supervisor, sandbox and kernel are stopped, its scratch folder removed, the rows already graded kept. A SIGKILL,
-    which nothing can clean up after, loses only the notebook in flight: its processes stop with the checker."""
+    supervisor, sandbox and kernel are stopped, its scratch folder removed, the rows already graded kept. SIGINT does
+    the same where it came in ignored (a script's ``check … &``). A SIGKILL, which nothing can clean up after, loses
+    only the notebook in flight: every process the checker started (its workers, their supervisors, sandboxes and
+    kernels) is gone within a few seconds."""
     marker = f"stopped-check-{stop}-{jobs}-{os.getpid()}-{time.time_ns()}"
     lessons = tiny_lesson(tmp_path / "notebooks").parent
     quick = handed_in(tmp_path / "subs" / "alice", RIGHT)
@@ -453,9 +509,7 @@ def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(s
         stderr=subprocess.PIPE,
         env={**os.environ, "TMPDIR": str(scratch)},
         start_new_session=True,  # the signal reaches the checker alone, not this test
-        # as from a terminal: under nohup SIGHUP is ignored, and the checker keeps an ignored signal ignored, as it
-        # should (bob's loop would run on into the 120 s wait below)
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        preexec_fn=as_from_a_script,
     )
     try:
         deadline = time.monotonic() + 400
@@ -464,22 +518,25 @@ def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(s
             time.sleep(0.5)
         assert running_with(marker), "bob's notebook never started its process"
         assert [row[0] for row in csv.reader((grades / "gradebook.csv").open())][1:] == ["alice"]
+        started = descendants(process.pid)  # workers, supervisors, sandboxes, kernels, bob's process
+        assert len(started) >= 3 + (jobs > 1), started
         process.send_signal(getattr(signal, stop))
         _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    deadline = time.monotonic() + 30  # after SIGKILL the supervisor is told by Linux; it may take a moment
-    while running_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    survivors = running_with(marker)
+    deadline = time.monotonic() + 5  # after SIGKILL each level is told by Linux: a few seconds at most
+    while (running_with(marker) or any(map(still_running, started))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = running_with(marker) + [pid for pid, _ in started if still_running((pid, _))]
     for pid in survivors:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    assert survivors == [], f"bob's processes outlived a check stopped by {stop}"
+    assert survivors == [], f"processes the checker started outlived a check stopped by {stop} by 5 s"
     book = list(csv.reader((grades / "gradebook.csv").open()))
     assert [row[:4] for row in book[1:]] == [["alice", "02_tiny", "linear_projection", "pass"]], book
     if stop != "SIGKILL":
         assert process.returncode == 128 + getattr(signal, stop), err
-        assert f"stopped by {stop}: 1 of 2 notebook(s) graded and kept" in err.decode(), err
+        what = "interrupted" if stop == "SIGINT" else f"stopped by {stop}"
+        assert f"{what}: 1 of 2 notebook(s) graded and kept" in err.decode(), err
         assert sorted(scratch.iterdir()) == []

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import learners_copy
+from conftest import assert_hint, learners_copy
 
 from course.exercises.lesson07 import (
     check_kv_cache_step,
@@ -80,7 +80,8 @@ def test_online_softmax_check_passes_right_answers_and_spots_stubs():
     assert check_online_softmax_update(learners_copy(online_softmax_update)).passed  # the helper's lines: -inf rows too
     called = check_online_softmax_update(online_softmax_update)  # the graduated helper itself is refused by name
     assert called.status == "wrong" and "`helpers.flash.online_softmax_update`" in called.message, called
-    assert check_online_softmax_update(lambda m, s, b: [t.double() for t in update_right(m, s, b)]).passed
+    in_float64 = check_online_softmax_update(lambda m, s, b: [t.double() for t in update_right(m, s, b)])
+    assert_hint(in_float64, "dtype changed", "torch.float32", "torch.float64")  # right numbers, another dtype
     assert check_online_softmax_update(_not_attempted).status == "not attempted"
 
 
@@ -279,7 +280,9 @@ def test_rotary_check_passes_right_answers_and_spots_stubs():
         z = torch.view_as_complex(x.double().unflatten(-1, (-1, 2)).contiguous())
         return torch.view_as_real(z * torch.polar(torch.ones_like(angles.double()), angles.double())).flatten(-2)
 
-    assert check_rotate_pairs(with_complex_numbers).passed
+    assert check_rotate_pairs(lambda x, angles: with_complex_numbers(x, angles).to(x.dtype)).passed
+    # left in the float64 it computed in, the rotation is refused by its dtype
+    assert_hint(check_rotate_pairs(with_complex_numbers), "dtype changed", "torch.float32", "torch.float64")
     assert check_rotate_pairs(_not_attempted).status == "not attempted"
     # the helper's rotation is the exercise's, with angles from positions
     x = torch.randn(5, 8)

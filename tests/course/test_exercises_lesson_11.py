@@ -356,7 +356,7 @@ def _halves(k, positions, base):
          ["taken from the latent"]),
         (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x @ w_kr.T, p, base) / w_kr.size(0) ** 0.5),
          ["scaled by 1/√d_R"]),
-        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x.float() @ w_kr.T.float(), p + 1, base)),
+        (lambda x, p, w_dkv, w_kr, base: (x @ w_dkv.T, apply_rotary(x.float() @ w_kr.T.float(), p + 1, base).double()),
          ["off by one"]),  # in float32: the mistakes are named at a float32 answer's precision
     ],
 )  # fmt: skip
@@ -394,7 +394,7 @@ def test_absorbing_that_writes_into_the_layers_weights_is_refused():
         layer.q_proj.weight.zero_()
         return reference_absorbed_weights(layer)
 
-    assert_hint(check_absorbed_weights(zero_the_queries), "changed the layer's q_proj.weight in place")
+    assert_hint(check_absorbed_weights(zero_the_queries), "the module `layer`", "`layer.q_proj.weight`")
 
     def transposed_views_only(layer):  # views are reads: still right
         return reference_absorbed_weights(layer)

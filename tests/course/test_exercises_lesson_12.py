@@ -136,7 +136,7 @@ def _edits_the_norm(residuals, norm, unembedding, io, s):
         (lambda r, norm, u, io, s: torch.stack([_pick((norm(x) @ u.T).softmax(-1), io, s).mean() for x in r]),
          ["probabilities (a softmax over the vocabulary)"]),
         (lambda *a: reference_logit_lens(*a)[-1].repeat(4), ["the same number, the last residual's"]),
-        (_edits_the_norm, ["final norm was changed in place"]),
+        (_edits_the_norm, ["the module `norm`", "`norm.weight` holds other numbers", "must not change it"]),
         (lambda r, norm, u, io, s: (norm(r) @ u)[..., 0], ["your code raised RuntimeError"]),
         (lambda *a: reference_logit_lens(*a).mean(), ["got a single number"]),
         (_lens(lambda r, norm, last: norm(norm(r))), ["applied twice"]),

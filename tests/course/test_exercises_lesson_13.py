@@ -221,6 +221,30 @@ def _slot_mod_last_size(buffer, new, position):
     return written
 
 
+def _others_zeroed(start):
+    """A write into a buffer built fresh by ``start(buffer)`` (zeros, in one way or another), the slot right."""
+
+    def rolling_write(buffer, new, position):
+        written = start(buffer)
+        written[:, :, position % buffer.shape[2]] = new
+        return written
+
+    return rolling_write
+
+
+def _heads_written_in(buffer, new, position):
+    """Right for the first cases' (2, 5, w, 3) keys, a reshape to them elsewhere: h and d written in."""
+    written = buffer.clone()
+    written[:, :, position % buffer.shape[2]] = new.reshape(-1, 5, 3)
+    return written
+
+
+def _batch_written_in(buffer, new, position):  # held back: N written in, another size of the same kind
+    written = buffer.clone()
+    written[:, :, position % buffer.shape[2]] = new.reshape(2, buffer.shape[1], -1)
+    return written
+
+
 def _zeros_then_copied(buffer, new, position):
     written = torch.zeros(buffer.shape)
     written.copy_(buffer)
@@ -268,6 +292,15 @@ def test_every_write_mistake_gives_buffers_of_their_own_over_the_cases():
         (lambda b, n, p: reference_rolling_write(b.float(), n.float(), p), ["dtype changed", "torch.float32"]),
         (lambda b, n, p: reference_rolling_write(b.half(), n.half(), p), ["dtype changed", "torch.float16"]),
         (_zeros_then_copied, ["dtype changed", "torch.float64", "torch.float32"]),
+        (_write_at(lambda p, w: p // w), ["position // w", "REMAINDER"]),
+        (_write_at(lambda p, w: int(p / w)), ["position // w", "REMAINDER"]),  # held back: the same, in floats
+        (_write_at(lambda p, w: p % (w + 1)), ["mod (w + 1)", "one past the last", "IndexError"]),
+        (_write_at(lambda p, w: p - (w + 1) * (p // (w + 1))), ["mod (w + 1)"]),  # held back: the remainder by hand
+        (_others_zeroed(torch.zeros_like), ["other slots were zeroed", "copy the buffer"]),
+        (_others_zeroed(lambda b: b * 0), ["other slots were zeroed"]),  # held back
+        (_others_zeroed(lambda b: torch.zeros(b.shape, dtype=b.dtype)), ["other slots were zeroed"]),  # held back
+        (_heads_written_in, ["a size is written in", "(2, 5, 4, 3)", "h = 5", "RuntimeError"]),
+        (_batch_written_in, ["a size is written in", "N = 2"]),  # held back: the batch size written in
     ],
 )  # fmt: skip
 def test_each_rolling_write_mistake_is_named(mistake, fragments):
@@ -390,6 +423,10 @@ def _gemma_written_in(config, T, bytes_per_number=2):
         (_bytes(RIGHT_TOKENS, pairs=1), ["counted once", "a key AND a value"]),
         (_bytes(RIGHT_TOKENS, h_kv=lambda c: c.num_heads), ["query heads"]),
         (_bytes(RIGHT_TOKENS, d=lambda c: c.embed_dim // c.num_heads), ["E / h"]),
+        (_bytes(RIGHT_TOKENS, h_kv=lambda c: 1, d=lambda c: c.embed_dim), ["embedding size E", "h_kv · d"]),
+        (lambda c, T, b=2: RIGHT_TOKENS(c, T) * 2 * c.embed_dim * b, ["embedding size E"]),  # held back
+        (_bytes(_kept(lambda c, T: T - c.window)), ["T - window", "DROPPED"]),
+        (_bytes(_kept(lambda c, T: max(0, T - c.window))), ["T - window"]),  # held back: clipped at 0
         (_bytes(RIGHT_TOKENS, per_number=lambda b: 1), ["number of numbers, not of bytes"]),
         (_bytes(RIGHT_TOKENS, per_number=lambda b: 8 * b), ["in bits"]),
         (_bytes(RIGHT_TOKENS, per_number=lambda b: 2), ["written in as 2"]),

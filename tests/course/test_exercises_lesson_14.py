@@ -205,6 +205,43 @@ def _four_axes_only(scores, sink):
     return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
 
 
+def _sink_at(value):
+    """A learner's sink softmax whose sink column holds ``value(scores, sink)`` (a scalar or (h,) logits)."""
+
+    def sink_softmax(scores, sink):
+        column = torch.as_tensor(value(scores, sink), dtype=scores.dtype).reshape(-1, 1, 1)
+        return torch.cat([scores, column.expand(*scores.shape[:-1], 1)], dim=-1).softmax(-1)[..., :-1]
+
+    return sink_softmax
+
+
+def _softmax_one(scores, sink):  # held back: the sink at 0, written as 1 added to the denominator
+    e = (scores - scores.amax(-1, keepdim=True).clamp_min(0)).exp()
+    top = scores.amax(-1, keepdim=True).clamp_min(0)
+    return e / (e.sum(-1, keepdim=True) + (-top).exp())
+
+
+def _sink_per_key(scores, sink):
+    columns = sink.view(-1, 1, 1).expand(*scores.shape)  # one sink column for every key
+    return torch.cat([scores, columns], dim=-1).softmax(-1)[..., : scores.size(-1)]
+
+
+def _sink_per_key_by_hand(scores, sink):  # held back: e^sink added to each key's term
+    top = torch.maximum(scores.amax(-1, keepdim=True), sink.view(-1, 1, 1))
+    e = (scores - top).exp()
+    return e / (e.sum(-1, keepdim=True) + scores.size(-1) * (sink.view(-1, 1, 1) - top).exp())
+
+
+def _heads_written_in(scores, sink):
+    column = sink.view(3, 1, 1).expand(*scores.shape[:-1], 1)  # h = 3 written in
+    return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
+
+
+def _heads_written_in_by_shape(scores, sink):
+    column = torch.ones(*scores.shape[:-3], 3, scores.size(-2), 1, dtype=scores.dtype) * sink[:, None, None]
+    return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
+
+
 def _by_logsumexp(scores, sink):  # right, written otherwise
     return (scores - torch.logsumexp(_cat(scores, sink), dim=-1, keepdim=True)).exp()
 
@@ -252,9 +289,17 @@ def _raises_on_blocked(scores, sink):
         (lambda s, k: (reference_sink_softmax(s, k), k), ["return one tensor", "tuple of 2"]),
         (lambda s, k: reference_sink_softmax(s, k).mT, ["should have shape"]),
         (lambda s, k: (reference_sink_softmax(s, k) * 100).long(), ["one row's weights should be"]),
-        (lambda s, k: reference_sink_softmax(s, k).float(), None),  # float32: right
+        (lambda s, k: reference_sink_softmax(s, k).float(), ["dtype changed", "torch.float64", "torch.float32"]),
         (_scores_edited, ["changed its input `scores` in place"]),
         (_raises_on_blocked, ["your code raised ValueError: a row with no key"]),
+        (_sink_at(lambda s, k: 0.0), ["fixed at 0", "softmax_1"]),
+        (_softmax_one, ["fixed at 0"]),  # held back
+        (_sink_at(lambda s, k: k[0]), ["every head got the same sink"]),
+        (_sink_at(lambda s, k: k.mean()), ["every head got the same sink"]),  # held back
+        (_sink_per_key, ["repeated for every key", "ONE sink column"]),
+        (_sink_per_key_by_hand, ["repeated for every key"]),  # held back
+        (_heads_written_in, ["a size is written in", "h = 3", "RuntimeError"]),
+        (_heads_written_in_by_shape, ["a size is written in", "h = 3"]),  # held back: h written in another way
     ],
 )  # fmt: skip
 def test_each_sink_softmax_mistake_is_named(mistake, fragments):
@@ -355,9 +400,13 @@ def _heads_edited(heads, x, w):
         (lambda h, x, w: None, ["got None"]),
         (lambda h, x, w: reference_gated_heads(h, x, w)[..., :-1], ["should have shape (N, T, h·d) = (2, 3, 6)"]),
         (lambda h, x, w: reference_gated_heads(h, x, w).long(), ["feature", "should be"]),
-        (lambda h, x, w: reference_gated_heads(h, x, w).float(), None),
+        (lambda h, x, w: reference_gated_heads(h, x, w).float(), ["dtype changed", "torch.float64", "torch.float32"]),
         (_heads_edited, ["changed its input `heads` in place"]),
         (lambda h, x, w: h * torch.sigmoid(x @ w.T) * 1.01, ["feature", "times its gate"]),
+        (lambda h, x, w: h / torch.sigmoid(x @ w.T), ["divided by the gate", "1 / sigmoid"]),
+        (lambda h, x, w: h * (1 + torch.exp(-(x @ w.T))), ["divided by the gate"]),  # held back
+        (lambda h, x, w: h * torch.sigmoid(-(x @ w.T)), ["1 - sigmoid"]),  # held back: inverted the other way
+        (lambda h, x, w: h * torch.sigmoid(x @ w.T).reshape(h.size(0), h.size(1), 6), ["a size is written in"]),
     ],
 )  # fmt: skip
 def test_each_output_gate_mistake_is_named(mistake, fragments):
@@ -484,6 +533,32 @@ def _recall_transposed(s, k, v, b, la):
     return s + k[..., :, None] * (b[..., None] * (v - (s @ k[..., None]).squeeze(-1)))[..., None, :]
 
 
+def _write_b_twice(s, k, v, b, la):
+    """beta on the correction and again on the new value: b (b v - recall)."""
+    s = _decayed(s, la)
+    recalled = torch.einsum("nhk,nhkv->nhv", k, s)
+    return s + k[..., :, None] * (b[..., None] * (b[..., None] * v - recalled))[..., None, :]
+
+
+def _state_transposed(s, k, v, b, la):
+    """The state taken as (d_v, d_k), the DeltaNet paper's way round: recall S k, write (v - S k) k^T."""
+    s = _decayed(s, la)
+    recalled = (s @ k[..., None]).squeeze(-1)
+    return s + (b[..., None] * (v - recalled))[..., :, None] * k[..., None, :]
+
+
+def _state_transposed_by_einsum(s, k, v, b, la):  # held back: the same, written with einsum
+    s = _decayed(s, la)
+    recalled = torch.einsum("nhvk,nhk->nhv", s, k)  # the state's rows taken as the value's axis
+    return s + torch.einsum("nhv,nhk->nhvk", b[..., None] * (v - recalled), k)
+
+
+def _beta_heads_written_in(s, k, v, b, la):
+    s = _decayed(s, la)
+    recalled = torch.einsum("nhk,nhkv->nhv", k, s)
+    return s + k[..., :, None] * (b.reshape(v.size(0), 3, 1) * (v - recalled))[..., None, :]
+
+
 def _one_token(t):
     return None if t is None else t[:, :, None]
 
@@ -521,6 +596,13 @@ def _one_token(t):
          ["delta_rule_recurrent"]),
         (_as_step(lambda s, k, v, b, la: lesson14.reference_delta_step(s, k, v, b, la)), ["course's own answer"]),
         (lambda s, k, v, b: reference_delta_step(s, k, v, b), ["keep the parameters"]),
+        (_step(correction=lambda v, r: v - r, write=lambda s, k, c: s + k[..., :, None] * c[..., None, :]), None),
+        (_as_step(lambda s, k, v, b, la: reference_delta_step(s, k, v, b * b, la)), ["beta was applied twice"]),
+        (_step(correction=lambda v, r: 0.5 * (v - r) * 2), None),
+        (_as_step(lambda s, k, v, b, la: _write_b_twice(s, k, v, b, la)), ["beta was applied twice"]),  # held back
+        (_as_step(_state_transposed), ["read and written as (d_v, d_k)", "S^T k"]),
+        (_as_step(_state_transposed_by_einsum), ["read and written as (d_v, d_k)"]),  # held back
+        (_as_step(_beta_heads_written_in), ["a size is written in", "h = 3"]),
     ],
 )  # fmt: skip
 def test_each_delta_step_mistake_is_named(mistake, fragments):

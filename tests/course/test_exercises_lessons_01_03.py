@@ -20,7 +20,7 @@ import helpers.attention
 from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
 from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
-from course.exercises.shortcuts import RULE
+from course.exercises.shortcuts import MASK_TYPE, RULE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -35,17 +35,21 @@ def test_one_hot_lookup_correct_passes(capsys):
     assert "[PASS]" in capsys.readouterr().out
 
 
-def test_one_hot_lookup_float64_and_extra_kwargs_pass():
-    def lookup(ids, weight, *, dtype=torch.float64):
+def test_one_hot_lookup_extra_kwargs_pass_and_another_dtype_is_named():
+    def lookup(ids, weight, *, dtype=None):
+        dtype = weight.dtype if dtype is None else dtype
         return F.one_hot(ids, weight.shape[0]).to(dtype) @ weight.to(dtype)
 
     assert check_one_hot_lookup(lookup).passed
+    # The table is float32: a float64 result is another dtype than the one asked for (#59 item 6).
+    verdict = check_one_hot_lookup(lambda ids, weight: lookup(ids, weight, dtype=torch.float64))
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")
 
 
 def test_one_hot_lookup_not_attempted(capsys):
     verdict = check_one_hot_lookup(not_attempted)
     assert verdict.status == "not attempted"
-    assert "NOT ATTEMPTED YET" in capsys.readouterr().out
+    assert "[NOT YET] one-hot look-up: not attempted yet: write your code" in capsys.readouterr().out
 
 
 def test_one_hot_lookup_transposed_table():
@@ -147,7 +151,8 @@ def test_positional_encoding_wrong_shape_and_unknown_error():
 # ---------------------------------------------------------------------------------------------
 def test_linear_projection_correct_passes():
     assert check_linear_projection(lambda x, w, b: x @ w.T + b).passed
-    assert check_linear_projection(lambda x, w, b: x.double() @ w.double().T + b.double()).passed
+    verdict = check_linear_projection(lambda x, w, b: x.double() @ w.double().T + b.double())
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")  # the numbers agree, the dtype not
 
 
 def test_linear_projection_not_attempted():
@@ -224,7 +229,8 @@ def weights_answer(scale="sqrt", dim=-1, transpose=True, softmax=True, batched_t
 
 def test_attention_weights_correct_passes():
     assert check_attention_weights(weights_answer()).passed
-    assert check_attention_weights(lambda q, k: F.softmax(q.double() @ k.double().mT * q.shape[-1] ** -0.5, -1)).passed
+    verdict = check_attention_weights(lambda q, k: F.softmax(q.double() @ k.double().mT * q.shape[-1] ** -0.5, -1))
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")
 
 
 def test_attention_weights_not_attempted():
@@ -290,7 +296,7 @@ def test_masked_attention_correct_passes():
     ],
 )
 def test_masked_attention_one_call_shortcut_is_refused_by_the_rule(shortcut, named):
-    assert_hint(check_masked_attention(shortcut), named, RULE)
+    assert_hint(check_masked_attention(shortcut), named, RULE, MASK_TYPE)  # a mask exercise: what a mask's type is
 
 
 def test_attention_weights_helper_shortcut_is_refused_by_the_rule():
@@ -441,7 +447,9 @@ def _with_linear_module(x, w, b):
 
 @pytest.mark.parametrize("shortcut", [lambda x, w, b: F.linear(x, w, b), _with_linear_module])
 def test_linear_projection_forbidden_shortcut_is_named(shortcut):
-    assert_hint(check_linear_projection(shortcut), RULE, "F.linear", "write the product and the sum yourself")
+    verdict = check_linear_projection(shortcut)
+    assert_hint(verdict, RULE, "F.linear", "write the product and the sum yourself")
+    assert "mask" not in verdict.message  # a projection has no mask: the rule's sentence about masks stays out
 
 
 def test_positional_encoding_helper_shortcut_is_refused_by_the_rule():

@@ -61,8 +61,10 @@ def test_split_check_names_each_mistake(hint, split):
 
 def test_split_check_passes_right_answers_and_spots_stubs():
     assert check_split_heads(split_right).passed
-    # Any correct formulation passes: unflatten + permute, float64 output.
-    assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3).double()).passed
+    # Any correct formulation passes (unflatten + permute), in the dtype it was given: float64 is refused by name.
+    assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3)).passed
+    verdict = check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3).double())
+    assert_hint(verdict, "dtype changed", "torch.float32", "torch.float64")
     assert check_split_heads(not_attempted).status == "not attempted"
 
 
@@ -265,7 +267,8 @@ def test_residual_check_pre_norm_bug_is_not_called_a_post_norm_slip():
 
 def test_residual_check_other_answers():
     assert check_residual_block(block_right).passed
-    assert check_residual_block(lambda x, s, n, first: (x + s(n(x)) if first else n(x + s(x))).float()).passed
+    verdict = check_residual_block(lambda x, s, n, first: (x + s(n(x)) if first else n(x + s(x))).float())
+    assert_hint(verdict, "dtype changed", "torch.float64", "torch.float32")
     assert check_residual_block(not_attempted).status == "not attempted"
 
 

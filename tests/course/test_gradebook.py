@@ -337,6 +337,7 @@ FOLDER = Path(sys.argv[1])
 def notebook(name):
     """Stands for one notebook's grading: a process in a session of its own, killed by the clean-up."""
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (FOLDER / f"{name}.worker").write_text(str(os.getpid()))
     (FOLDER / f"{name}.pid").write_text(str(child.pid))
     try:
         time.sleep(300)
@@ -378,3 +379,82 @@ def test_ctrl_c_stops_a_parallel_batch_and_each_busy_worker_cleans_up_first(tmp_
     for pid_file in tmp_path.glob("*.pid"):
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid_file.read_text()), 0)  # the "notebook's" process is gone
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to read it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _start_batch(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "batch.py"
+    script.write_text(INTERRUPTED_BATCH)
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(list(tmp_path.glob("*.pid"))) == 2, "two workers should each be grading"
+    return process
+
+
+@starts_processes
+def test_a_batch_killed_with_sigkill_takes_its_workers_and_their_processes_with_it(tmp_path):
+    """``kill -9`` of the checker cleans up nothing itself: each worker is told by Linux, and runs its clean-up."""
+    import signal
+    import time
+
+    process = _start_batch(tmp_path)
+    workers = [int(path.read_text()) for path in tmp_path.glob("*.worker")]
+    children = [int(path.read_text()) for path in tmp_path.glob("*.pid")]
+    assert len(set(workers)) == 2 and all(map(_alive, workers + children))
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 5  # "a few seconds": the clean-up of one notebook
+    while any(map(_alive, workers + children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    survivors = [pid for pid in workers + children if _alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == [], "a worker or its notebook's process outlived the checker by more than 5 s"
+    busy = sorted(p.stem for p in tmp_path.glob("*.pid"))
+    assert busy == sorted(p.stem for p in tmp_path.glob("*.cleaned")), "a busy worker exited without its clean-up"
+
+
+def test_sigint_stops_the_batch_even_where_it_came_in_ignored_and_an_ignored_sighup_stays_ignored():
+    """A script's ``check … &`` starts with SIGINT ignored: ``kill -INT`` must still stop it. ``nohup``'s ignored
+    SIGHUP stays ignored (the batch is meant to outlive its terminal)."""
+    import signal
+    import time
+
+    from course.grading.checker import _signals_stop_the_batch
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with pytest.raises(KeyboardInterrupt), _signals_stop_the_batch():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)  # the handler interrupts it at once
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the caller's setting is back afterwards
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+@starts_processes
+def test_a_process_whose_parent_died_before_it_asked_gets_its_death_signal_at_once():
+    import signal
+    import subprocess
+    import sys
+
+    code = "import os, signal, time\nfrom course.grading.workers import die_with_parent\n"
+    code += "assert die_with_parent(signal.SIGTERM, os.getppid() + 1)\ntime.sleep(60)"  # not its parent: gone already
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == -signal.SIGTERM

@@ -236,3 +236,39 @@ def test_a_test_cell_with_two_checks_gets_both_verdicts_and_its_points_only_if_b
     lines = _printed(one.outputs).splitlines()
     assert [line.split()[0] for line in lines] == ["[PASS]", "[NOT"] and "weight" in lines[1], lines
     assert "graded(check_linear_projection" in one.source  # the teacher's test, as nbgrader keeps it
+
+
+def test_nbgrader_refuses_answers_that_change_the_checks_modules_or_the_dtype(tmp_path):
+    """Issue 59's forgeries (the modules a check hands over zeroed, then zeros returned: each scored 1 under nbgrader)
+    and a float32 answer to float64 inputs, graded by the course's Execute: 0 points, the module or dtype named."""
+    from nbgrader.utils import determine_grade
+    from test_remote_verdicts import MODULE_ANSWERS, MODULES
+
+    from course.grading.nbgrader_kernel import SandboxedExecute
+
+    cells, tests = [v4.new_code_cell(MODULES)], {}
+    for function, (code, check, _) in MODULE_ANSWERS.items():
+        cells.append(v4.new_code_cell(code))
+        test = v4.new_code_cell(
+            f"{MODULES}\nfrom course.grading import graded\n\n"
+            f'_verdict = graded({check}, "{function}")\n'
+            "assert _verdict.passed, 'the check above did not pass'"
+        )
+        test.metadata["nbgrader"] = {
+            "grade": True,
+            "solution": False,
+            "locked": True,
+            "points": 1,
+            "grade_id": function,
+        }
+        tests[function] = test
+        cells.append(test)
+    notebook = v4.new_notebook(cells=cells, metadata=KERNELSPEC)
+    SandboxedExecute(timeout=120).preprocess(notebook, {"metadata": {"path": str(tmp_path)}})
+    for function, (_, _, named) in MODULE_ANSWERS.items():
+        test, printed = tests[function], _printed(tests[function].outputs)
+        if named is None:
+            assert determine_grade(test)[0] == 1 and printed.startswith("[PASS] "), (function, test.outputs)
+        else:
+            assert determine_grade(test)[0] == 0, (function, test.outputs)
+            assert printed.startswith("[NOT YET] ") and named in printed, (function, printed)

@@ -46,6 +46,8 @@ def test_calling_the_reference_is_not_yet_and_writing_it_passes(lesson, referenc
         assert "course's own answer" in verdict.message, verdict
     copied = check(learners_copy(answer))
     if reference in WRITTEN_WITH_A_SHORTCUT:  # its copy is refused by lessons 01-05's rule instead
-        assert copied.status == "wrong" and "your code calls" in copied.message, copied
+        # (lesson 04's computes in float64 what the check feeds in float32: call_learner names that first)
+        assert copied.status == "wrong", copied
+        assert "your code calls" in copied.message or "dtype changed" in copied.message, copied
     else:
         assert copied.passed, copied

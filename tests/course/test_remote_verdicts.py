@@ -344,3 +344,85 @@ def test_lesson_14s_checks_grade_remotely_with_infinities_and_none_sent_to_the_k
     assert "each row sums to 1" in rows["my_sink_softmax_renormalised"].message
     assert "untransposed" in rows["my_gated_heads_untransposed"].message
     assert "delta_rule_step" in rows["my_delta_step_library"].message
+
+
+# Issue 59: answers that zero the modules a check hands them (each scored a pass under `check`, its expected value
+# read from the modules after the call), and one that returns float32 where the check fed float64: each refused by
+# name. The same lessons' right answers pass.
+MODULES = (
+    "import torch\n"
+    "from course.exercises.lesson02 import check_cross_attention_inputs\n"
+    "from course.exercises.lesson05 import check_decoder_layer_forward, check_residual_block\n"
+    "from course.exercises.lesson14 import check_sink_softmax"
+)
+MODULE_ANSWERS = {
+    "zeroed_projections": (
+        "def zeroed_projections(target, source, q_proj, k_proj, v_proj):\n"
+        "    with torch.no_grad():\n"
+        "        for proj in (q_proj, k_proj, v_proj):\n"
+        "            proj.weight.zero_(); proj.bias.zero_()\n"
+        "    d = q_proj.out_features\n"
+        "    return target.new_zeros(*target.shape[:2], d), source.new_zeros(*source.shape[:2], d), "
+        "source.new_zeros(*source.shape[:2], d)",
+        "check_cross_attention_inputs",
+        "the module `q_proj`",
+    ),
+    "zeroed_block": (
+        "def zeroed_block(x, sublayer, norm, norm_first):\n"
+        "    with torch.no_grad():\n"
+        "        norm.weight.zero_(); norm.bias.zero_(); sublayer.weight.zero_()\n"
+        "    return x if norm_first else torch.zeros_like(x)",
+        "check_residual_block",
+        "the module `sublayer`",
+    ),
+    "zeroed_last_norm": (
+        "def zeroed_last_norm(layer, tgt, memory, tgt_mask, memory_key_padding_mask):\n"
+        "    layer.self_attn(tgt, tgt, tgt); layer.multihead_attn(tgt, memory, memory); layer.linear1(tgt)\n"
+        "    with torch.no_grad():\n"
+        "        layer.norm3.weight.zero_(); layer.norm3.bias.zero_()\n"
+        "    return torch.zeros_like(tgt)",
+        "check_decoder_layer_forward",
+        "the module `layer`",
+    ),
+    "sink_softmax_in_float32": (
+        "def sink_softmax_in_float32(scores, sink):\n"
+        "    column = sink.view(-1, 1, 1).expand(*scores.shape[:-1], 1)\n"
+        "    return torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1].float()",
+        "check_sink_softmax",
+        "the dtype changed",
+    ),
+    "right_projections": (
+        "def right_projections(target, source, q_proj, k_proj, v_proj):\n"
+        "    return q_proj(target), k_proj(source), v_proj(source)",
+        "check_cross_attention_inputs",
+        None,
+    ),
+    "right_block": (
+        "def right_block(x, sublayer, norm, norm_first):\n"
+        "    return x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))",
+        "check_residual_block",
+        None,
+    ),
+}
+
+
+def test_answers_that_change_the_checks_modules_or_the_dtype_are_refused_by_check(tmp_path):
+    lesson, cells = [MODULES], [MODULES]
+    for function, (code, check, _) in MODULE_ANSWERS.items():
+        header = code.split("\n", 1)[0]
+        lesson += [
+            f"{header}\n    # BEGIN SOLUTION\n    raise NotImplementedError()\n    # END SOLUTION",
+            f"{check}({function})",
+        ]
+        cells += [code, f"{check}({function})"]
+    write(tmp_path / "notebooks" / "05_modules.ipynb", lesson)
+    submission = write(tmp_path / "submitted" / "mallory" / "05_modules.ipynb", cells)
+    report = checker.run_submission(submission, timeout_s=120, notebooks_dir=tmp_path / "notebooks")
+    rows = {row.exercise: row for row in report.results}
+    assert report.problem is None, report.problem
+    for function, (_, _, named) in MODULE_ANSWERS.items():
+        row = rows[function]
+        if named is None:
+            assert (row.status, row.points) == ("pass", 1), row
+        else:
+            assert (row.status, row.points) == ("wrong", 0) and named in row.message, row

@@ -5,6 +5,7 @@ The real lessons in a real browser: tests/test_site_browser.py.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -255,7 +256,7 @@ def test_every_link_attribute_is_escaped_whatever_the_page_name():
 def test_a_site_without_solutions_holds_no_solution_and_says_so(lessons, tmp_path):
     out = tmp_path / "site"
     site.build(out, lessons, readme=None, solutions=False)
-    texts = {path.name: path.read_text() for path in out.rglob("*") if path.is_file()}
+    texts = {path.name: path.read_text() for path in out.rglob("*") if path.suffix in (".html", ".js", ".css")}
     for name, text in texts.items():
         words = "".join(re.sub(r"<[^>]+>", "", text).split())  # highlighted code as its text
         assert "return42" not in words and "quokka" not in text, name  # the answer, the model answer
@@ -271,3 +272,114 @@ def test_the_command_line_builds_without_solutions(lessons, tmp_path, capsys):
     assert site.main(["--out", str(tmp_path / "site"), "--notebooks", str(lessons), "--no-solutions"]) == 0
     assert "no solutions" in capsys.readouterr().out
     assert "quokka" not in (tmp_path / "site" / "01_first.html").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Formulas, widget snapshots and the folded-solution note (issue 62)
+# ---------------------------------------------------------------------------------------------
+FORMULA = r"\text{Attention}(Q, K, V) = \text{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V"
+
+
+def _selection_widget_state() -> dict:
+    """A SelectionSlider (it saves the index of its choice) inside a box, as lesson 03's temperature widget."""
+    slider = {
+        "_model_name": "SelectionSliderModel",
+        "description": "d_k",
+        "index": 2,
+        "_options_labels": ["1", "8", "64"],
+    }
+    checkbox = {"_model_name": "CheckboxModel", "description": "divide by √d_k", "value": True}
+    box = {"_model_name": "VBoxModel", "children": ["IPY_MODEL_s1", "IPY_MODEL_c1"]}
+    return {
+        name: {"model_name": state["_model_name"], "state": state}
+        for name, state in (("s1", slider), ("c1", checkbox), ("b1", box))
+    }
+
+
+@pytest.fixture(scope="module")
+def with_formulas(tmp_path_factory):
+    """A site of one lesson whose prose holds a display formula and an inline one, a folded solution with the
+    lessons' note above it, and a saved widget with a selection slider."""
+    root = tmp_path_factory.mktemp("formulas")
+    folder = root / "notebooks"
+    folder.mkdir()
+    path = _lesson(folder, "01_first.ipynb", "Lesson 01: The first")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(
+        2,
+        nbformat.v4.new_markdown_cell(
+            f"## 3. Scores\n\nThe weights are\n\n$${FORMULA}$$\n\nwith $d_k$ the size of a key. After it, more prose."
+        ),
+    )
+    nb.cells.insert(
+        3,
+        nbformat.v4.new_markdown_cell(
+            f"*The reference solution in the cell below is folded away: try the exercise first, then "
+            f"{site._JUPYTERLAB_UNFOLD} to compare.*"
+        ),
+    )
+    widget = nbformat.v4.new_code_cell("temperature_explorer()", execution_count=5)
+    widget.outputs = [
+        nbformat.v4.new_output(
+            "display_data", data={WIDGET_VIEW: {"model_id": "b1", "version_major": 2}, "text/plain": "interactive(...)"}
+        )
+    ]
+    nb.cells.append(widget)
+    nb.metadata["widgets"] = {WIDGET_STATE: {"state": _selection_widget_state(), "version_major": 2}}
+    nbformat.write(nb, path)
+    out = root / "site"
+    site.build(out, folder, readme=None)
+    return out
+
+
+def test_the_site_carries_katex_with_its_licence_and_every_page_loads_it_before_site_js(with_formulas, built):
+    out = with_formulas
+    katex = out / site.STATIC / site.KATEX
+    assert "MIT License" in (katex / "LICENSE").read_text()
+    css = (katex / "katex.min.css").read_text()
+    fonts = re.findall(r"url\((fonts/[^)]+\.woff2)\)", css)
+    assert len(fonts) >= 19 and all((katex / font).is_file() for font in fonts), (
+        "every font the style sheet reads first"
+    )
+    for page in (out / "01_first.html", out / "index.html", built[0] / "02_second.html"):
+        text = page.read_text()
+        order = [
+            text.index(f'src="{site.STATIC}/{name}"')
+            for name in (f"{site.KATEX}/katex.min.js", f"{site.KATEX}/contrib/auto-render.min.js", "site.js")
+        ]
+        assert order == sorted(order), page.name  # deferred scripts run in order: KaTeX first
+        assert f'href="{site.STATIC}/{site.KATEX}/katex.min.css"' in text
+        for link in re.findall(r'(?:src|href)="(_static/[^"]+)"', text):
+            assert (out / link).is_file(), link
+    site.check_offline(out)  # KaTeX's files included: nothing they would fetch
+    index = (out / "index.html").read_text()
+    assert "TeX source" not in index and "KaTeX" in index
+
+
+def test_formulas_reach_the_page_and_the_search_index_whole_for_katex_to_draw(with_formulas):
+    page = html.unescape((with_formulas / "01_first.html").read_text())
+    assert f"$${FORMULA}$$" in page and "$d_k$" in page  # as written: site.js hands them to KaTeX
+    entries = json.loads(
+        (with_formulas / site.STATIC / "search-index.js")
+        .read_text()
+        .removeprefix("window.COURSE_SEARCH = ")
+        .rstrip()
+        .removesuffix(";")
+    )
+    scores = [entry for entry in entries if entry["heading"] == "3. Scores"]
+    assert len(scores) == 1 and f"$${FORMULA}$$" in scores[0]["text"] and "$d_k$" in scores[0]["text"]
+    script = (site.SITE_STATIC / "site.js").read_text()
+    assert "renderMathInElement" in script and "katex.render(" in script  # pages and search results
+
+
+def test_a_selection_widget_snapshot_shows_its_choice(with_formulas):
+    page = (with_formulas / "01_first.html").read_text()
+    snapshot = re.search(r'<div class="widget-snapshot".*?</div></div>', page, re.DOTALL).group(0)
+    assert "d_k: 64" in snapshot and "divide by √d_k: True" in snapshot
+
+
+def test_the_folded_solution_note_points_at_the_button_without_repeating_its_label(with_formulas):
+    page = re.sub(r"<[^>]+>", "", (with_formulas / "01_first.html").read_text())
+    assert "then open it with the button below to compare" in page
+    label = re.search(r'textContent = "([^"]+)";', (site.SITE_STATIC / "site.js").read_text()).group(1)
+    assert label == "Show the solution" and label not in page  # only the button says it

@@ -1,6 +1,7 @@
 """course.site on the real lessons, without a browser (issue 38): a site built with ``--no-solutions`` holds no
-exercise's solution, and the folded-solution note speaks of the button the site shows. The browser checks of the
-real site are in tests/test_site_browser.py; the rule for what gives a solution away is tests/solution_text.py's."""
+exercise's solution, the folded-solution note points at the button the site shows, and every title starts
+upper-case. The browser checks of the real site are in tests/test_site_browser.py; the rule for what gives a solution
+away is tests/solution_text.py's."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_an_exported_page_without_solutions_shows_no_solution(tmp_path):
         assert any(item in text for item in secret) is expected, solutions
 
 
-def test_the_folded_solution_note_names_the_sites_button():
+def test_the_folded_solution_note_points_at_the_sites_button():
     noted = 0
     for path in LESSONS:
         nb = nbformat.read(path, as_version=4)
@@ -66,8 +67,13 @@ def test_the_folded_solution_note_names_the_sites_button():
         site._with_folded_solutions(nb)
         for cell in nb.cells:
             assert "click the bar" not in cell.source, (path.name, cell.source)
+            assert "Show the solution" not in cell.source, (path.name, cell.source)  # the button's words, only on it
     assert noted, "no lesson says how to unfold a solution in JupyterLab any more: update the site's wording"
-    assert (
-        "Show the solution" in site._SITE_UNFOLD
-        and "Show the solution" in Path(site.__file__).with_name("site_static").joinpath("site.js").read_text()
-    )
+    assert "button" in site._SITE_UNFOLD
+    assert "Show the solution" in Path(site.__file__).with_name("site_static").joinpath("site.js").read_text()
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda path: path.stem[:2])
+def test_every_lesson_title_starts_with_a_capital_as_the_others_do(path):
+    title = site.read_lesson(path).short_title
+    assert title[:1].isupper(), f"{path.name}'s title {title!r}: the site lists it beside titles that start upper-case"

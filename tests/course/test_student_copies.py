@@ -5,7 +5,7 @@ What "the copy works" means, checked by ``problems_after_running``:
 * an exercise cell (one that held a solution region) may fail only with ``NotImplementedError``;
 * every check cell (the next code cell after an exercise, and any cell calling a ``check_*``
   function of course/exercises/)
-  runs without an error and prints at least one verdict, all of them "[NOT ATTEMPTED YET]";
+  runs without an error and prints at least one verdict, all of them "[NOT YET] name: not attempted yet: ...";
 * every other cell runs without an error (cells the lesson marks as raising on purpose, with
   ``NBVAL_RAISES_EXCEPTION`` or the ``raises-exception`` tag, excepted): later cells must use the
   reference code in helpers/, never the learner's function.
@@ -85,7 +85,7 @@ def execute(notebook: NotebookNode, cwd: Path) -> NotebookNode:
 EXERCISE = "def double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION"
 STUDENT_EXERCISE = "def double(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
 CHECK = "check_double(double)"
-NOT_ATTEMPTED = "[NOT ATTEMPTED YET] doubling: replace `raise NotImplementedError()` with your code.\n"
+NOT_ATTEMPTED = "[NOT YET] doubling: not attempted yet: write your code in place of `raise NotImplementedError()`.\n"
 
 
 def _run_cell(
@@ -132,8 +132,8 @@ def test_a_later_cell_using_the_learners_function_is_a_problem():
 @pytest.mark.parametrize(
     "check_run, expected",
     [
-        (_run_cell(CHECK, "[PASS] doubling: fine\n"), "printed [PASS] instead of [NOT ATTEMPTED YET]"),
-        (_run_cell(CHECK, "[NOT YET] doubling: your code raised NameError\n"), "printed [NOT YET]"),
+        (_run_cell(CHECK, "[PASS] doubling: fine\n"), "printed [PASS] 'fine' instead of [NOT YET] not attempted yet"),
+        (_run_cell(CHECK, "[NOT YET] doubling: your code raised NameError\n"), "printed [NOT YET] 'your code raised"),
         (_run_cell(CHECK, "hello\n"), "printed no verdict"),
         (_run_cell(CHECK, error=("AttributeError", "no check_double")), "raised AttributeError"),
         (_run_cell(CHECK, NOT_ATTEMPTED, count=None), "never ran"),
@@ -179,7 +179,7 @@ def test_a_fixture_student_copy_really_runs_in_a_kernel(tmp_path):
     source = _doubling_lesson()
     executed = execute(student_copy(source, "fixture.ipynb"), ROOT)
     assert problems_after_running(source, executed) == []
-    assert stdout_of(executed.cells[3]).startswith("[NOT ATTEMPTED YET] doubling")
+    assert stdout_of(executed.cells[3]).startswith("[NOT YET] doubling: not attempted yet: write your code")
     assert stdout_of(executed.cells[4]) == "6\n"
 
 
@@ -201,7 +201,9 @@ def test_a_copy_run_in_the_kernel_its_lesson_ran_in_is_judged_and_can_fail(tmp_p
     finally:
         kernel.stop()
     assert problems["good.ipynb"] == []
-    assert problems["lax.ipynb"] == ["cell 3 ('check_double(double)') printed [PASS] instead of [NOT ATTEMPTED YET]"]
+    assert problems["lax.ipynb"] == [
+        "cell 3 ('check_double(double)') printed [PASS] 'double works.' instead of [NOT YET] not attempted yet"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -373,3 +373,33 @@ def test_the_models_share_one_gguf_reader_and_import_no_circle():
         for alias in node.names
     ]
     assert from_language_model and not [name for name in from_language_model if name.startswith("_")]
+
+
+class _LetterTokenizer:
+    """Just what chat_translate asks of a tokenizer: a chat template, ids for text, text for ids, an end id."""
+
+    eos_token_id = 0
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return f"<{messages[0]['content']}>"
+
+    def __call__(self, text, split_special_tokens=False):
+        return {"input_ids": [1 + ord(c) % 15 for c in text]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(97 + int(i) % 26) for i in ids)
+
+
+def test_chat_translate_with_a_label_says_each_tenth_of_the_sentences_and_answers_the_same(capsys):
+    from helpers.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=16, embed_dim=16, num_heads=2, num_kv_heads=1, num_layers=1, ff_dim=32)).eval()
+    sentences = ["Ein Hund.", "Zwei Katzen.", "Ein Mann.", "Eine Frau."]
+    quiet = language_model.chat_translate(model, _LetterTokenizer(), sentences, max_new_tokens=3)
+    assert capsys.readouterr().out == ""
+    spoken = language_model.chat_translate(model, _LetterTokenizer(), sentences, max_new_tokens=3, progress="asking")
+    assert spoken == quiet
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"asking: {share}%" for share in (20, 50, 70, 100)]
+    assert lines[-1].startswith("asking: 100% (4/4 sentences), ")

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from helpers.data.corpus import ParallelCorpus, load_corpus, missing_multi30k_files
+from helpers.data.corpus import CorpusError, ParallelCorpus, load_corpus, missing_multi30k_files, text_lines
 from helpers.models.translation import distributed
 from helpers.models.translation.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from helpers.models.translation.config import LESSON_CONFIG, TranslationConfig
@@ -429,7 +429,10 @@ def _add_translate(commands: argparse._SubParsersAction) -> None:
     translate.add_argument("sentences", nargs="*", help="German sentences (quote each)")
     translate.add_argument("--checkpoint", required=True, type=Path)
     translate.add_argument(
-        "--input", default=None, help="UTF-8 text file with one German sentence a line, '-' for standard input"
+        "--input",
+        default=None,
+        help="UTF-8 text file with one German sentence a line (ending in \\n, \\r\\n or an old Mac's \\r), "
+        "'-' for standard input",
     )
     translate.add_argument("--beam", type=positive_int, default=1, help="beam size (1 = greedy; 4 = beam search)")
     translate.add_argument("--batch-size", type=positive_int, default=250, help="sentences decoded together")
@@ -753,7 +756,8 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def _read_sentences(source: str) -> list[str]:
-    """Lines of a UTF-8 file, or of standard input for ``-``; errors name the file, the line and the encoding."""
+    """Lines of a UTF-8 file, or of standard input for ``-``, as an editor shows them; errors name the file, the
+    line and the encoding, or the character that editors disagree about (:func:`helpers.data.corpus.text_lines`)."""
     name = "standard input" if source == "-" else source
     try:
         if source == "-":
@@ -769,15 +773,12 @@ def _read_sentences(source: str) -> list[str]:
         raise CommandLineError(f"--input {source}: no such file") from None
     except OSError as error:
         raise CommandLineError(f"cannot read --input {source}: {error.strerror or error}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise CommandLineError(
-            f"{name}: line {line} is not valid UTF-8 (byte {raw[error.start]:#04x}); the input must be UTF-8 text "
-            "(a file saved as Latin-1 or Windows-1252 can be converted with `iconv -f latin1 -t utf-8`)"
-        ) from None
-    return [line.strip() for line in text.splitlines()]
+    hint = "the input must be UTF-8 text (a file saved as Latin-1 or Windows-1252 can be converted with "
+    try:  # lines as an editor shows them, or a clear refusal (helpers.data.corpus.text_lines)
+        lines = text_lines(raw, name, hint + "`iconv -f latin1 -t utf-8`)")
+    except CorpusError as error:
+        raise CommandLineError(str(error)) from None
+    return [line.strip() for line in lines]
 
 
 def _limited(corpus: ParallelCorpus, limit: int | None) -> ParallelCorpus:

@@ -29,6 +29,7 @@ from helpers.models.translation.checkpoint import check_dense, check_state_dict
 from helpers.models.translation.config import TranslationConfig
 from helpers.models.translation.distributed import Ranks, current_ranks
 from helpers.models.translation.model import Seq2SeqTransformer
+from helpers.tools.progress import ProgressLines, in_notebook
 
 Example = tuple[list[int], list[int]]  # (source ids, target ids), both with BOS ... EOS
 
@@ -141,8 +142,10 @@ class _Clock:
 
 
 def _terminal() -> bool:
-    """A progress bar suits a terminal or a notebook; a file or a CI log gets one summary line a minute."""
-    return sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")  # a notebook's output
+    """A progress bar suits a terminal; a notebook gets a line every tenth of the run (``ProgressLines``: a bar
+    there is a widget or a stream of carriage returns in the saved notebook); a file or a CI log gets one summary
+    line a minute."""
+    return sys.stderr.isatty() and not in_notebook()
 
 
 def _minutes(seconds: float) -> str:
@@ -264,12 +267,19 @@ def _read_clock(clock: _Clock, step: int, ranks: Ranks, device: torch.device) ->
 
 
 class _Reporter:
-    """A progress bar in a terminal or notebook; in a log file, one summary line every ``every_minutes``."""
+    """A progress bar in a terminal; in a notebook, a line at every tenth of the run; in a log file, one summary
+    line every ``every_minutes``."""
 
     def __init__(self, clock: _Clock, speaking: bool, step: int, every_minutes: float) -> None:
         self.clock, self.every = clock, every_minutes * 60
-        self.lines = speaking and not _terminal()
+        self.lines = speaking and not _terminal() and not in_notebook()
         by_steps = clock.total_steps is not None
+        total = clock.total_steps if clock.total_steps is not None else clock.budget_s()  # steps, or seconds
+        self.tenths = (
+            ProgressLines(total, "training", "steps" if by_steps else "s", done=step if by_steps else clock.elapsed())
+            if speaking and in_notebook() and total > 0
+            else None
+        )
         self.bar = tqdm(
             total=clock.total_steps if by_steps else round(clock.budget_s()),
             initial=step if by_steps else round(clock.elapsed()),
@@ -283,6 +293,9 @@ class _Reporter:
     def step(self, step: int, loss: float, history: TrainingHistory, logged: bool) -> None:
         if logged:
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{history.tokens_per_second:.0f}")
+        if self.tenths is not None:
+            by_steps = self.clock.total_steps is not None
+            self.tenths.update(step if by_steps else self.clock.elapsed(), note=f"loss {loss:.3f}")
         if self.clock.total_steps is not None:
             self.bar.update(1)
         else:

@@ -298,6 +298,19 @@ def test_a_log_file_hears_from_the_first_step_not_only_after_a_minute(examples, 
     assert len(lines) == 2  # then nothing until the end's line
 
 
+def test_a_notebook_gets_a_line_at_every_tenth_not_a_bar_nor_a_log(examples, capsys, monkeypatch):
+    import helpers.models.translation.training as training
+
+    monkeypatch.setattr(training, "in_notebook", lambda: True)
+    translator, pairs = examples
+    train(_fresh_model(translator), pairs, TINY_CONFIG, steps=5, progress=True, report_every_minutes=0.0)
+    out, err = capsys.readouterr()
+    assert "\r" not in err and not [line for line in err.splitlines() if line.startswith("step ")]
+    lines = out.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"training: {share}%" for share in (20, 40, 60, 80, 100)]
+    assert lines[-1].startswith("training: 100% (5/5 steps), loss ") and lines[-1].endswith(" s elapsed")
+
+
 def _real_state(examples):
     """A training state saved after two steps of a tiny run, and the model it belongs to."""
     translator, pairs = examples
