@@ -263,6 +263,11 @@ def _check_sink(sink: Tensor, scores: Tensor) -> None:
             f"sink must hold one logit per head, shape ({heads},) for scores {tuple(scores.shape)} (..., h, L, S); "
             f"got shape {tuple(sink.shape)}"
         )
+    if bool((torch.isposinf(sink) | torch.isnan(sink)).any()):
+        raise ValueError(
+            f"sink logits must be real numbers or -inf (plain attention), got {sink.tolist()}: a sink of +inf or NaN "
+            "would take every weight and leave NaN"
+        )
 
 
 def check_query_key_value(query: Tensor, key: Tensor, value: Tensor) -> None:

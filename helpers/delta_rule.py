@@ -40,12 +40,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import merge_heads, split_heads
+from helpers.layer_kind import LayerKind, register_kind
 from helpers.masks import causal_mask
-from helpers.rotary import rotary_cos_sin, rotate_pairs
+from helpers.rotary import rotary_cos_sin, rotate_first
 
 __all__ = [
     "STATE_KINDS",
     "DeltaRuleAttention",
+    "LinearAttentionLayer",
     "delta_rule_chunked",
     "delta_rule_recurrent",
     "delta_rule_step",
@@ -63,7 +65,8 @@ STATE_KINDS = ("linear", "delta")
 # Checks shared by every form
 # ---------------------------------------------------------------------------------------------
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, beta=None, log_alpha=None, initial_state=None) -> None:
-    """Refuse inputs the forms cannot read, naming the shapes they expect."""
+    """Refuse inputs the forms cannot read, naming the shapes they expect: every form accepts and refuses the
+    same ones (tested), so that the recurrent and chunked forms agree on every input either takes."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4 or not t.is_floating_point():
             got = f"{t.dtype} of shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
@@ -78,12 +81,26 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, beta=None, log_alpha=None, in
         if gate is not None and (not isinstance(gate, Tensor) or tuple(gate.shape) != (N, h, T)):
             got = str(tuple(gate.shape)) if isinstance(gate, Tensor) else type(gate).__name__
             raise ValueError(f"{name} must be one number per head and token, (N, h, T) = {(N, h, T)}, got {got}")
-    if log_alpha is not None and bool((log_alpha > 0).any()):
-        raise ValueError("log_alpha must be <= 0 (alpha = exp(log_alpha) in (0, 1] scales the old state down)")
     expected = (N, h, d_k, v.size(-1))
     if initial_state is not None and (not isinstance(initial_state, Tensor) or initial_state.shape != expected):
         got = str(tuple(initial_state.shape)) if isinstance(initial_state, Tensor) else type(initial_state).__name__
         raise ValueError(f"initial_state must be the state (N, h, d_k, d_v) = {expected}, got {got}")
+    given = {"q": q, "k": k, "v": v, "beta": beta, "log_alpha": log_alpha, "initial_state": initial_state}
+    tensors = {name: t for name, t in given.items() if t is not None}
+    kinds = {(t.dtype, t.device) for t in tensors.values()}
+    if len(kinds) > 1:
+        found = ", ".join(f"{name} {t.dtype} on {t.device}" for name, t in tensors.items())
+        raise TypeError(f"every input must share one dtype and device (q's: {q.dtype} on {q.device}); got {found}")
+    if beta is not None and not bool(((beta >= 0) & (beta <= 1)).all()):  # NaN fails both comparisons
+        raise ValueError(
+            "beta must be in [0, 1] (the share of the error written back; outside it the rule amplifies the state), "
+            f"got values {float(beta.min()):.3g} .. {float(beta.max()):.3g}"
+        )
+    if log_alpha is not None and not bool(((log_alpha <= 0) & torch.isfinite(log_alpha)).all()):
+        raise ValueError(
+            "log_alpha must be <= 0 and finite (alpha = exp(log_alpha) in (0, 1] scales the old state down; "
+            "-inf and NaN are refused: to forget everything use a large negative number such as -30)"
+        )
 
 
 def _scaled(q: Tensor, scale: float | None) -> Tensor:
@@ -133,11 +150,11 @@ def linear_attention_recurrent(
     """Causal linear attention as a recurrence, token by token (``linear_attention_step``): the same arguments
     and results as ``linear_attention``."""
     _check_inputs(q, k, v, initial_state=initial_state)
-    state, outputs = _start(q, v, initial_state), []
+    state, outputs = _start(q, v, initial_state), [v.new_zeros(*v.shape[:2], 0, v.size(-1))]  # T = 0: no output
     for t in range(q.size(2)):
         out, state = linear_attention_step(state, q[:, :, t], k[:, :, t], v[:, :, t], scale)
-        outputs.append(out)
-    return torch.stack(outputs, dim=2), state
+        outputs.append(out[:, :, None])
+    return torch.cat(outputs, dim=2), state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,12 +189,12 @@ def delta_rule_recurrent(
     and log_alpha (N, h, T) -> outputs (N, h, T, d_v) and the state after the last token (N, h, d_k, d_v).
     ``log_alpha`` None: no decay (the plain delta rule)."""
     _check_inputs(q, k, v, beta, log_alpha, initial_state)
-    state, outputs = _start(q, v, initial_state), []
+    state, outputs = _start(q, v, initial_state), [v.new_zeros(*v.shape[:2], 0, v.size(-1))]  # T = 0: no output
     for t in range(q.size(2)):
         gate = None if log_alpha is None else log_alpha[:, :, t]
         out, state = delta_rule_step(state, q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t], gate, scale)
-        outputs.append(out)
-    return torch.stack(outputs, dim=2), state
+        outputs.append(out[:, :, None])
+    return torch.cat(outputs, dim=2), state
 
 
 def _chunk(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_alpha: Tensor, state: Tensor):
@@ -220,14 +237,19 @@ def delta_rule_chunked(
     _check_inputs(q, k, v, beta, log_alpha, initial_state)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int number of tokens, got {chunk_size!r}")
-    state, outputs = _start(q, v, initial_state), []
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # torch's triangular solve has no 16-bit form: solve in float32
+        q, k, v, beta = q.float(), k.float(), v.float(), beta.float()
+        log_alpha = None if log_alpha is None else log_alpha.float()
+        initial_state = None if initial_state is None else initial_state.float()
+    state, outputs = _start(q, v, initial_state), [v.new_zeros(*v.shape[:2], 0, v.size(-1))]  # T = 0: no output
     q = _scaled(q, scale)
     log_alpha = torch.zeros_like(beta) if log_alpha is None else log_alpha
     for start in range(0, q.size(2), chunk_size):
         part = slice(start, start + chunk_size)
         out, state = _chunk(q[:, :, part], k[:, :, part], v[:, :, part], beta[:, :, part], log_alpha[:, :, part], state)
         outputs.append(out)
-    return torch.cat(outputs, dim=2), state
+    return torch.cat(outputs, dim=2).to(dtype), state.to(dtype)
 
 
 def delta_rule_weights(
@@ -252,7 +274,8 @@ def delta_rule_weights(
 # ---------------------------------------------------------------------------------------------
 # The layer: a GPT block's attention whose cache is the state
 # ---------------------------------------------------------------------------------------------
-class DeltaRuleAttention(nn.Module):
+@register_kind("delta")
+class DeltaRuleAttention(LayerKind):
     """A causal layer of kind "linear" (linear attention) or "delta" (the gated delta rule): x (N, L, E) ->
     (N, L, E), with the forward signature of ``helpers.gpt.CausalSelfAttention`` so that a ``GPT`` block can hold
     either. h heads of d_k = d_v = d.
@@ -265,9 +288,23 @@ class DeltaRuleAttention(nn.Module):
 
     Without a cache (training) "delta" runs ``delta_rule_chunked``; generation reads the prompt chunked into a
     state and then runs ``delta_rule_step`` per token; "linear" runs ``linear_attention`` either way.
+
+    As a kind of ``GPT`` layer it carries partial rotary (``rotary_fraction``: the first ``rotary_dim`` features
+    of each head rotate) and refuses the softmax's switches (QK-norm: its queries and keys are unit length
+    already; sinks, query scale and the output gate are not built for it).
     """
 
     window = None  # no window: a rolling cache keeps the whole state (it does not grow)
+    rotary_base: float
+    carries = frozenset({"rotary_fraction"})
+
+    @classmethod
+    def from_config(cls, config, layer: int) -> DeltaRuleAttention:
+        rotary = config.positions == "rotary"
+        base = config.layer_rotary_base(layer)
+        return cls(
+            config.embed_dim, config.num_heads, config.head_dim, cls.kind, rotary, base, rotary_dim=config.rotary_dim
+        )
 
     def __init__(
         self,
@@ -278,12 +315,14 @@ class DeltaRuleAttention(nn.Module):
         rotary: bool = False,
         rotary_base: float = 10000.0,
         chunk_size: int = 64,
+        rotary_dim: int | None = None,
     ) -> None:
         super().__init__()
         if kind not in STATE_KINDS:
             raise ValueError(f"kind must be one of {STATE_KINDS}, got {kind!r}")
         self.kind, self.num_heads, self.head_dim, self.chunk_size = kind, num_heads, head_dim, chunk_size
         self.rotary, self.rotary_base = rotary, rotary_base
+        self.rotary_dim = head_dim if rotary_dim is None else rotary_dim  # r: the first r features rotate
         inner = num_heads * head_dim
         self.q_proj = nn.Linear(embed_dim, inner, bias=False)
         self.k_proj = nn.Linear(embed_dim, inner, bias=False)
@@ -308,12 +347,9 @@ class DeltaRuleAttention(nn.Module):
         k = F.normalize(split_heads(self.k_proj(x), self.num_heads), dim=-1)
         v = split_heads(self.v_proj(x), self.num_heads)
         if self.rotary:
-            cos, sin = (
-                rotation
-                if rotation is not None
-                else rotary_cos_sin(positions, self.head_dim, self.rotary_base, x.dtype)
-            )
-            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+            r = self.rotary_dim
+            cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, r, self.rotary_base, x.dtype)
+            q, k = rotate_first(q, cos, sin, r), rotate_first(k, cos, sin, r)
         state = None if past is None else past[0]
         if need_weights and state is not None:
             raise ValueError("need_weights needs the whole sequence: a linear or delta layer's cache holds no keys")
@@ -330,3 +366,27 @@ class DeltaRuleAttention(nn.Module):
             weights = delta_rule_weights(q, k, beta, log_alpha) if need_weights else None
         out = self.out_proj(merge_heads(out))
         return (out, (state,), weights) if need_weights else (out, (state,))
+
+    def check_entry(self, entry, N: int, length: int, kept: int, weight: Tensor, layer: int) -> None:
+        """The entry ``(state,)``, (N, h, d, d), in the model's dtype and device, however many tokens were read."""
+        expected = (N, self.num_heads, self.head_dim, self.head_dim)
+        state = entry[0] if isinstance(entry, tuple) and len(entry) == 1 else None
+        if not isinstance(state, Tensor) or tuple(state.shape) != expected:
+            raise ValueError(
+                f"cache layer {layer} (kind {self.kind!r}) must hold (state,), a state (N, h, d, d) = "
+                f"{expected}, got {entry!r:.80}: make one with model.new_cache()"
+            )
+        if state.dtype != weight.dtype or state.device != weight.device:
+            raise TypeError(
+                f"cache layer {layer} holds a state of dtype {state.dtype} on {state.device} but the model is "
+                f"{weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving the model"
+            )
+
+    def cache_numbers_per_token(self) -> int:
+        """0: the state, h · d · d numbers per sequence, does not grow with the tokens read."""
+        return 0
+
+
+@register_kind("linear")
+class LinearAttentionLayer(DeltaRuleAttention):
+    """The kind "linear": a ``DeltaRuleAttention`` of kind "linear" (causal linear attention, no gates)."""

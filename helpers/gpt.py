@@ -18,6 +18,11 @@ scale of its own) are switches of the same config. With ``new_cache(rolling=True
 only its window of keys and values, so its memory stops growing at the window. A layer may also be "linear"
 (linear attention) or "delta" (the gated delta rule, ``helpers.delta_rule``): no softmax, and its cache is one
 (d, d) state per head that does not grow with T.
+
+Each kind of layer is a class registered by name (``helpers.layer_kind``): "global" is ``CausalSelfAttention``,
+"local" ``LocalAttention``, "linear" and "delta" live in ``helpers.delta_rule``, "latent" in
+``helpers.latent_attention``. The kind owns its window, rotary base, cache entry and the switches it carries;
+``GPT`` builds each layer by its kind's name and never asks a layer's class, so a new kind needs no edit here.
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
-from helpers.delta_rule import STATE_KINDS, DeltaRuleAttention
 from helpers.embeddings import PositionalEncoding
 from helpers.kv_cache import KVCache, extend, kv_cache_bytes
+from helpers.layer_kind import KINDS, SWITCHES, LayerKind, kind_class, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
-from helpers.rotary import rotary_cos_sin, rotate_pairs
+from helpers.rotary import rotary_cos_sin, rotate_first
 from helpers.swiglu import GeGLU, SwiGLU
 from helpers.tools.progress import ProgressLines
 
@@ -45,12 +50,20 @@ __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_g
 POSITIONS = ("rotary", "sinusoidal", "none")
 NORMS = ("layer", "rms")
 FEED_FORWARDS = ("gelu", "swiglu", "geglu")
-LAYER_KINDS = ("local", "global", *STATE_KINDS)
+LAYER_KINDS = ("local", "global", "linear", "delta", "latent")  # the course's kinds (helpers.layer_kind.KINDS: all)
 
 
 def _positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _is_kind(name: str) -> bool:
+    try:
+        kind_class(name)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -69,7 +82,10 @@ class GPTConfig:
       attends within ``window`` tokens and rotates by ``local_rotary_base`` (``rotary_base`` if None), a global
       layer attends to every earlier token and rotates by ``rotary_base``; "linear" or "delta" makes a layer
       linear attention or the gated delta rule (``helpers.delta_rule.DeltaRuleAttention``: h heads of d, its
-      cache a state (N, h, d, d));
+      cache a state (N, h, d, d)), "latent" lesson 11's latent attention; any kind registered with
+      ``helpers.layer_kind.register_kind`` is accepted (``kind_settings``: a dict from a kind's name to the
+      settings its layers read, such as "latent": a ``LatentConfig``). A switch below that a layer's kind cannot
+      carry (a delta layer's ``qk_norm``, say) is refused here, naming the layer and the switch;
     * ``head_size``: d, when it is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 > E = 640);
     * ``qk_norm``: an RMSNorm over each head's d features of the queries and the keys, before the rotation;
     * ``post_norms``: a norm on each block's output as well, before it joins the residual stream;
@@ -110,6 +126,7 @@ class GPTConfig:
     attention_sinks: bool = False
     output_gate: bool = False
     rotary_fraction: float = 1.0
+    kind_settings: dict[str, object] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "embed_dim", "num_heads", "num_kv_heads", "num_layers", "ff_dim", "max_len"):
@@ -149,15 +166,29 @@ class GPTConfig:
                     f"layer_kinds must be a tuple of {self.num_layers} kinds, one per layer, each one of "
                     f"{LAYER_KINDS}; got {kinds!r:.120}"
                 )
-            wrong = sorted({k for k in kinds if k not in LAYER_KINDS}, key=str)
+            wrong = [(i, k) for i, k in enumerate(kinds) if not isinstance(k, str)]
             if wrong:
-                raise ValueError(f"layer_kinds may hold only {LAYER_KINDS}, got {wrong}")
-            self.layer_kinds = tuple(kinds)  # a list would make the config unhashable and compare unequal
+                raise ValueError(f"layer_kinds holds one name per layer, each a str such as 'global'; got {wrong}")
+            self.layer_kinds = tuple(kinds)  # a list would make two equal configs compare unequal
             if "local" in kinds and self.window is None:
                 raise ValueError("a local layer attends within a window: set window (a number of tokens)")
+            known = (*LAYER_KINDS, *(k for k in KINDS if k not in LAYER_KINDS))
+            unknown = sorted({k for k in kinds if k not in known and not _is_kind(k)})
+            if unknown:
+                raise ValueError(f"layer_kinds may hold only {known} (or a kind registered later), got {unknown}")
+        settings = self.kind_settings
+        if settings is not None and not (isinstance(settings, dict) and all(isinstance(k, str) for k in settings)):
+            raise ValueError(f"kind_settings must be a dict from a kind's name to its settings, got {settings!r:.80}")
         base = self.local_rotary_base
-        if base is not None and not (isinstance(base, int | float) and math.isfinite(base) and base > 0):
+        if base is not None and (
+            isinstance(base, bool) or not (isinstance(base, int | float) and math.isfinite(base) and base > 0)
+        ):
             raise ValueError(f"local_rotary_base must be a finite positive number or None, got {base!r}")
+        if base is not None and "local" not in {self.layer_kind(i) for i in range(self.num_layers)}:
+            raise ValueError(
+                f"local_rotary_base={base!r} is the rotary base of local layers, and this model has none: set "
+                "window and layer_kinds with 'local' layers, or leave local_rotary_base None"
+            )
         scale = self.query_scale
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0):
             raise ValueError(f"query_scale must be a positive number (the scores' factor) or None, got {scale!r}")
@@ -172,6 +203,8 @@ class GPTConfig:
                 f"rotary_fraction {fraction} of d = {self.head_dim} rotates {self.rotary_dim} features: "
                 "it must be an even number of at least 2 (rotary positions rotate pairs)"
             )
+        for layer in range(self.num_layers):  # each kind refuses the switches it cannot carry, naming the layer
+            kind_class(self.layer_kind(layer)).refuse_switches(self, layer)
 
     @property
     def head_dim(self) -> int:
@@ -183,21 +216,28 @@ class GPTConfig:
         """r: how many of each head's d features rotate, int(d · ``rotary_fraction``) (d unless partial)."""
         return int(self.head_dim * self.rotary_fraction)
 
+    def layer_kind(self, layer: int) -> str:
+        """The kind of layer ``layer``: ``layer_kinds[layer]``, or without ``layer_kinds`` "local" if the model
+        has a ``window`` and "global" if not (every layer alike)."""
+        if self.layer_kinds is not None:
+            return self.layer_kinds[layer]
+        return "global" if self.window is None else "local"
+
     def layer_window(self, layer: int) -> int | None:
-        """The window of layer ``layer`` (None: full causal attention)."""
-        if self.layer_kinds is None:
-            return self.window
-        return self.window if self.layer_kinds[layer] == "local" else None
+        """The window of layer ``layer`` (None: every earlier token), as its kind reads it from the config."""
+        return kind_class(self.layer_kind(layer)).window_from(self)
 
     def layer_rotary_base(self, layer: int) -> float:
         """The rotary base of layer ``layer``: ``local_rotary_base`` for a local layer (if set), else
         ``rotary_base``."""
-        local = self.layer_kinds is not None and self.layer_kinds[layer] == "local"
-        return self.local_rotary_base if local and self.local_rotary_base is not None else self.rotary_base
+        base = kind_class(self.layer_kind(layer)).rotary_base_from(self)
+        return self.rotary_base if base is None else base
 
 
-class CausalSelfAttention(AttentionCore):
-    """Masked self-attention with a KV cache, using ``GroupedQueryAttention``'s four projections.
+@register_kind("global")
+class CausalSelfAttention(LayerKind, AttentionCore):
+    """The kind "global" (and, as ``LocalAttention``, "local"): masked self-attention with a KV cache, using
+    ``GroupedQueryAttention``'s four projections.
 
     ``helpers.GroupedQueryAttention`` projects its key and value *inputs* on every call; a cache must keep the
     projected (and, with RoPE, rotated) keys and values instead, so this module owns one and runs its
@@ -216,7 +256,19 @@ class CausalSelfAttention(AttentionCore):
 
     Lesson 14's variants, each a parameter more: ``sinks`` (h,) with ``attention_sinks`` (the core's masked softmax
     reads it; no fused kernel then), ``gate_proj`` (E -> h·d) with ``output_gate``: out_proj(heads · sigmoid(x W_g)).
+
+    ``window``: what the layer may see, its one setting (None: every earlier token; a number: itself and the
+    ``window - 1`` tokens before it). ``helpers.analysis.passkey.made_local`` sets it to make a global layer
+    local for an experiment. Its cache entry is (keys, values), (N, h_kv, T, d) each.
     """
+
+    rotary_base: float  # every softmax layer has one (its kind's: local or global)
+    takes_a_window = True  # its mask reads ``window``: local, or global made local for an experiment
+    carries = frozenset(SWITCHES)  # the shared front end: QK-norm, sinks, gate, query scale, partial rotary
+
+    @classmethod
+    def from_config(cls, config: GPTConfig, layer: int) -> CausalSelfAttention:
+        return cls(config, layer)
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
@@ -268,7 +320,7 @@ class CausalSelfAttention(AttentionCore):
         if self.rotary:  # rotate by each token's own position, before caching: cached keys never change
             r = self.rotary_dim
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, r, self.rotary_base, x.dtype)
-            q, k = _rotate_first(q, cos, sin, r), _rotate_first(k, cos, sin, r)
+            q, k = rotate_first(q, cos, sin, r), rotate_first(k, cos, sin, r)
         kept = 0 if past is None else past[0].size(2)  # P
         k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
         # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
@@ -287,12 +339,43 @@ class CausalSelfAttention(AttentionCore):
         assert weights is not None, "attend_heads returns the weights when asked"
         return out, (k, v), weights
 
+    def check_entry(self, entry, N: int, length: int, kept: int, weight: Tensor, layer: int) -> None:
+        """A softmax layer's entry: (keys, values), (N, h_kv, kept, d) each, in the model's dtype and device."""
+        if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
+            raise TypeError(f"cache layer {layer} must be a (keys, values) pair of tensors, got {entry!r:.80}")
+        expected = (N, self.num_kv_heads, kept, self.head_dim)
+        held = f"T = {length} as in layer 0" if kept == length else f"the last {kept} of T = {length} tokens"
+        for name, tensor in zip(("keys", "values"), entry, strict=True):
+            if tuple(tensor.shape) != expected:
+                raise ValueError(
+                    f"cache layer {layer} holds {name} of shape {tuple(tensor.shape)} (N, h_kv, T, d) but this "
+                    f"call needs {expected} (batch size N = {N}, h_kv = {self.num_kv_heads}, {held}, "
+                    f"d = {self.head_dim}): a cache serves one model and one batch; make one with model.new_cache()"
+                )
+            if tensor.dtype != weight.dtype or tensor.device != weight.device:
+                raise TypeError(
+                    f"cache layer {layer} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
+                    f"is {weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving "
+                    "the model"
+                )
 
-def _rotate_first(x: Tensor, cos: Tensor, sin: Tensor, r: int) -> Tensor:
-    """Rotate the first r of x's d features (..., T, d) pair by pair; the other d - r pass unrotated."""
-    if r == x.size(-1):
-        return rotate_pairs(x, cos, sin)
-    return torch.cat((rotate_pairs(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+    def cache_numbers_per_token(self) -> int:
+        """2 · h_kv · d: a key and a value per key/value head."""
+        return 2 * self.num_kv_heads * self.head_dim
+
+
+@register_kind("local")
+class LocalAttention(CausalSelfAttention):
+    """The kind "local": a ``CausalSelfAttention`` that sees a window of ``config.window`` tokens and rotates
+    by ``config.local_rotary_base`` (``rotary_base`` if None); a rolling cache keeps its window only."""
+
+    @classmethod
+    def window_from(cls, config: GPTConfig) -> int | None:
+        return config.window
+
+    @classmethod
+    def rotary_base_from(cls, config: GPTConfig) -> float | None:
+        return config.rotary_base if config.local_rotary_base is None else config.local_rotary_base
 
 
 class DecoderBlock(nn.Module):
@@ -330,16 +413,9 @@ class DecoderBlock(nn.Module):
         return (x + fed, present, *weights)
 
 
-def _attention(config: GPTConfig, layer: int) -> CausalSelfAttention | DeltaRuleAttention:
-    """Layer ``layer``'s attention: softmax (``CausalSelfAttention``) or, for a "linear" or "delta" kind, a
-    ``DeltaRuleAttention`` with the same heads and positions."""
-    kind = None if config.layer_kinds is None else config.layer_kinds[layer]
-    if kind not in STATE_KINDS:
-        return CausalSelfAttention(config, layer)
-    rotary = config.positions == "rotary"
-    return DeltaRuleAttention(
-        config.embed_dim, config.num_heads, config.head_dim, kind, rotary, config.layer_rotary_base(layer)
-    )
+def _attention(config: GPTConfig, layer: int) -> LayerKind:
+    """Layer ``layer``'s attention: built by the class registered for its kind (``helpers.layer_kind``)."""
+    return kind_class(config.layer_kind(layer)).from_config(config, layer)
 
 
 def _norm(config: GPTConfig) -> nn.Module:
@@ -370,73 +446,40 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight  # one (V, E) matrix: embedding and output layer
+        # Read once here, so that the forward pass and the cache code read no switch: Gemma's sqrt(E) factor
+        # (None: none), and the rotary bases the layers share (none without rotary positions).
+        self.embed_factor = math.sqrt(config.embed_dim) if config.embed_scale else None
+        self.rotary_dim = config.rotary_dim if config.positions == "rotary" else None
 
     def embed(self, ids: Tensor, start: int = 0) -> Tensor:
         """Token vectors (N, L, E) of ``ids`` (N, L) at positions start .. start + L - 1 (sinusoidal added; times
         sqrt(E) with ``embed_scale``, which makes them as large as the residual stream Gemma trained with)."""
         x = self.token_embedding(ids)
-        if self.config.embed_scale:
-            x = x * torch.tensor(math.sqrt(self.config.embed_dim), dtype=x.dtype)  # rounded to x's dtype first
+        if self.embed_factor is not None:
+            x = x * torch.tensor(self.embed_factor, dtype=x.dtype)  # rounded to x's dtype first
         return x if self.positional is None else self.positional(x, start=start)
 
     def _check_cache(self, cache: KVCache, N: int) -> None:
-        """Refuse a cache this call cannot extend: another model's, another depth, batch or head layout, a
-        dtype or device other than the model's, or layers that disagree with each other (every layer is checked).
-        """
+        """Refuse a cache this call cannot extend: another model's, another depth, a bound that hides tokens a
+        layer may see, entries of another batch, layout, dtype or device, or layers that disagree with each other
+        (every layer is checked, each by its own kind)."""
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-        c = self.config
-        if len(cache.layers) != c.num_layers:
+        layers = self.attention_layers
+        if len(cache.layers) != len(layers):
             raise ValueError(
-                f"cache has {len(cache.layers)} layers but this model has {c.num_layers}: "
+                f"cache has {len(cache.layers)} layers but this model has {len(layers)}: "
                 f"make one with model.new_cache()"
             )
+        cache.check_fits(layers)
         if not cache.check_filled_together():
             cache.check_owner(self)
             return
-        length = cache.length
-        dtype, device = self.lm_head.weight.dtype, self.lm_head.weight.device
-        for index, entry in enumerate(cache.layers):
-            if isinstance(self.blocks[index].attention, DeltaRuleAttention):
-                self._check_state(entry, index, N)
-                continue
-            if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
-                raise TypeError(f"cache layer {index} must be a (keys, values) pair of tensors, got {entry!r:.80}")
-            keep = cache.keep[index]  # a rolling cache keeps a local layer's last window of tokens only
-            kept = length if keep is None else min(length, keep)
-            expected = (N, c.num_kv_heads, kept, c.head_dim)
-            held = f"T = {length} as in layer 0" if keep is None else f"the last {kept} of T = {length} tokens"
-            for name, tensor in zip(("keys", "values"), entry, strict=True):
-                if tuple(tensor.shape) != expected:
-                    raise ValueError(
-                        f"cache layer {index} holds {name} of shape {tuple(tensor.shape)} (N, h_kv, T, d) but this "
-                        f"call needs {expected} (batch size N = {N}, h_kv = {c.num_kv_heads}, {held}, "
-                        f"d = {c.head_dim}): a cache serves one model and one batch; make one with "
-                        "model.new_cache()"
-                    )
-                if tensor.dtype != dtype or tensor.device != device:
-                    raise TypeError(
-                        f"cache layer {index} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
-                        f"is {dtype} on {device}: make a new cache with model.new_cache() after moving the model"
-                    )
+        length, weight = cache.length, self.lm_head.weight
+        for index, (layer, entry, keep) in enumerate(zip(layers, cache.layers, cache.keep, strict=True)):
+            kept = length if keep is None else min(length, keep)  # a rolling cache keeps a window's tokens only
+            layer.check_entry(entry, N, length, kept, weight, index)
         cache.check_owner(self)  # last: a cache of other sizes gets the message that names them
-
-    def _check_state(self, entry, index: int, N: int) -> None:
-        """A "linear" or "delta" layer's cache entry: ``(state,)``, (N, h, d, d), in the model's dtype and device."""
-        c, weight = self.config, self.lm_head.weight
-        kind = c.layer_kinds[index] if c.layer_kinds is not None else None  # a state layer always has its kind
-        expected = (N, c.num_heads, c.head_dim, c.head_dim)
-        state = entry[0] if isinstance(entry, tuple) and len(entry) == 1 else None
-        if not isinstance(state, Tensor) or tuple(state.shape) != expected:
-            raise ValueError(
-                f"cache layer {index} (kind {kind!r}) must hold (state,), a state (N, h, d, d) = "
-                f"{expected}, got {entry!r:.80}: make one with model.new_cache()"
-            )
-        if state.dtype != weight.dtype or state.device != weight.device:
-            raise TypeError(
-                f"cache layer {index} holds a state of dtype {state.dtype} on {state.device} but the model is "
-                f"{weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving the model"
-            )
 
     def run(self, x: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
         """Blocks, final norm and output layer: token vectors (N, L, E) -> logits (N, L, V)
@@ -444,13 +487,17 @@ class GPT(nn.Module):
         layer runs on the last position alone, logits (N, 1, V): all a generation step needs."""
         if cache is not None:
             self._check_cache(cache, x.size(0))
+        return self._run_checked(x, cache, need_weights, last_only)
+
+    def _run_checked(self, x: Tensor, cache: KVCache | None, need_weights: bool, last_only: bool):
+        """``run`` with a cache already checked (``forward`` checks it before reading its length)."""
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + x.size(1), device=x.device)  # (L,)
         rotations = self._rotations(positions, x.dtype)
         presents, all_weights = [], []
-        for index, block in enumerate(self.blocks):
+        for index, (block, layer) in enumerate(zip(self.blocks, self.attention_layers, strict=True)):
             past = None if cache is None else cache.layers[index]
-            rotation = rotations.get(self._rotary_base(block))
+            rotation = rotations.get(layer.rotary_base)
             x, present, *weights = block(x, positions, past, need_weights, rotation)
             presents.append(present)
             all_weights += weights
@@ -459,20 +506,19 @@ class GPT(nn.Module):
             cache.update(self, presents, length=start + x.size(1))
         return (logits, all_weights) if need_weights else logits
 
-    def _rotary_base(self, block: nn.Module) -> float:
-        """A block's rotary base: its attention's (a layer's kind), or the config's for an attention that places
-        its rotations itself (lesson 11's latent attention has no base of its own)."""
-        return getattr(block.attention, "rotary_base", self.config.rotary_base)
+    def _rotary_base(self, block: nn.Module) -> float | None:
+        """A block's rotary base: its layer's (None: a layer that places its rotations itself)."""
+        return cast(LayerKind, block.attention).rotary_base
 
-    def _rotations(self, positions: Tensor, dtype: torch.dtype) -> dict[float, tuple[Tensor, Tensor]]:
-        """The (cos, sin) of ``positions``, (L, d / 2) each, by rotary base: computed once for all the layers that
+    def _rotations(self, positions: Tensor, dtype: torch.dtype) -> dict[float | None, tuple[Tensor, Tensor]]:
+        """The (cos, sin) of ``positions``, (L, r / 2) each, by rotary base: computed once for all the layers that
         share a base (one base for a Llama; Gemma's local and global layers have one each). Empty if not rotary."""
-        if self.config.positions != "rotary":
+        if self.rotary_dim is None:
             return {}
-        bases = {self._rotary_base(block) for block in self.blocks}
-        rotations = {}
+        bases = {layer.rotary_base for layer in self.attention_layers if layer.rotary_base is not None}
+        rotations: dict[float | None, tuple[Tensor, Tensor]] = {}
         for base in bases:
-            cos, sin = rotary_cos_sin(positions, self.config.rotary_dim, base, dtype)
+            cos, sin = rotary_cos_sin(positions, self.rotary_dim, base, dtype)
             rotations[base] = cos.to(positions.device), sin.to(positions.device)
         return rotations
 
@@ -495,8 +541,8 @@ class GPT(nn.Module):
             raise ValueError(f"x must be a residual stream (N, L, E) with E = {self.config.embed_dim}, got {shape}")
         positions = torch.arange(x.size(1), device=x.device)
         rotations = self._rotations(positions, x.dtype)
-        for block in self.blocks[layer:]:
-            x, _ = block(x, positions, None, False, rotations.get(self._rotary_base(block)))
+        for block, attention in zip(self.blocks[layer:], self.attention_layers[layer:], strict=True):
+            x, _ = block(x, positions, None, False, rotations.get(attention.rotary_base))
         return self._read_out(x, last_only)
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, need_weights: bool = False, last_only: bool = False):
@@ -516,16 +562,22 @@ class GPT(nn.Module):
             )
         if ids.dtype not in (torch.int32, torch.int64):  # uint8, int16, …: in range, but nn.Embedding takes these two
             ids = ids.long()
-        return self.run(self.embed(ids, start=0 if cache is None else cache.length), cache, need_weights, last_only)
+        x = self.embed(ids, start=0 if cache is None else cache.length)
+        return self._run_checked(x, cache, need_weights, last_only)  # the cache was checked above, once
 
     @property
     def decoder_blocks(self) -> list[DecoderBlock]:
         """The blocks, in order, as their type (an nn.ModuleList yields plain Modules to a type checker)."""
         return cast(list[DecoderBlock], list(self.blocks))
 
+    @property
+    def attention_layers(self) -> list[LayerKind]:
+        """Each block's attention layer, in order, as a ``LayerKind`` (what the cache code asks)."""
+        return [cast(LayerKind, block.attention) for block in self.blocks]
+
     def layer_windows(self) -> list[int | None]:
         """Each layer's window as it attends now (None: every earlier token; a delta-rule layer has none)."""
-        return [cast(int | None, block.attention.window) for block in self.decoder_blocks]
+        return [layer.window for layer in self.attention_layers]
 
     def new_cache(self, rolling: bool = False) -> KVCache:
         """An empty ``KVCache`` for this model (it refuses to serve another).
@@ -535,7 +587,7 @@ class GPT(nn.Module):
         every token. The outputs are the same as with a full cache (tested)."""
         if not isinstance(rolling, bool):
             raise TypeError(f"rolling must be True or False, got {rolling!r}")
-        keep = self.layer_windows() if rolling else None
+        keep = [layer.rolling_keep() for layer in self.attention_layers] if rolling else None
         return KVCache(len(self.blocks), owner=self, keep=keep)
 
 

@@ -240,6 +240,13 @@ class KVCache:
         """What a layer keeps of its entry after a step: its last ``keep`` tokens (a variant keeps others)."""
         return _last(entry, keep)
 
+    def check_fits(self, layers: list) -> None:
+        """Refuse bounds (``keep``) that would hide keys the model's ``layers`` may still read: each layer's kind
+        says what it needs (``helpers.layer_kind.LayerKind.check_keep``). A variant of the cache whose bounds
+        follow another rule (``helpers.streaming.StreamingCache``) overrides this."""
+        for index, (layer, keep) in enumerate(zip(layers, self.keep, strict=True)):
+            layer.check_keep(keep, index)
+
     def check_filled_together(self) -> bool:
         """Whether the layers hold tokens: True if every layer does, False if none does; refuse a cache in which
         only some do (a step stores every layer at once, so such a cache was edited by hand or half-copied)."""

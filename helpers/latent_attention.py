@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import torch
@@ -48,6 +48,7 @@ from helpers.attention import AttentionCore, merge_heads, repeat_kv_heads, split
 from helpers.attention import attend as core_attend
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
 from helpers.kv_cache import KVCache, cache_bytes_per_token
+from helpers.layer_kind import LayerKind, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
@@ -59,6 +60,7 @@ __all__ = [
     "LatentGPT",
     "MultiHeadLatentAttention",
     "attend",
+    "attend_keeping_weights",
     "cache_bytes_per_token",
     "gpt_to_latent",
     "latent_from_gqa",
@@ -149,7 +151,9 @@ class LatentConfig:
 # ---------------------------------------------------------------------------------------------
 # Scores -> weights -> weighted sum: the attention core's, with the weights kept
 # ---------------------------------------------------------------------------------------------
-def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+def attend_keeping_weights(
+    query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
     """Masked softmax attention: query (N, h, L, D), key (N, h or 1, T, D), value (N, h or 1, T, D_v), mask
     (L, T) **True = may attend** (the core's convention, as ``F.scaled_dot_product_attention``'s) -> (outputs
     (N, h, L, D_v), weights (N, h, L, T)).
@@ -164,6 +168,11 @@ def attend(query: Tensor, key: Tensor, value: Tensor, may_attend: Tensor, scale:
     return out, weights
 
 
+# The name lesson 11's tests knew it by; ``helpers.attention.attend`` is the core's own, which returns None for
+# the weights unless asked: one name per idea, this one kept as an alias.
+attend = attend_keeping_weights
+
+
 def _check_flag(name: str, value) -> None:
     if not isinstance(value, bool):  # "no" or 0.0 would otherwise be read as a truth value
         raise TypeError(f"{name} must be True or False, got {value!r}")
@@ -172,7 +181,8 @@ def _check_flag(name: str, value) -> None:
 # ---------------------------------------------------------------------------------------------
 # The layer
 # ---------------------------------------------------------------------------------------------
-class MultiHeadLatentAttention(AttentionCore):
+@register_kind("latent")
+class MultiHeadLatentAttention(LayerKind, AttentionCore):
     """Causal self-attention with a latent KV cache; a drop-in for ``helpers.gpt.CausalSelfAttention``, and, like
     it, a variant of the attention core (``helpers.attention.AttentionCore``): ``weights_from_scores`` (or an
     override of ``scores_to_weights``) replaces the softmax in both forms, called with scores (N, h, L, T), the
@@ -188,7 +198,32 @@ class MultiHeadLatentAttention(AttentionCore):
     - ``out_proj`` W_O (E, h·d), whose input is the heads' outputs side by side (head hooks work on it).
 
     ``absorbed`` (attribute, or the forward argument) selects the absorbed form; both give the same numbers.
+
+    As a kind of ``GPT`` layer ("latent") it is built from ``GPTConfig.kind_settings["latent"]``, a
+    ``LatentConfig``; it places its rotations itself (``rotary_base`` None: it takes no shared (cos, sin)),
+    carries none of the softmax layer's switches, and its cache entry is (c (N, T, d_c), k^R (N, T, d_R)).
     """
+
+    @classmethod
+    def check_config(cls, config, layer: int) -> None:
+        latent = (config.kind_settings or {}).get("latent")
+        if not isinstance(latent, LatentConfig):
+            raise ValueError(
+                f"layer {layer} is latent attention: its sizes come from kind_settings['latent'], a LatentConfig; "
+                f"got {type(latent).__name__}"
+            )
+        if latent.embed_dim != config.embed_dim:
+            raise ValueError(f"latent.embed_dim ({latent.embed_dim}) must equal the model's E ({config.embed_dim})")
+        if config.positions == "sinusoidal":
+            raise ValueError("latent attention places rotary positions itself: use positions 'rotary' or 'none'")
+
+    @classmethod
+    def rotary_base_from(cls, config) -> float | None:
+        return None
+
+    @classmethod
+    def from_config(cls, config, layer: int) -> MultiHeadLatentAttention:
+        return cls(config.kind_settings["latent"])
 
     def __init__(self, config: LatentConfig) -> None:
         super().__init__()
@@ -370,6 +405,29 @@ class MultiHeadLatentAttention(AttentionCore):
         out, weights = self._attend(q, key, value, may_attend, positions, scale)  # (N, h, L, d_c)
         return torch.einsum("nhlc,hec->nle", out, latent_to_out), weights  # (N, L, E)
 
+    # -- its cache entry, as a kind of GPT layer --------------------------------------------------
+    def check_entry(self, entry, N: int, length: int, kept: int, weight: Tensor, layer: int) -> None:
+        """The entry (c (N, T, d_c), k^R (N, T, d_R)) of all T = ``length`` tokens, in the model's dtype."""
+        lat = self.config
+        if not (isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(t, Tensor) for t in entry)):
+            raise TypeError(f"cache layer {layer} must be a (latents, rotary keys) pair of tensors, got {entry!r:.80}")
+        if tuple(entry[0].shape) != (N, kept, lat.latent_dim) or tuple(entry[1].shape) != (N, kept, lat.rotary_dim):
+            raise ValueError(
+                f"cache layer {layer} holds latents {tuple(entry[0].shape)} and rotary keys "
+                f"{tuple(entry[1].shape)}, but this call needs (N, T, d_c) = ({N}, {kept}, {lat.latent_dim}) and "
+                f"(N, T, d_R) = ({N}, {kept}, {lat.rotary_dim}): a cache serves one model and one batch"
+            )
+        for name, tensor in zip(("latents", "rotary keys"), entry, strict=True):
+            if tensor.dtype != weight.dtype or tensor.device != weight.device:
+                raise TypeError(
+                    f"cache layer {layer} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
+                    f"is {weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving it"
+                )
+
+    def cache_numbers_per_token(self) -> int:
+        """d_c + d_R: the latent and the decoupled rotary key."""
+        return self.config.latent_dim + self.config.rotary_dim
+
 
 # ---------------------------------------------------------------------------------------------
 # The cache and the model
@@ -387,20 +445,22 @@ class LatentCache(KVCache):
 
 
 class LatentGPT(GPT):
-    """``helpers.gpt.GPT`` whose every block attends with ``MultiHeadLatentAttention`` and caches latents.
+    """A ``helpers.gpt.GPT`` whose every layer is of kind "latent" (``MultiHeadLatentAttention``), caching latents.
 
     The GPT config gives everything but the attention (its ``positions`` must be "rotary" or "none": the
-    latent layers place their rotations themselves); ``latent`` gives the attention's sizes. ``generate``
-    works unchanged: ``new_cache()`` makes a ``LatentCache``."""
+    latent layers place their rotations themselves); ``latent`` gives the attention's sizes. The model's
+    ``config`` is that config with ``layer_kinds`` all "latent" and ``kind_settings={"latent": latent}``, the
+    same model ``GPT(config)`` builds from it. Here the layers are first drawn as softmax layers and then
+    replaced, so that a seed gives the weights lesson 11 was run with. ``generate`` works unchanged:
+    ``new_cache()`` makes a ``LatentCache``."""
 
     def __init__(self, config: GPTConfig, latent: LatentConfig) -> None:
         if not isinstance(latent, LatentConfig):
             raise TypeError(f"latent must be a LatentConfig, got {type(latent).__name__}")
-        if latent.embed_dim != config.embed_dim:
-            raise ValueError(f"latent.embed_dim ({latent.embed_dim}) must equal the model's E ({config.embed_dim})")
-        if config.positions == "sinusoidal":
-            raise ValueError("latent attention places rotary positions itself: use positions 'rotary' or 'none'")
-        super().__init__(config)
+        kinds = replace(config, layer_kinds=("latent",) * config.num_layers, kind_settings={"latent": latent})
+        softmax = replace(config, layer_kinds=None, kind_settings=None)
+        super().__init__(softmax)  # the softmax layers' draws first: the seeded weights of earlier runs
+        self.config = kinds
         self.latent_config = latent
         for block in self.blocks:
             block.attention = MultiHeadLatentAttention(latent)
@@ -417,6 +477,8 @@ class LatentGPT(GPT):
         return LatentCache(len(self.blocks), self.latent_config, owner=self)
 
     def _check_cache(self, cache, N: int) -> None:
+        """A ``LatentCache`` made for this latent configuration, then what every model checks (each layer's
+        entry by its kind)."""
         if not isinstance(cache, LatentCache):
             raise TypeError(
                 f"this model caches latents: cache must be a LatentCache (model.new_cache()), got "
@@ -439,17 +501,7 @@ class LatentGPT(GPT):
                 f"{', '.join(f'{n} = {getattr(cache.config, n)!r}, not {getattr(lat, n)!r}' for n in differ)}): "
                 "make one with model.new_cache()"
             )
-        filled = cache.check_filled_together()
-        T = cache.length
-        for index, entry in enumerate(cache.layers if filled else []):
-            assert entry is not None, "check_filled_together: every layer is filled"
-            if tuple(entry[0].shape) != (N, T, lat.latent_dim) or tuple(entry[1].shape) != (N, T, lat.rotary_dim):
-                raise ValueError(
-                    f"cache layer {index} holds latents {tuple(entry[0].shape)} and rotary keys "
-                    f"{tuple(entry[1].shape)}, but this call needs (N, T, d_c) = ({N}, {T}, {lat.latent_dim}) and "
-                    f"(N, T, d_R) = ({N}, {T}, {lat.rotary_dim}): a cache serves one model and one batch"
-                )
-        cache.check_owner(self)
+        super()._check_cache(cache, N)
 
 
 # ---------------------------------------------------------------------------------------------

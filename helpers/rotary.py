@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["apply_rotary", "rotary_angles", "rotary_cos_sin", "rotate_pairs"]
+__all__ = ["apply_rotary", "rotary_angles", "rotary_cos_sin", "rotate_first", "rotate_pairs"]
 
 
 def _check_base(base: float) -> None:
@@ -69,6 +69,14 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     a, b = x[..., 0::2], x[..., 1::2]  # (..., T, d / 2): the first and second feature of every pair
     rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)  # (..., T, d / 2, 2)
     return rotated.flatten(-2)  # pairs back in place: (..., T, d)
+
+
+def rotate_first(x: Tensor, cos: Tensor, sin: Tensor, r: int) -> Tensor:
+    """Rotate the first r of x's d features (..., T, d) pair by pair (cos and sin (T, r / 2)); the other d - r
+    pass unrotated (partial rotary, Qwen3-Next's ``partial_rotary_factor``)."""
+    if r == x.size(-1):
+        return rotate_pairs(x, cos, sin)
+    return torch.cat((rotate_pairs(x[..., :r], cos, sin), x[..., r:]), dim=-1)
 
 
 def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = 10000.0) -> Tensor:

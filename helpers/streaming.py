@@ -128,6 +128,15 @@ class StreamingCache(KVCache):
         self.window, self.sinks = window, sinks
         super().__init__(len(model.blocks), owner=model, keep=[sinks + window - 1] * len(model.blocks))
 
+    def check_fits(self, layers: list) -> None:
+        """Its bound is StreamingLLM's, on purpose: every layer must see every earlier token (no window of its
+        own), and the cache, not the layer, then decides what one-token steps read."""
+        windowed = [i for i, layer in enumerate(layers) if getattr(layer, "window", None) is not None]
+        if windowed:
+            raise ValueError(
+                f"a streaming cache serves layers without a window of their own; layers {windowed} have one"
+            )
+
     def _kept(self, entry: Entry, keep: int | None) -> Entry:
         """The first ``sinks`` tokens and the last ``window - 1`` of an entry (dim -2), copied."""
         length = entry[0].size(-2)

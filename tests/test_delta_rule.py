@@ -6,6 +6,8 @@ generate from a constant-size state what a full forward pass gives; and the stat
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -303,3 +305,57 @@ def test_recurrent_state_bytes_counts_and_refuses_bad_sizes():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="must be a positive int"):
             recurrent_state_bytes(2, bad, 8, 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# The numeric edges: both forms accept the same inputs and refuse the same ones
+# ---------------------------------------------------------------------------------------------
+def _edge_inputs(T: int = 7, dtype=torch.float32):
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, T, 4, generator=g)
+    k = torch.nn.functional.normalize(torch.randn(1, 2, T, 4, generator=g), dim=-1)
+    v = torch.randn(1, 2, T, 4, generator=g)
+    beta, log_alpha = torch.rand(1, 2, T, generator=g), -torch.rand(1, 2, T, generator=g)
+    return [t.to(dtype) for t in (q, k, v, beta, log_alpha)]
+
+
+def _both_forms(q, k, v, beta, log_alpha):
+    return delta_rule_recurrent(q, k, v, beta, log_alpha), delta_rule_chunked(q, k, v, beta, log_alpha, chunk_size=3)
+
+
+@pytest.mark.parametrize(
+    "edit, error, message",
+    [
+        (lambda t: t[4].index_fill_(2, torch.tensor([3]), -math.inf), ValueError, "log_alpha must be <= 0 and finite"),
+        (lambda t: t[4].index_fill_(2, torch.tensor([3]), math.nan), ValueError, "log_alpha must be <= 0 and finite"),
+        (lambda t: t[3].index_fill_(2, torch.tensor([1]), 1.5), ValueError, r"beta must be in \[0, 1\]"),
+        (lambda t: t[3].index_fill_(2, torch.tensor([1]), -0.1), ValueError, r"beta must be in \[0, 1\]"),
+        (lambda t: t[3].index_fill_(2, torch.tensor([1]), math.nan), ValueError, r"beta must be in \[0, 1\]"),
+        (lambda t: t.__setitem__(2, t[2].double()), TypeError, "share one dtype and device.*v torch.float64"),
+    ],
+)
+def test_both_forms_refuse_the_same_inputs_clearly(edit, error, message):
+    inputs = _edge_inputs()
+    edit(inputs)
+    for form in (delta_rule_recurrent, delta_rule_chunked):
+        with pytest.raises(error, match=message):
+            form(*inputs)
+
+
+def test_both_forms_agree_at_the_edges_they_accept():
+    q, k, v, beta, log_alpha = _edge_inputs()
+    log_alpha[:, :, 3] = -30.0  # forget (almost) everything at token 3: finite in both forms
+    beta[:, :, 2], beta[:, :, 4] = 0.0, 1.0  # the ends of [0, 1]
+    (out, state), (chunked, chunked_state) = _both_forms(q, k, v, beta, log_alpha)
+    assert torch.isfinite(chunked).all()
+    torch.testing.assert_close(chunked, out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(chunked_state, state, atol=1e-5, rtol=1e-5)
+    empty = [t[:, :, :0] for t in (q, k, v, beta, log_alpha)]  # T = 0: no output, the initial state back
+    for result, _ in zip(_both_forms(*empty), range(2), strict=True):
+        assert result[0].shape == (1, 2, 0, 4) and torch.equal(result[1], torch.zeros(1, 2, 4, 4))
+    half = _edge_inputs(dtype=torch.float16)  # 16-bit: the chunked form solves in float32, returns float16
+    (out16, _), (chunked16, _) = _both_forms(*half)
+    reference, _ = delta_rule_recurrent(*_edge_inputs())
+    assert out16.dtype == chunked16.dtype == torch.float16
+    torch.testing.assert_close(chunked16.float(), reference, atol=3e-3, rtol=3e-3)
+    torch.testing.assert_close(out16.float(), reference, atol=3e-3, rtol=3e-3)

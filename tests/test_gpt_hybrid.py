@@ -162,13 +162,19 @@ def test_rolling_cache_generates_what_a_full_recompute_does_and_keeps_only_the_w
             windows = [WINDOW if kind == "local" else None for kind in KINDS]
             assert cache.nbytes() == rolling_kv_cache_bytes(windows, 2, 16, t + 1, bytes_per_number=4, batch_size=2)
     assert cache.length == rolled.size(1)
-    # The test can fail: a cache that keeps two tokens fewer than the window changes what the local layers read
-    # (W - 1 earlier tokens are exactly what a one-token step's query can reach: the window itself is kept).
+    # A cache that keeps two tokens fewer than the window would change what the local layers read (W - 1
+    # earlier tokens are exactly what a query can reach): a cache cannot disagree with its model, so it is refused.
     short = KVCache(6, owner=model, keep=[WINDOW - 2 if kind == "local" else None for kind in KINDS])
-    with torch.no_grad():
+    with torch.no_grad(), pytest.raises(ValueError, match=r"cache layer 0 keeps only the last 2 tokens.*'local'"):
         model(rolled[:, :3], short)
-        steps = [model(rolled[:, t : t + 1], short, last_only=True)[:, -1] for t in range(3, rolled.size(1) - 1)]
-    assert not torch.allclose(torch.stack(steps, 1), recomputed_logits[:, 1:], atol=1e-3)
+    # The least a cache may keep, W - 1, gives the full recompute's logits.
+    least = KVCache(6, owner=model, keep=[WINDOW - 1 if kind == "local" else None for kind in KINDS])
+    with torch.no_grad():
+        model(rolled[:, :3], least)
+        steps = [model(rolled[:, t : t + 1], least, last_only=True)[:, -1] for t in range(3, rolled.size(1) - 1)]
+    torch.testing.assert_close(torch.stack(steps, 1), recomputed_logits[:, 1:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"cache layer 5 keeps only the last 9 tokens.*every earlier token"):
+        model(rolled[:, :1], KVCache(6, keep=[None] * 5 + [9]))
 
 
 def test_a_long_prompt_fills_a_rolling_cache_in_one_step():

@@ -132,6 +132,10 @@ def test_models_with_their_own_window_and_bad_sizes_are_refused(ids):
     model(ids[:, :5], cache=cache)
     cache.layers = [(k[..., 1:, :], v[..., 1:, :]) for k, v in cache.layers]  # no longer every key since 0
     cache._length = 5
-    cache.keep = [4, 4]
-    with streaming_attention(model, 3, 1), pytest.raises(ValueError, match="needs every key since position 0"):
+    cache.keep = [4, 4]  # a bound on layers that see every earlier token: the cache disagrees with its model
+    with streaming_attention(model, 3, 1), pytest.raises(ValueError, match="keeps only the last 4 tokens"):
         model(ids[:, 5:6], cache=cache)
+    streaming = StreamingCache(model, 3, 1)  # the same bound, StreamingLLM's on purpose: the hook's own check
+    model(ids[:, :5], cache=streaming)
+    with streaming_attention(model, 3, 1), pytest.raises(ValueError, match="needs every key since position 0"):
+        model(ids[:, 5:6], cache=streaming)

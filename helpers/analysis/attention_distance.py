@@ -96,8 +96,12 @@ def attention_distances(
 
 
 def layer_kinds(model: GPT) -> tuple[str, ...]:
-    """Each layer's kind as it attends now: "local" (it has a window) or "global" (none)."""
-    return tuple("global" if window is None else "local" for window in model.layer_windows())
+    """Each layer's kind as it attends now: a softmax layer "local" (it has a window) or "global" (none), even
+    when made local for an experiment; any other layer its kind's name ("delta", "linear", "latent", ...)."""
+    return tuple(
+        ("global" if layer.window is None else "local") if layer.takes_a_window else layer.kind
+        for layer in model.attention_layers
+    )
 
 
 @dataclass(frozen=True)

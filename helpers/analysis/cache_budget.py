@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from helpers.analysis.circuits import PhaseChange, repeated_loss, train_on_repeated_batches
 from helpers.gpt import GPT, GPTConfig
-from helpers.kv_cache import layer_cache_numbers
 from helpers.latent_attention import LatentConfig, LatentGPT
 
 __all__ = ["KINDS", "TrainedVariant", "build_variant", "cache_numbers_per_layer", "train_repeated"]
@@ -55,15 +54,16 @@ def build_variant(
 
 
 def cache_numbers_per_layer(model: GPT) -> int:
-    """Numbers one token adds to one layer's cache: 2·h_kv·d for a GPT, d_c + d_R for a ``LatentGPT``
-    (``helpers.kv_cache.layer_cache_numbers``, read from the model's configuration)."""
-    if isinstance(model, LatentGPT):
-        latent = model.latent_config
-        return layer_cache_numbers("MLA", latent_dim=latent.latent_dim, rotary_dim=latent.rotary_dim)
+    """Numbers one token adds to one layer's cache: 2·h_kv·d for a softmax layer, d_c + d_R for a latent one
+    (each layer's kind counts its own, ``cache_numbers_per_token``; the model's layers must agree)."""
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a helpers.gpt.GPT or LatentGPT, got {type(model).__name__}")
-    c = model.config
-    return layer_cache_numbers("GQA", c.head_dim, c.num_heads, c.num_kv_heads)
+    numbers = {layer.cache_numbers_per_token() for layer in model.attention_layers}
+    if len(numbers) != 1:
+        raise ValueError(
+            f"the model's layers cache different numbers per token ({sorted(numbers)}): count them by layer"
+        )
+    return numbers.pop()
 
 
 @dataclass

@@ -148,8 +148,8 @@ def answer_greedily(model: GPT, tokenizer, ids: Tensor, new_tokens: int = 8, rol
 
 
 def global_layers(model: GPT) -> tuple[int, ...]:
-    """The layers that attend to every earlier token now (no window)."""
-    return tuple(i for i, window in enumerate(model.layer_windows()) if window is None)
+    """The softmax layers that attend to every earlier token now (no window; a delta layer has none to set)."""
+    return tuple(i for i, layer in enumerate(model.attention_layers) if layer.takes_a_window and layer.window is None)
 
 
 @contextmanager
@@ -168,6 +168,9 @@ def made_local(model: GPT, layers: Iterable[int], window: int | None = None) -> 
     bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers]
     if bad:
         raise ValueError(f"layers must be ints in 0 .. {n_layers - 1} (the model's layers), got {bad}")
+    windowless = [i for i in layers if not model.attention_layers[i].takes_a_window]
+    if windowless:
+        raise ValueError(f"layers {windowless} have no window to set (kinds that do not read one)")
     local = [i for i in layers if model.layer_windows()[i] is not None]
     if local:
         raise ValueError(f"layers {local} are local already; made_local takes global layers {global_layers(model)}")

