@@ -33,7 +33,10 @@ endif
 # (python-jsonschema/jsonschema#1392). `import nbformat` 1.41 -> 0.21 s, measured.
 # The torch requirement is read from pyproject.toml, so it is written in one place.
 TORCH_REQUIREMENT := $(BIN)/python -c "import tomllib; print(next(r for r in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if r.startswith('torch')))"
+# The platform check comes first: on a machine the course does not support (Python < 3.11, an Intel Mac, native
+# Windows) it stops here, saying what to use instead, before anything is downloaded (course/platform_check.py).
 $(STAMP): pyproject.toml
+	$(PYTHON) course/platform_check.py
 	$(if $(VENV_MOVED),rm -rf $(VENV))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv

@@ -13,7 +13,7 @@ A release writes one student copy per lesson, with the same file name, into an o
     python -m course.assignments release --out DIR      # or: make release  (DIR = student/)
     python -m course.assignments release --out DIR --lessons 02 03 09   # only these lessons
     python -m course.assignments list                   # the exercises each lesson holds
-    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies (--jobs at once): rows, gradebook
+    python -m course.assignments check FILE.ipynb ...   # grade handed-in copies (--jobs at once; --hide-checks: exam)
     python -m course.assignments nbgrader               # nbgrader sources in classroom/source (--hide-checks: exam)
     python -m course.assignments collapse               # hide solution cells in JupyterLab (metadata only)
 
@@ -579,6 +579,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=usable_cores(),
         help="notebooks graded at once, each with one thread (default: the cores this process may use, %(default)s)",
     )
+    check_parser.add_argument(
+        "--hide-checks",
+        action="store_true",
+        help="exam mode: each row's message is the verdict alone (no hint, no expected value), for rows you pass on",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "release":
@@ -605,6 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sandboxed=not args.no_sandbox,
                 memory_mib=args.memory,
                 jobs=args.jobs,
+                exam=args.hide_checks,
             )
         else:
             _list(args.notebooks)

@@ -36,13 +36,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode, v4
 
 from course.grading import GRADING_ENV, sandbox
+from course.grading.exam import exam_message
 from course.grading.gradebook import (
     COLUMNS,
     NOTEBOOK_ROW,
@@ -565,6 +566,12 @@ def _row(result: CheckResult) -> list[str]:
     return [result.student, result.lesson, result.exercise, result.status, points, result.message]
 
 
+def _verdicts_only(report: SubmissionReport) -> SubmissionReport:
+    """``report`` with each verdict's message replaced by the verdict alone (exam mode); errors keep theirs."""
+    results = [replace(result, message=exam_message(result.status, result.message)) for result in report.results]
+    return replace(report, results=results)
+
+
 def _notebook_error(path: Path, problem: str) -> SubmissionReport:
     """The report of a notebook that could not be graded at all: one ``(notebook)`` error row saying why."""
     row = CheckResult(str(path), NOTEBOOK_ROW, "error", _one_line(problem), student_of(path), Path(path).stem, 0, 0)
@@ -661,8 +668,10 @@ def check_command(
     sandboxed: bool = True,
     memory_mib: int = 8192,
     jobs: int = 1,
+    exam: bool = False,
 ) -> int:
     """Check every notebook, ``jobs`` at a time: rows on stdout (TSV); the gradebook in ``out_dir`` gains them.
+    With ``exam`` each verdict row's message is the verdict alone (:mod:`course.grading.exam`): no hint.
 
     Exit status 1 if any row is ``error``, 2 if the batch or the gradebook already there is refused (nothing runs).
     """
@@ -694,6 +703,8 @@ def check_command(
         try:
             for path, outcome in zip(paths, in_workers(grade, list(paths), jobs, ONE_THREAD), strict=True):
                 report = _worker_died(path, outcome) if isinstance(outcome, WorkerDied) else outcome
+                if exam:
+                    report = _verdicts_only(report)
                 sys.stdout.write(table_text(map(_row, report.results), "\t"))
                 sys.stdout.flush()  # rows so far are safe even if the teacher stops the batch
                 # Into the gradebook at once: a checker killed with SIGKILL loses only the notebook in flight.

@@ -4,7 +4,8 @@ One row per student × lesson × exercise (``COLUMNS``), plus a ``(notebook)`` r
 notebook. Each ``check`` run *adds* to the gradebook: its rows replace the rows of the same student and lesson
 (a re-graded notebook replaces its old rows, a stale ``(notebook)`` error included), and every other row is
 kept, so grading lesson 02, then 03 and 09, keeps all three. ``totals.csv`` is computed from the whole gradebook:
-one row per student and lesson, and one ``(all lessons)`` row per student.
+one row per student and lesson (every lesson graded for anyone: a lesson not handed in scores 0 and says so), and
+one ``(all lessons)`` row per student (:func:`totals`).
 
 The files are data for a spreadsheet, never formulas:
 
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 COLUMNS = ("student", "lesson", "exercise", "verdict", "points", "message")
-TOTALS_COLUMNS = ("student", "lesson", "points", "out of", "not graded")
+TOTALS_COLUMNS = ("student", "lesson", "points", "out of", "not graded", "handed in")
 NOTEBOOK_ROW = "(notebook)"  # the exercise column of the row that says what stopped a notebook
 ALL_LESSONS = "(all lessons)"  # the lesson column of a student's total over every lesson
 # Every check is worth one point (course.grading.checker.GradedExercise.points); the gradebook's columns,
@@ -142,23 +143,42 @@ def merge(old: Sequence[Sequence[str]], new: Sequence[Sequence[str]]) -> list[li
 
 
 def totals(rows: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Per student: a row per lesson (points, out of, exercises not graded), then one over all lessons."""
-    table: dict[str, dict[str, list[int]]] = {}
+    """Per student: a row per released lesson (points, out of, not graded, handed in), then one over all lessons.
+
+    The released lessons are every lesson the gradebook holds rows for, and every student is totalled over all of
+    them: a lesson a student handed nothing in for scores 0 of its exercises and says ``no`` under "handed in", so
+    that "out of" is the same for the whole class. "Not graded" counts the exercises no verdict decided (rows
+    ``error``: the check could not run or did not finish), which score 0 until they are graded again; a notebook
+    that stopped before any exercise was graded (only its ``(notebook)`` row) counts every exercise of its lesson.
+    The ``(all lessons)`` row says how many lessons were handed in, as ``2 of 3``.
+    """
+    exercises: dict[str, list[str]] = {}  # lesson -> its exercises, as any student's rows name them
+    table: dict[str, dict[str, list[int]]] = {}  # student -> lesson -> [points, out of, not graded]
     for student, lesson, exercise, verdict, points, _ in rows:
-        lessons = table.setdefault(student, {})
+        known = exercises.setdefault(lesson, [])
+        entry = table.setdefault(student, {}).setdefault(lesson, [0, 0, 0])
         if exercise == NOTEBOOK_ROW:
-            lessons.setdefault(lesson, [0, 0, 0])  # a notebook that could not be read at all still shows
             continue
-        entry = lessons.setdefault(lesson, [0, 0, 0])
+        if exercise not in known:
+            known.append(exercise)
         entry[0] += int(points)
         entry[1] += POINTS_PER_CHECK
         entry[2] += verdict == "error"
     result = []
     for student in sorted(table):
-        for lesson, counts in sorted(table[student].items()):
-            result.append([student, lesson, *map(str, counts)])
-        overall = [sum(counts[i] for counts in table[student].values()) for i in range(3)]
-        result.append([student, ALL_LESSONS, *map(str, overall)])
+        handed_in = table[student]
+        counted = []
+        for lesson in sorted(exercises):
+            possible = len(exercises[lesson]) * POINTS_PER_CHECK
+            counts = handed_in.get(lesson)
+            if counts is None:
+                counts = [0, possible, 0]
+            elif counts[1] == 0:  # stopped before any exercise: none of them was graded
+                counts = [0, possible, len(exercises[lesson])]
+            counted.append(counts)
+            result.append([student, lesson, *map(str, counts), "yes" if lesson in handed_in else "no"])
+        overall = [sum(counts[i] for counts in counted) for i in range(3)]
+        result.append([student, ALL_LESSONS, *map(str, overall), f"{len(handed_in)} of {len(exercises)}"])
     return result
 
 

@@ -11,7 +11,11 @@ cells under that lesson's grading timeout (:class:`LessonTimeoutExecute`), as ``
 gives the nbgrader route the same table, read from nbgrader's ``gradebook.db`` after ``nbgrader autograde``: a row
 per student and lesson (an nbgrader assignment) with the points scored, the points possible and the cells not
 graded, then an ``(all lessons)`` row per student. nbgrader's points are its own (a cell's max score, 1 per check
-unless the teacher changed it), and "not graded" counts the cells nbgrader left for a manual grade.
+unless the teacher changed it). The two tables mean the same by each column: every released lesson (every
+assignment in the gradebook) is counted for every student, one not handed in as 0 of its points with ``no`` under
+"handed in", and "not graded" counts the exercises no verdict decided: a check whose verdict is ``[ERROR]`` in the
+autograded notebook (it could not run or did not finish; ``check``'s ``error`` rows), and a cell nbgrader left for
+a manual grade.
 """
 
 from __future__ import annotations
@@ -104,9 +108,10 @@ def write_config(course_root: Path) -> Path | None:
 
 
 def nbgrader_totals(database: Path) -> list[list[str]]:
-    """Per student, from nbgrader's gradebook ``database`` (its ``gradebook.db``): a row per lesson graded
-    (student, lesson, points, out of, not graded; ``TOTALS_COLUMNS``, as ``check``'s totals.csv), then one
-    ``(all lessons)`` row. A lesson a student handed nothing in for has no row, as in ``check``'s totals."""
+    """Per student, from nbgrader's gradebook ``database`` (its ``gradebook.db``): a row per released lesson
+    (student, lesson, points, out of, not graded, handed in; ``TOTALS_COLUMNS``, as ``check``'s totals.csv), then
+    one ``(all lessons)`` row. A lesson a student handed nothing in for scores 0 of its points and says ``no``;
+    "not graded" is read from the autograded notebooks beside the database (:func:`_errored_checks`)."""
     database = Path(database)
     if not database.is_file():  # nbgrader's Gradebook would create an empty database there
         raise FileNotFoundError(
@@ -117,27 +122,53 @@ def nbgrader_totals(database: Path) -> list[list[str]]:
         from nbgrader.api import Gradebook, MissingEntry
     except ImportError:
         raise ImportError("reading nbgrader's gradebook needs nbgrader: pip install -e '.[grading]'") from None
-    table: dict[str, dict[str, list[float]]] = {}
+    rows = []
     with Gradebook(f"sqlite:///{database}") as gradebook:
-        for assignment in gradebook.assignments:
-            for student in gradebook.students:
+        assignments = sorted(gradebook.assignments, key=lambda assignment: assignment.name)
+        for student in sorted(gradebook.students, key=lambda student: student.id):
+            counted, handed_in = [], 0
+            for assignment in assignments:
                 try:
                     submission = gradebook.find_submission(assignment.name, student.id)
                 except MissingEntry:
+                    counts = [0.0, float(assignment.max_score or 0.0), 0]
+                    rows.append([student.id, assignment.name, *_numbers(counts), "no"])
+                    counted.append(counts)
                     continue
-                entry = table.setdefault(student.id, {}).setdefault(assignment.name, [0.0, 0.0, 0])
+                handed_in += 1
+                counts = [0.0, 0.0, 0]
                 for notebook in submission.notebooks:
+                    errored = _errored_checks(database.parent, student.id, assignment.name, notebook.name)
                     for grade in notebook.grades:
-                        entry[0] += grade.score or 0.0
-                        entry[1] += grade.max_score or 0.0
-                        entry[2] += bool(grade.needs_manual_grade)
-    rows = []
-    for student in sorted(table):
-        for lesson, counts in sorted(table[student].items()):
-            rows.append([student, lesson, *_numbers(counts)])
-        overall = [sum(counts[i] for counts in table[student].values()) for i in range(3)]
-        rows.append([student, ALL_LESSONS, *_numbers(overall)])
+                        counts[0] += grade.score or 0.0
+                        counts[1] += grade.max_score or 0.0
+                        counts[2] += 1 if grade.needs_manual_grade else errored.get(grade.name, 0)
+                rows.append([student.id, assignment.name, *_numbers(counts), "yes"])
+                counted.append(counts)
+            overall = [sum(counts[i] for counts in counted) for i in range(3)]
+            rows.append([student.id, ALL_LESSONS, *_numbers(overall), f"{handed_in} of {len(assignments)}"])
     return rows
+
+
+def _errored_checks(course_root: Path, student: str, assignment: str, notebook: str) -> dict[str, int]:
+    """grade id -> how many of the test cell's checks could not be graded: the ``[ERROR]`` verdict lines that
+    :func:`course.grading.nbgrader_tests.verdict_outputs` wrote into the autograded notebook (nbgrader's default
+    folder, ``autograded/<student>/<assignment>/``). Nothing where that notebook is not there."""
+    path = course_root / "autograded" / student / assignment / f"{notebook}.ipynb"
+    if not path.is_file():
+        return {}
+    import nbformat
+
+    errored: dict[str, int] = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if cell.get("cell_type") != "code" or not grade_id:
+            continue
+        text = "".join(output.get("text", "") for output in cell.get("outputs", []) if output.get("name") == "stdout")
+        errors = sum(line.startswith("[ERROR] ") for line in text.splitlines())
+        if errors:
+            errored[grade_id] = errors
+    return errored
 
 
 def _numbers(counts: list[float]) -> list[str]:

@@ -38,6 +38,7 @@ from traitlets import Bool, Integer
 
 from course.grading import GRADING_ENV, sandbox
 from course.grading.checker import sandbox_job, sandbox_unavailable, submission_environment
+from course.grading.exam import is_exam_cell
 from course.grading.nbgrader_tests import CheckCell, course_check_cell, verdict_outputs
 from course.grading.remote_cells import RemoteChecks
 
@@ -180,5 +181,6 @@ class SandboxedExecute(RemoteChecks, Execute):
             executed = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         finally:
             cell.source = source  # the teacher's test, as nbgrader stored it (its feedback shows it)
-        executed.outputs = verdict_outputs(found.checks, self.verdicts.get(cell_index, []), executed.outputs)
+        exam = is_exam_cell(source)  # written by `nbgrader --hide-checks`: the feedback shows verdicts only
+        executed.outputs = verdict_outputs(found.checks, self.verdicts.get(cell_index, []), executed.outputs, exam)
         return executed

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from nbformat import NotebookNode, v4
 
+from course.grading.exam import exam_entry
 from course.grading.remote_cells import verdict_text
 
 __all__ = ["NOT_PASSED", "CheckCell", "course_check_cell", "verdict_outputs"]
@@ -127,14 +128,18 @@ def _last_line(statement: ast.stmt) -> int:
 
 
 def verdict_outputs(
-    checks: Sequence[tuple[str, str, str]], entries: Sequence[dict[str, str]], kernel_outputs: Sequence[NotebookNode]
+    checks: Sequence[tuple[str, str, str]],
+    entries: Sequence[dict[str, str]],
+    kernel_outputs: Sequence[NotebookNode],
+    exam: bool = False,
 ) -> list[NotebookNode]:
     """A test cell's outputs from its checks' verdicts (``entries``, in the order of ``checks``; a check without
     one was not graded: its cell ended first): each verdict's line, then the errors the kernel raised in the cell
     (they only lower its score), then an ``AssertionError`` unless every check passed. Nothing else the kernel
     sent is kept: what the learner's code printed or displayed there (a forged verdict, a number nbgrader would
-    read as partial credit) scores nothing."""
-    kept = list(entries)
+    read as partial credit) scores nothing. With ``exam`` (a test cell written by ``nbgrader --hide-checks``) each
+    verdict's line is the verdict alone (:func:`course.grading.exam.exam_entry`): no hint reaches the feedback."""
+    kept = [exam_entry(entry) for entry in entries] if exam else list(entries)
     for _, _, function in checks[len(kept) :]:
         message = "not graded: its cell ended before the check finished (it timed out, or the kernel stopped)"
         kept.append({"function": function, "status": "error", "message": message})

@@ -269,10 +269,9 @@ def test_the_gradebook_and_totals_are_written_beside_the_table(batch):
     book = list(csv.reader((grades / "gradebook.csv").open()))
     assert book == [list(COLUMNS)] + [[*row[:5], row[5]] for row in batch["rows"][1:]]
     totals = {row[0]: row[2:] for row in csv.reader((grades / "totals.csv").open())}
-    assert totals["student"] == ["points", "out of", "not graded"]
-    assert (
-        totals["alice"] == ["1", "1", "0"] and totals["bob"] == ["0", "1", "0"] and totals["grace"] == ["0", "1", "1"]
-    )
+    assert totals["student"] == ["points", "out of", "not graded", "handed in"]
+    assert totals["alice"] == ["1", "1", "0", "1 of 1"] and totals["bob"] == ["0", "1", "0", "1 of 1"]
+    assert totals["grace"] == ["0", "1", "1", "1 of 1"]
     assert "alice" in batch["stderr"] and "points" in batch["stderr"]  # the totals table, readable
 
 

@@ -98,13 +98,33 @@ def test_totals_per_lesson_and_over_all_lessons():
         row("alice", "03", "attention_weights", "error", "0"),
         row("alice", "03", "(notebook)", "error", "", "kernel died in cell 4"),
         row("bob", "02"),
+        row("bob", "02", "cross_attention_inputs", "pass", "1"),
     ]
     assert totals(rows) == [
-        ["alice", "02", "1", "2", "0"],
-        ["alice", "03", "0", "1", "1"],
-        ["alice", ALL_LESSONS, "1", "3", "1"],
-        ["bob", "02", "1", "1", "0"],
-        ["bob", ALL_LESSONS, "1", "1", "0"],
+        ["alice", "02", "1", "2", "0", "yes"],
+        ["alice", "03", "0", "1", "1", "yes"],
+        ["alice", ALL_LESSONS, "1", "3", "1", "2 of 2"],
+        ["bob", "02", "2", "2", "0", "yes"],
+        ["bob", "03", "0", "1", "0", "no"],  # released (alice handed it in), not handed in by bob: 0 of 1
+        ["bob", ALL_LESSONS, "2", "3", "0", "1 of 2"],
+    ]
+
+
+def test_a_student_who_handed_in_one_lesson_is_not_shown_full_marks_over_all_lessons():
+    """The issue's teacher: a student who handed in lesson 05 alone showed (all lessons) 2/2."""
+    rows = [
+        row("ann", "05", "a"),
+        row("ann", "05", "b"),
+        *[row("ben", lesson, exercise) for lesson in ("05", "13", "14") for exercise in ("a", "b")],
+    ]
+    assert [r for r in totals(rows) if r[0] == "ann"][-1] == ["ann", ALL_LESSONS, "2", "6", "0", "1 of 3"]
+
+
+def test_a_notebook_stopped_before_any_exercise_counts_every_exercise_not_graded():
+    rows = [row("ann", "02"), row("ann", "02", "second"), row("ben", "02", "(notebook)", "error", "", "unreadable")]
+    assert [r for r in totals(rows) if r[0] == "ben"] == [
+        ["ben", "02", "0", "2", "2", "yes"],
+        ["ben", ALL_LESSONS, "0", "2", "2", "1 of 1"],
     ]
 
 
@@ -117,12 +137,17 @@ def test_three_runs_one_after_another_keep_every_row_and_the_files_read_back_exa
     table = list(csv.reader((tmp_path / "totals.csv").open()))
     assert [r[:3] for r in table] == [
         ["student", "lesson", "points"],
-        ["'-x", "09", "1"],  # written as data: a spreadsheet would compute "-x" as a formula
+        ["'-x", "02", "0"],  # written as data: a spreadsheet would compute "-x" as a formula
+        ["'-x", "03", "0"],
+        ["'-x", "09", "1"],
         ["'-x", ALL_LESSONS, "1"],
         ["alice", "02", "1"],
         ["alice", "03", "1"],
+        ["alice", "09", "0"],
         ["alice", ALL_LESSONS, "2"],
         ["bob", "02", "1"],
+        ["bob", "03", "0"],
+        ["bob", "09", "0"],
         ["bob", ALL_LESSONS, "1"],
     ]
 
@@ -247,7 +272,8 @@ def test_grading_a_notebook_again_replaces_its_row_and_keeps_the_others(term):
         ["alice", "03_tiny", "linear_projection", "pass"],
     ]
     totals_rows = list(csv.reader((term["grades"] / "totals.csv").open()))
-    assert ["alice", ALL_LESSONS, "2", "2", "0"] in totals_rows
+    assert ["alice", ALL_LESSONS, "2", "3", "0", "2 of 3"] in totals_rows  # 09_tiny was released: 0 of 1
+    assert [HYPERLINK, ALL_LESSONS, "0", "3", "0", "1 of 3"] in [[read_cell(c) for c in r] for r in totals_rows]
 
 
 @starts_processes

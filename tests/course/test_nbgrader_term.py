@@ -255,14 +255,17 @@ def test_the_course_check_gives_the_same_verdicts_and_points_as_nbgrader(term):
 
 
 def test_the_nbgrader_routes_totals_are_the_checks_totals(term):
-    """Per student and lesson, and over all lessons: the points and points possible that nbgrader's gradebook sums
-    to (course.grading.nbgrader.nbgrader_totals) are those of check's totals.csv for the same submissions."""
+    """Per student and lesson, and over all lessons: the points, points possible, exercises not graded (carol's loop:
+    check's error rows, nbgrader's [ERROR] verdicts) and lessons handed in that nbgrader's gradebook gives
+    (course.grading.nbgrader.nbgrader_totals) are those of check's totals.csv for the same submissions."""
     from course.grading.nbgrader import nbgrader_totals
 
     totals = nbgrader_totals(term["course"] / "gradebook.db")
-    ours = {(row[0], row[1]): row[2:4] for row in totals if row[0] in ANSWERS}
+    ours = {(row[0], row[1]): row[2:6] for row in totals if row[0] in ANSWERS}
+    columns = ["points", "out of", "not graded", "handed in"]
     with (term["root"] / "grades" / "totals.csv").open(encoding="utf-8") as file:
-        checks = {(row["student"], row["lesson"]): [row["points"], row["out of"]] for row in csv.DictReader(file)}
+        checks = {(row["student"], row["lesson"]): [row[c] for c in columns] for row in csv.DictReader(file)}
+    assert any(row[2] != "0" for row in checks.values()), "carol's loop: some exercise was not graded"
     assert ours == checks and len(ours) == 2 * len(ANSWERS), (ours, checks)
 
 

@@ -303,4 +303,4 @@ def test_checking_a_handed_in_copy_gives_a_row_per_exercise(tmp_path, capsys):
         ["alice", lesson.stem, "linear_projection", "pass", "1"],
         ["alice", lesson.stem, "cross_attention_inputs", "not attempted", "0"],
     ]
-    assert (tmp_path / "grades" / "totals.csv").read_text().splitlines()[1] == f"alice,{lesson.stem},1,2,0"
+    assert (tmp_path / "grades" / "totals.csv").read_text().splitlines()[1] == f"alice,{lesson.stem},1,2,0,yes"
