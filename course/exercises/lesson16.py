@@ -4,7 +4,10 @@ causal attention over query and key blocks (the loop's bound and the diagonal bl
 
 Shapes: R rows and C columns of the softmax's input; T queries, S keys, d head size (a power of two, as
 ``tl.arange`` wants). The learner's function launches its own kernel and returns tensors, so a check only sees
-results: it never imports Triton, and it runs the same in the learner's kernel and in the grader's process.
+results: it never imports Triton, and it runs the same in the learner's kernel and in the grader's process. It
+does require that the call launched a Triton kernel: the call runs under a ``CallRecorder`` (which a graded kernel
+runs too, and reports back as names), and a call that never entered Triton's launch (the interpreter's
+``GridExecutor.__call__`` or the compiled ``JITFunction.run``) is refused, since torch alone gives the same numbers.
 
 Each check runs the learner's code on several cases whose sizes differ (a row length that is no power of two and
 one that is, a key count that is no multiple of the block and one that is, a transposed input), so that a size
@@ -38,6 +41,34 @@ __all__ = ["check_causal_attention", "check_masked_row_softmax", "check_online_a
 
 BLOCK = 16  # the key block (and the query block of exercise 3) the exercises ask for
 NEG_INF = float("-inf")
+
+
+NO_KERNEL = (
+    "no Triton kernel ran: `{name}` computed its result without launching a `@triton.jit` function. The numbers "
+    "may agree, but the exercise is the kernel: write it with `tl.load`, `tl.store` and the block operations, "
+    "and launch it over a grid, `kernel[grid](...)`."
+)
+_LAUNCHES = (("triton/runtime/interpreter.py", "GridExecutor.__call__"), ("triton/runtime/jit.py", "JITFunction.run"))
+
+
+def _launched(entered: set[tuple[str, str]]) -> bool:
+    """Whether the Python functions entered include Triton's kernel launch (interpreted or compiled)."""
+    return any(
+        file.replace("\\", "/").endswith(tail) and qualname == name
+        for file, qualname in entered
+        for tail, name in _LAUNCHES
+    )
+
+
+def _call_kernel(function: Callable[..., Any], *args: Tensor) -> Any:
+    """``call_learner(function, *args)``, refused (``NO_KERNEL``) when the call launched no Triton kernel."""
+    from course.call_recording import CallRecorder
+
+    with CallRecorder() as recorder:  # in a graded kernel, the call is recorded there and the names sent back
+        result = call_learner(function, *args)
+    if not _launched(recorder.entered()):
+        raise wrong(NO_KERNEL.format(name=getattr(function, "__name__", "the function")))
+    return result
 
 
 def _pair(answer: Any, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
@@ -128,7 +159,7 @@ def check_masked_row_softmax(masked_row_softmax: Callable[[Tensor], Tensor]) -> 
     def body() -> str:
         passed = None
         for label, x in _softmax_cases():
-            answer = as_tensor(call_learner(masked_row_softmax, x.clone() if x.is_contiguous() else x), "the output")
+            answer = as_tensor(_call_kernel(masked_row_softmax, x.clone() if x.is_contiguous() else x), "the output")
             expect_shape(answer, x.shape, "the output", "(R, C)")
             if close(answer, torch.softmax(x.double(), dim=-1)):
                 passed = passed or label
@@ -229,7 +260,7 @@ def check_online_attention(online_attention: Callable[[Tensor, Tensor, Tensor], 
     def body() -> str:
         passed = None
         for label, (q, k, v) in _attention_cases():
-            out, lse = _pair(call_learner(online_attention, q.clone(), k.clone(), v.clone()), ("out", "lse"))
+            out, lse = _pair(_call_kernel(online_attention, q.clone(), k.clone(), v.clone()), ("out", "lse"))
             expect_shape(out, q.shape, "out", "(T, d)")
             expect_shape(lse, q.shape[:1], "lse", "(T,)")
             right_out, right_lse = _online_attention(q.double(), k.double(), v.double())
@@ -326,7 +357,7 @@ def check_causal_attention(causal_attention: Callable[[Tensor, Tensor, Tensor], 
         for T, d in ((37, 16), (20, 32), (16, 16)):
             label = f"(T, d) = ({T}, {d})"
             q, k, v = (torch.randn(T, d, generator=g) for _ in range(3))
-            out = as_tensor(call_learner(causal_attention, q.clone(), k.clone(), v.clone()), "out")
+            out = as_tensor(_call_kernel(causal_attention, q.clone(), k.clone(), v.clone()), "out")
             expect_shape(out, q.shape, "out", "(T, d)")
             if close(out, _masked_attention(q.double(), k.double(), v.double())):
                 passed = passed or label
