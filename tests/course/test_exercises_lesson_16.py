@@ -368,6 +368,8 @@ def _remotely(check, answer):
         (check_online_attention, online_by("acc not rescaled"), "accumulator is not rescaled"),
         (check_online_attention, online_by("lse unsaved"), "left unsaved"),
         (check_causal_attention, causal_by("stops before diagonal"), "stops before"),
+        (check_causal_attention, causal_by("past diagonal"), "runs past the diagonal block"),
+        (check_masked_row_softmax, lambda x: torch.softmax(x, dim=-1), "no Triton kernel ran"),
     ],
 )
 def test_the_checks_give_their_verdicts_across_the_wire(check, answer, fragment):
