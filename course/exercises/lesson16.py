@@ -4,7 +4,10 @@ causal attention over query and key blocks (the loop's bound and the diagonal bl
 
 Shapes: R rows and C columns of the softmax's input; T queries, S keys, d head size (a power of two, as
 ``tl.arange`` wants). The learner's function launches its own kernel and returns tensors, so a check only sees
-results: it never imports Triton, and it runs the same in the learner's kernel and in the grader's process.
+results: it never imports Triton, and it runs the same in the learner's kernel and in the grader's process. It
+does require that the call launched a Triton kernel: the call runs under a ``CallRecorder`` (which a graded kernel
+runs too, and reports back as names), and a call that never entered Triton's launch (the interpreter's
+``GridExecutor.__call__`` or the compiled ``JITFunction.run``) is refused, since torch alone gives the same numbers.
 
 Each check runs the learner's code on several cases whose sizes differ (a row length that is no power of two and
 one that is, a key count that is no multiple of the block and one that is, a transposed input), so that a size
@@ -40,6 +43,34 @@ BLOCK = 16  # the key block (and the query block of exercise 3) the exercises as
 NEG_INF = float("-inf")
 
 
+NO_KERNEL = (
+    "no Triton kernel ran: `{name}` computed its result without launching a `@triton.jit` function. The numbers "
+    "may agree, but the exercise is the kernel: write it with `tl.load`, `tl.store` and the block operations, "
+    "and launch it over a grid, `kernel[grid](...)`."
+)
+_LAUNCHES = (("triton/runtime/interpreter.py", "GridExecutor.__call__"), ("triton/runtime/jit.py", "JITFunction.run"))
+
+
+def _launched(entered: set[tuple[str, str]]) -> bool:
+    """Whether the Python functions entered include Triton's kernel launch (interpreted or compiled)."""
+    return any(
+        file.replace("\\", "/").endswith(tail) and qualname == name
+        for file, qualname in entered
+        for tail, name in _LAUNCHES
+    )
+
+
+def _call_kernel(function: Callable[..., Any], *args: Tensor) -> Any:
+    """``call_learner(function, *args)``, refused (``NO_KERNEL``) when the call launched no Triton kernel."""
+    from course.call_recording import CallRecorder
+
+    with CallRecorder() as recorder:  # in a graded kernel, the call is recorded there and the names sent back
+        result = call_learner(function, *args)
+    if not _launched(recorder.entered()):
+        raise wrong(NO_KERNEL.format(name=getattr(function, "__name__", "the function")))
+    return result
+
+
 def _pair(answer: Any, names: tuple[str, str]) -> tuple[Tensor, Tensor]:
     """The learner's two tensors, or a hint to return exactly those."""
     if not isinstance(answer, tuple | list) or len(answer) != 2:
@@ -69,6 +100,9 @@ SOFTMAX_HINTS = {
     "contiguous assumed": "right for a contiguous input but not for a transposed one: the row's start is "
     "computed as if rows lay C apart. Use the input's strides (`x.stride(0)`, `x.stride(1)`), which a transposed "
     "view changes.",
+    "output strides": "right for a contiguous input but not for a transposed one: the output is stored as if its "
+    "rows lay C apart, but a tensor made like a transposed x (`torch.empty_like(x)`) has x's strides. Store with "
+    "the output's own strides, or make the output contiguous.",
     "max not subtracted": "the result overflows for large scores: subtract the row's maximum before `tl.exp` "
     "(the softmax does not change, and exp never exceeds 1).",
 }
@@ -81,6 +115,7 @@ def _softmax_cases() -> list[tuple[str, Tensor]]:
         ("x of shape (8, 7), contiguous", torch.randn(8, 7, generator=g) * 3),
         ("x of shape (5, 12), a transposed view", wide.T),
         ("x of shape (3, 16), large scores", torch.randn(3, 16, generator=g) * 40 + 60),
+        ("x of shape (4, 33), rows wider than 16", torch.randn(4, 33, generator=g) * 3),
     ]
 
 
@@ -114,6 +149,11 @@ def _softmax_mistake(x: Tensor, how: str) -> tuple[Tensor, slice] | None:
             return None
         read = _strided(x, strides)
         return None if read is None else (torch.softmax(read, dim=-1), rows)
+    if how == "output strides":
+        if x.is_contiguous():
+            return None
+        stored = torch.softmax(x, dim=-1).flatten()  # row r written at r·C on, read back through x's strides
+        return stored.as_strided(x.shape, x.stride()), rows
     if how == "max not subtracted":
         e = torch.exp(x)
         return e / e.sum(-1, keepdim=True), rows
@@ -128,7 +168,7 @@ def check_masked_row_softmax(masked_row_softmax: Callable[[Tensor], Tensor]) -> 
     def body() -> str:
         passed = None
         for label, x in _softmax_cases():
-            answer = as_tensor(call_learner(masked_row_softmax, x.clone() if x.is_contiguous() else x), "the output")
+            answer = as_tensor(_call_kernel(masked_row_softmax, x.clone() if x.is_contiguous() else x), "the output")
             expect_shape(answer, x.shape, "the output", "(R, C)")
             if close(answer, torch.softmax(x.double(), dim=-1)):
                 passed = passed or label
@@ -167,6 +207,9 @@ ONLINE_OUT_HINTS = {
     "padding unmasked": "the keys past S in the last block count as scores of zero: masked loads fill them with "
     "`other`, so set their scores to −inf (a mask on the key offsets, below S) before the max and the exp.",
     "unscaled": "the scores are not scaled: multiply q · k by 1/√d (lesson 03).",
+    "max starts at zero": "the output is NaN in a row whose scores are all very negative (below about −88): the "
+    "running max starts at 0, so exp(s − 0) underflows to 0 for every key and l stays 0. Start it at −inf, the "
+    "max of no scores yet.",
     "normalised in step": "the accumulator is divided by the running sum inside the loop: keep it unnormalised and "
     "divide once, after the last block (the sum is not final before).",
 }
@@ -176,19 +219,36 @@ LSE_HINTS = {
     "m + log(l).",
     "lse base 2": "lse is in base 2: the backward pass recomputes P = exp(S − lse) with the natural exp, so store "
     "m + log(l) with the natural log (or convert).",
+    "lse log2 of l": "lse adds the base-2 log of l to the max: the log-sum-exp is m + log(l) with the natural "
+    "log, which the backward pass's exp undoes.",
+    "lse unscaled max": "lse adds log(l) to a max of the unscaled scores: l was summed against the scaled max "
+    "(the scale folded into the exp), so the max in lse must carry the scale too, as the scores do.",
 }
+LSE_WRONG = (
+    "out is right and lse is stored, but it is not each row's log-sum-exp for {label}: store m + log(l) for each "
+    "query after the loop, with the natural log and the max of the scaled scores."
+)
+LSE_UNSAVED = (
+    "out is right but lse is not each row's log-sum-exp for {label}: it holds zeros or whatever was in memory, so "
+    "it looks left unsaved. The backward pass needs it: store m + log(l) for each query, after the loop."
+)
 
 
-def _online_attention(q: Tensor, k: Tensor, v: Tensor, how: str = "right") -> tuple[Tensor, Tensor]:
+def _online_attention(
+    q: Tensor, k: Tensor, v: Tensor, how: str = "right", first: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Attention of q (T, d) over k, v (S, d) by blocks of BLOCK keys in float32, as a kernel runs it: out (T, d),
-    lse (T,); or one usual mistake."""
+    lse (T,); or one usual mistake. ``first``: causal, q's rows being the queries at first, first + 1, …"""
     T, d = q.shape
     S = k.size(0)
     scale = 1.0 if how == "unscaled" else 1 / math.sqrt(d)
-    m, total, acc = torch.full((T,), NEG_INF), torch.zeros(T), torch.zeros(T, v.size(1))
+    m = torch.zeros(T) if how == "max starts at zero" else torch.full((T,), NEG_INF)
+    total, acc = torch.zeros(T), torch.zeros(T, v.size(1))
     for start in range(0, S, BLOCK):
         kb, vb = k[start : start + BLOCK], v[start : start + BLOCK]
         scores = q @ kb.T * scale  # (T, B)
+        if first is not None:  # causal: query first + i sees the keys up to its own position
+            scores = scores.masked_fill(start + torch.arange(kb.size(0)) > first + torch.arange(T)[:, None], NEG_INF)
         if how == "padding unmasked" and kb.size(0) < BLOCK:
             scores = torch.cat((scores, scores.new_zeros(T, BLOCK - kb.size(0))), dim=-1)
             vb = torch.cat((vb, vb.new_zeros(BLOCK - kb.size(0), vb.size(1))))
@@ -203,7 +263,13 @@ def _online_attention(q: Tensor, k: Tensor, v: Tensor, how: str = "right") -> tu
             acc = acc / total[:, None]
         m = new
     out = acc if how == "normalised in step" else acc / total[:, None]
-    lse = {"lse is m": m, "lse is log l": torch.log(total), "lse base 2": (m + torch.log(total)) / math.log(2)}
+    lse = {
+        "lse is m": m,
+        "lse is log l": torch.log(total),
+        "lse base 2": (m + torch.log(total)) / math.log(2),
+        "lse log2 of l": m + torch.log2(total),
+        "lse unscaled max": m * math.sqrt(d) + torch.log(total),
+    }
     return out, lse.get(how, m + torch.log(total))
 
 
@@ -216,8 +282,19 @@ def _attention_cases(d_first: int = 16) -> list[tuple[str, tuple[Tensor, Tensor,
         # max replaced by the block's own makes exp(m_old − m_new) overflow float32 there, as it would on a GPU.
         q[0], k[:, 0] = 0.0, k[:, 0].clamp(-2, 2)
         q[0, 0], k[0, 0] = 10.0, 48.0 * math.sqrt(d / 16)
+        # Query 1's scores all lie near −120: a running max started at 0 underflows every exp(s − 0) to 0 there.
+        q[1], k[:, 1] = 0.0, k[:, 1].clamp(-2, 2) + 48.0 * math.sqrt(d / 16)
+        q[1, 1] = -10.0
         cases.append((f"(T, S, d) = ({T}, {S}, {d})", (q, k, v)))
     return cases
+
+
+def _looks_unsaved(lse: Tensor, right: Tensor) -> bool:
+    """Whether lse holds no computed numbers: all zeros (``torch.zeros``), or what ``torch.empty`` left there (a
+    non-finite number, or one far from every log-sum-exp: a tiny denormal or a huge value)."""
+    lse = lse.double()
+    far = (lse - right).abs() > 1e3 + right.abs().max()
+    return bool((lse == 0).all() or not torch.isfinite(lse).all() or far.any())
 
 
 @learner_check
@@ -229,7 +306,7 @@ def check_online_attention(online_attention: Callable[[Tensor, Tensor, Tensor], 
     def body() -> str:
         passed = None
         for label, (q, k, v) in _attention_cases():
-            out, lse = _pair(call_learner(online_attention, q.clone(), k.clone(), v.clone()), ("out", "lse"))
+            out, lse = _pair(_call_kernel(online_attention, q.clone(), k.clone(), v.clone()), ("out", "lse"))
             expect_shape(out, q.shape, "out", "(T, d)")
             expect_shape(lse, q.shape[:1], "lse", "(T,)")
             right_out, right_lse = _online_attention(q.double(), k.double(), v.double())
@@ -248,10 +325,7 @@ def check_online_attention(online_attention: Callable[[Tensor, Tensor, Tensor], 
                 for how, hint in LSE_HINTS.items():
                     if close(lse, _online_attention(q.double(), k.double(), v.double(), how)[1]):
                         raise wrong(hint)
-                raise wrong(
-                    f"out is right but lse is not each row's log-sum-exp for {label}: is it left unsaved? The backward "
-                    "pass needs it: store m + log(l) for each query, after the loop."
-                )
+                raise wrong((LSE_UNSAVED if _looks_unsaved(lse, right_lse) else LSE_WRONG).format(label=label))
             passed = passed or label
         return "the running max, sum and accumulator rescaled by exp(m_old − m_new) per block; lse = m + log(l) kept."
 
@@ -284,6 +358,17 @@ CAUSAL_HINTS = {
     "each query's and each key's own position (comparing block starts is not enough).",
     "unscaled": "the scores are not scaled: multiply q · k by 1/√d (lesson 03).",
 }
+ONLINE_CAUSAL_HINTS = {  # mistakes of the online softmax, inside the causal loop
+    "block max": ONLINE_OUT_HINTS["block max"],
+    "acc not rescaled": ONLINE_OUT_HINTS["acc not rescaled"],
+    "sum not rescaled": ONLINE_OUT_HINTS["sum not rescaled"],
+}
+PAST_DIAGONAL = (
+    "the loop runs past the diagonal block: in one case here the last block of keys has infinite values, and the "
+    "query blocks before it came out NaN (0 · inf), so they read that block. With the mask right the numbers agree "
+    "otherwise, but the key blocks after a query block's own hold only later keys: stop the loop after the diagonal "
+    "block (its end is the query block's end), which halves the work."
+)
 
 
 def _visible(T: int, how: str = "right") -> Tensor:
@@ -314,6 +399,46 @@ def _masked_attention(q: Tensor, k: Tensor, v: Tensor, how: str = "right") -> Te
     return out
 
 
+def _causal_online(q: Tensor, k: Tensor, v: Tensor, how: str) -> Tensor:
+    """Causal attention of q, k, v (T, d) in float32 as the kernel runs it, a block of BLOCK queries at a time over
+    the key blocks up to its own, with one usual mistake of the online softmax."""
+    T = q.size(0)
+    outs = []
+    for first in range(0, T, BLOCK):
+        end = min(first + BLOCK, T)
+        outs.append(_online_attention(q[first:end], k[:end], v[:end], how, first=first)[0])
+    return torch.cat(outs)
+
+
+def _causal_cases() -> list[tuple[str, tuple[Tensor, Tensor, Tensor]]]:
+    g = torch.Generator().manual_seed(162)
+    cases = []
+    for T, d in ((37, 16), (20, 32), (16, 16), (70, 16)):
+        q, k, v = (torch.randn(T, d, generator=g) for _ in range(3))
+        # Query 17's largest score is key 0's, ~100 above the second block's: a block max in place of the running
+        # one overflows float32 in exp(m_old − m_new), as ex. 2's case does.
+        if T > 17:
+            q[17], k[:, 0] = 0.0, k[:, 0].clamp(-2, 2)
+            q[17, 0], k[0, 0] = 10.0, 48.0 * math.sqrt(d / 16)
+        cases.append((f"(T, d) = ({T}, {d})", (q, k, v)))
+    return cases
+
+
+def _expect_stop_at_diagonal(causal_attention: Callable[..., Any]) -> None:
+    """Refuse a loop over every key block: the values of the last block's keys are infinite, which a kernel that
+    stops after each query block's diagonal block reads only for the last query block (0 · inf = NaN elsewhere)."""
+    g = torch.Generator().manual_seed(163)
+    T, d = 3 * BLOCK, 16
+    q, k, v = (torch.randn(T, d, generator=g) for _ in range(3))
+    poisoned = v.clone()
+    poisoned[2 * BLOCK :] = float("inf")
+    out = as_tensor(_call_kernel(causal_attention, q.clone(), k.clone(), poisoned), "out")
+    expect_shape(out, q.shape, "out", "(T, d)")
+    early = slice(0, 2 * BLOCK)  # the query blocks that must never read the last key block (nor need it)
+    if not close(out[early], _masked_attention(q.double(), k.double(), v.double())[early]):
+        raise wrong(PAST_DIAGONAL)
+
+
 @learner_check
 def check_causal_attention(causal_attention: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``causal_attention(q, k, v)`` -> out (T, d): q, k, v (T, d); one program a block of 16 queries, the
@@ -322,11 +447,8 @@ def check_causal_attention(causal_attention: Callable[[Tensor, Tensor, Tensor], 
 
     def body() -> str:
         passed = None
-        g = torch.Generator().manual_seed(162)
-        for T, d in ((37, 16), (20, 32), (16, 16)):
-            label = f"(T, d) = ({T}, {d})"
-            q, k, v = (torch.randn(T, d, generator=g) for _ in range(3))
-            out = as_tensor(call_learner(causal_attention, q.clone(), k.clone(), v.clone()), "out")
+        for label, (q, k, v) in _causal_cases():
+            out = as_tensor(_call_kernel(causal_attention, q.clone(), k.clone(), v.clone()), "out")
             expect_shape(out, q.shape, "out", "(T, d)")
             if close(out, _masked_attention(q.double(), k.double(), v.double())):
                 passed = passed or label
@@ -334,12 +456,16 @@ def check_causal_attention(causal_attention: Callable[[Tensor, Tensor, Tensor], 
             for how, hint in CAUSAL_HINTS.items():
                 if close(out, _masked_attention(q.double(), k.double(), v.double(), how)):
                     raise wrong(hint)
+            for how, hint in ONLINE_CAUSAL_HINTS.items():
+                if close(out, _causal_online(q, k, v, how)):
+                    raise wrong(hint)
             if passed:
                 raise wrong(_sizes_hint(passed, label))
             raise wrong(
                 f"out differs from causal attention for {label}: each query block loops over the key blocks up to "
                 "and including its own, with the online softmax, and masks the keys after each query."
             )
+        _expect_stop_at_diagonal(causal_attention)
         return "the loop stops after the diagonal block, and the diagonal block keeps keys 0 … i for query i."
 
     return run_check("causal attention", body)

@@ -15,7 +15,7 @@ The modules, one idea each:
   query block).
 - ``flash_attention``: the ``torch.autograd.Function`` around both and ``flash_attention_triton``, the call that
   equals ``F.scaled_dot_product_attention``.
-- ``sparse_attention``: lesson 15's top-k attention as a kernel: each query gathers only its k selected keys.
+- ``sparse_attention``: top-k attention as a kernel: each query gathers only its k selected keys.
 - ``topk_reference``: the PyTorch forms the sparse kernel is checked against (a masked dense form and a gather).
 - ``naive_attention``: attention as three kernels that write the (T, S) scores and weights to global memory, the
   kernel FlashAttention was written to beat.

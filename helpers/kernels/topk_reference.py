@@ -1,4 +1,5 @@
-"""Top-k attention (lesson 15) in plain PyTorch: the two forms the sparse kernel is checked against.
+"""Top-k attention (each query keeps its k best keys) in plain PyTorch: the two forms the sparse kernel is
+checked against.
 
 Each query reads only k keys of its own choosing, named by an index tensor. The convention, shared by the kernel
 (``sparse_attention``) and whatever selects the keys (an oracle, a lightning indexer):

@@ -67,6 +67,8 @@ def softmax_by(how: str = "right", block: int | None = None, to_numpy: bool = Fa
     def masked_row_softmax(x):
         R, C = x.shape
         out = torch.empty(R * C + 1)[: R * C].view(R, C)  # one spare element: "one past" writes there
+        if how == "output strides":
+            out = torch.empty_like(x)  # x's strides, while the kernel stores at row · C
         size = block or triton.next_power_of_2(C)
         _softmax_kernel[(R,)](x, out, C, x.stride(0), x.stride(1), BLOCK=size, HOW=how)
         return out.numpy() if to_numpy else out
@@ -87,6 +89,7 @@ def test_the_right_softmax_kernel_passes():
         ("strides swapped", "strides are swapped"),
         ("contiguous assumed", "transposed"),
         ("max not subtracted", "subtract the row's maximum"),
+        ("output strides", "the output's own strides"),
     ],
 )
 def test_each_softmax_mistake_is_named(how, fragment):
@@ -95,12 +98,14 @@ def test_each_softmax_mistake_is_named(how, fragment):
 
 def test_a_softmax_block_written_in_is_named():
     assert_hint(check_masked_row_softmax(softmax_by(block=8)), "written into the kernel", "(8, 7)", "(5, 12)")
+    # 16 fits every row but the widest, (4, 33)
+    assert_hint(check_masked_row_softmax(softmax_by(block=16)), "written into the kernel", "(4, 33)")
 
 
 def test_the_softmax_check_wants_a_tensor_and_knows_a_stub():
     assert_hint(check_masked_row_softmax(softmax_by(to_numpy=True)), "numpy")
     assert check_masked_row_softmax(_not_attempted).status == "not attempted"
-    assert_hint(check_masked_row_softmax(lambda x: torch.softmax(x, dim=0)), "differs from the softmax")
+    assert_hint(check_masked_row_softmax(lambda x: torch.softmax(x, dim=0)), "no Triton kernel ran")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +117,7 @@ def _online_kernel(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, S, scale, D: tl.conste
     i = tl.program_id(0)
     offs_d = tl.arange(0, D)
     q = tl.load(q_ptr + i * D + offs_d)
-    m = tl.full([], float("-inf"), tl.float32)
+    m = tl.full([], 0.0 if HOW == "max starts at zero" else float("-inf"), tl.float32)
     total = tl.full([], 0.0, tl.float32)
     acc = tl.zeros([D], dtype=tl.float32)
     for start in range(0, S, BLOCK_N):
@@ -121,7 +126,7 @@ def _online_kernel(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, S, scale, D: tl.conste
         k = tl.load(k_ptr + offs_n[:, None] * D + offs_d[None, :], mask=keep[:, None], other=0.0)
         v = tl.load(v_ptr + offs_n[:, None] * D + offs_d[None, :], mask=keep[:, None], other=0.0)
         s = tl.sum(k * q[None, :], axis=1)
-        if HOW != "unscaled":
+        if HOW != "unscaled" and HOW != "lse unscaled max":
             s = s * scale
         if HOW != "padding unmasked":
             s = tl.where(keep, s, float("-inf"))
@@ -129,6 +134,9 @@ def _online_kernel(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, S, scale, D: tl.conste
         new = block_max if HOW == "block max" else tl.maximum(m, block_max)
         alpha = tl.exp(m - new)
         p = tl.exp(s - block_max) if HOW == "own block max" else tl.exp(s - new)
+        if HOW == "lse unscaled max":  # the scale folded into the exp (as Triton's tutorial does), m unscaled
+            alpha = tl.exp((m - new) * scale)
+            p = tl.exp((s - new) * scale)
         total = total + tl.sum(p, axis=0) if HOW == "sum not rescaled" else total * alpha + tl.sum(p, axis=0)
         if HOW == "acc not rescaled":
             acc = acc + tl.sum(p[:, None] * v, axis=0)
@@ -146,6 +154,10 @@ def _online_kernel(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, S, scale, D: tl.conste
         tl.store(lse_ptr + i, tl.log(total))
     elif HOW == "lse base 2":
         tl.store(lse_ptr + i, (m + tl.log(total)) * 1.4426950408889634)
+    elif HOW == "lse log2 of l":
+        tl.store(lse_ptr + i, m + tl.log2(total))
+    elif HOW == "lse plus one":
+        tl.store(lse_ptr + i, m + tl.log(total) + 1.0)
     elif HOW != "lse unsaved":
         tl.store(lse_ptr + i, m + tl.log(total))
 
@@ -153,7 +165,7 @@ def _online_kernel(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, S, scale, D: tl.conste
 def online_by(how: str = "right", d: int | None = None, to_numpy: bool = False):
     def online_attention(q, k, v):
         T, size = q.shape
-        out, lse = torch.empty(T, size), torch.empty(T)
+        out, lse = torch.empty(T, size), torch.zeros(T)  # zeros: "lse unsaved" leaves them, deterministically
         _online_kernel[(T,)](
             q, k, v, out, lse, k.size(0), 1 / math.sqrt(size), D=d or size, BLOCK_N=16, HOW=how
         )  # fmt: skip
@@ -180,6 +192,10 @@ def test_the_right_online_kernel_passes():
         ("lse is log l", "log(l) alone"),
         ("lse base 2", "base 2"),
         ("lse unsaved", "left unsaved"),
+        ("max starts at zero", "starts at 0"),
+        ("lse log2 of l", "base-2 log of l"),
+        ("lse unscaled max", "unscaled scores"),
+        ("lse plus one", "lse is stored"),
     ],
 )
 def test_each_online_mistake_is_named(how, fragment):
@@ -193,7 +209,14 @@ def test_an_online_head_size_written_in_is_named():
 def test_the_online_check_wants_tensors_and_knows_a_stub():
     assert_hint(check_online_attention(online_by(to_numpy=True)), "numpy")
     assert check_online_attention(_not_attempted).status == "not attempted"
-    assert_hint(check_online_attention(lambda q, k, v: F.scaled_dot_product_attention(q, k, v)), "two tensors")
+    assert_hint(check_online_attention(lambda q, k, v: (q.clone(), k.clone())), "no Triton kernel ran")
+
+    def torch_only(q, k, v):  # right numbers, no kernel
+        scores = q @ k.T / math.sqrt(q.size(-1))
+        return torch.softmax(scores, dim=-1) @ v, torch.logsumexp(scores, dim=-1)
+
+    assert_hint(check_online_attention(torch_only), "no Triton kernel ran")
+    assert_hint(check_online_attention(lambda q, k, v: online_by()(q, k, v)[0]), "two tensors")
 
 
 def test_the_block_max_case_overflows_float32_but_the_right_kernel_does_not():
@@ -218,7 +241,7 @@ def _causal_kernel(q_ptr, k_ptr, v_ptr, out_ptr, T, scale, D: tl.constexpr, BLOC
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK], dtype=tl.float32)
     acc = tl.zeros([BLOCK, D], dtype=tl.float32)
-    if HOW == "no mask" or HOW == "one future key, all blocks":
+    if HOW == "no mask" or HOW == "one future key, all blocks" or HOW == "past diagonal":
         end = T
     elif HOW == "stops before diagonal":
         end = start_m
@@ -245,11 +268,11 @@ def _causal_kernel(q_ptr, k_ptr, v_ptr, out_ptr, T, scale, D: tl.constexpr, BLOC
         else:
             keep = offs_m[:, None] >= offs_n[None, :]
         s = tl.where(keep & cols[None, :], s, float("-inf"))
-        new = tl.maximum(m, tl.max(s, axis=1))
+        new = tl.max(s, axis=1) if HOW == "block max" else tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - new)
         p = tl.exp(s - new[:, None])
         total = total * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = (acc if HOW == "acc not rescaled" else acc * alpha[:, None]) + tl.dot(p, v)
         m = new
     tl.store(out_ptr + offs_m[:, None] * D + offs_d[None, :], acc / total[:, None], mask=rows[:, None])
 
@@ -284,6 +307,9 @@ def test_the_right_causal_kernel_passes_and_equals_sdpa():
         ("mask reversed, every block", "wrong way round"),
         ("block mask", "every key of the block"),
         ("unscaled", "not scaled"),
+        ("past diagonal", "runs past the diagonal block"),
+        ("block max", "block's own max"),
+        ("acc not rescaled", "accumulator is not rescaled"),
     ],
 )
 def test_each_causal_mistake_is_named(how, fragment):
@@ -294,9 +320,20 @@ def test_a_causal_head_size_written_in_is_named():
     assert_hint(check_causal_attention(causal_by(d=16)), "written into the kernel", "(37, 16)", "(20, 32)")
 
 
+def test_a_causal_grid_written_in_is_named():
+    def grid_for_37(q, k, v):  # three programs, enough for every case up to T = 48
+        out = torch.empty_like(q)
+        _causal_kernel[(3,)](q, k, v, out, q.size(0), 1 / math.sqrt(q.size(1)), D=q.size(1), BLOCK=16, HOW="right")
+        return out
+
+    assert_hint(check_causal_attention(grid_for_37), "written into the kernel", "(70, 16)")
+
+
 def test_the_causal_check_wants_a_tensor_and_knows_a_stub():
     assert_hint(check_causal_attention(causal_by(to_numpy=True)), "numpy")
     assert check_causal_attention(_not_attempted).status == "not attempted"
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]  # noqa: E731
+    assert_hint(check_causal_attention(sdpa), "no Triton kernel ran")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,6 +368,8 @@ def _remotely(check, answer):
         (check_online_attention, online_by("acc not rescaled"), "accumulator is not rescaled"),
         (check_online_attention, online_by("lse unsaved"), "left unsaved"),
         (check_causal_attention, causal_by("stops before diagonal"), "stops before"),
+        (check_causal_attention, causal_by("past diagonal"), "runs past the diagonal block"),
+        (check_masked_row_softmax, lambda x: torch.softmax(x, dim=-1), "no Triton kernel ran"),
     ],
 )
 def test_the_checks_give_their_verdicts_across_the_wire(check, answer, fragment):

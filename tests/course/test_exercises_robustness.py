@@ -77,7 +77,6 @@ from course.exercises.lesson14 import (
     reference_delta_step,
     reference_sink_softmax,
 )
-from course.exercises.lesson16 import check_causal_attention, check_masked_row_softmax, check_online_attention
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -211,19 +210,6 @@ RIGHT = {
     "sink softmax": (check_sink_softmax, reference_sink_softmax),
     "output gate": (check_output_gate, lambda heads, x, w: heads * torch.sigmoid(x @ w.T)),
     "delta step": (check_delta_step, reference_delta_step),
-    # Lesson 16's answers launch Triton kernels; these right answers are PyTorch's, which the checks accept alike.
-    "masked row softmax": (check_masked_row_softmax, lambda x: torch.softmax(x, dim=-1)),
-    "online attention": (
-        check_online_attention,
-        lambda q, k, v: (
-            torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1) @ v,
-            torch.logsumexp(q @ k.T / math.sqrt(q.size(-1)), dim=-1),
-        ),
-    ),
-    "causal attention": (
-        check_causal_attention,
-        lambda q, k, v: F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0],
-    ),
 }
 
 
@@ -440,6 +426,10 @@ TESTED_APART = {
     "check_patch_hook": "returns a hook: test_lesson_10s_other_checks_follow_the_policy_too",
     "check_cache_bytes": "returns an int: the cache-bytes tests below",
     "check_hybrid_cache_bytes": "returns an int: the hybrid cache-bytes tests below",
+    # A right answer there must launch a Triton kernel (torch alone is refused), which this file does not import.
+    "check_masked_row_softmax": "lesson 16: Triton kernels, tests/course/test_exercises_lesson_16.py",
+    "check_online_attention": "lesson 16: Triton kernels, tests/course/test_exercises_lesson_16.py",
+    "check_causal_attention": "lesson 16: Triton kernels, tests/course/test_exercises_lesson_16.py",
 }
 
 
