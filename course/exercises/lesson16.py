@@ -20,6 +20,7 @@ is recognised on the lanes it does write.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -432,7 +433,11 @@ def _expect_stop_at_diagonal(causal_attention: Callable[..., Any]) -> None:
     q, k, v = (torch.randn(T, d, generator=g) for _ in range(3))
     poisoned = v.clone()
     poisoned[2 * BLOCK :] = float("inf")
-    out = as_tensor(_call_kernel(causal_attention, q.clone(), k.clone(), poisoned), "out")
+    with warnings.catch_warnings():
+        # The last query block reads the infinite values by design, and the interpreter's numpy warns of the NaN
+        # (0 · inf) there: a warning the learner's right kernel did not earn.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = as_tensor(_call_kernel(causal_attention, q.clone(), k.clone(), poisoned), "out")
     expect_shape(out, q.shape, "out", "(T, d)")
     early = slice(0, 2 * BLOCK)  # the query blocks that must never read the last key block (nor need it)
     if not close(out[early], _masked_attention(q.double(), k.double(), v.double())[early]):
