@@ -291,6 +291,9 @@ def sandbox_unavailable() -> str | None:
     return sandbox.unavailable()
 
 
+SCRATCH_PREFIX = "check-"  # a notebook's scratch folder: check-<8 characters> in the temporary folder
+
+
 def course_root() -> Path:
     """The folder holding the course's ``helpers/``, ``course/`` and ``data/`` (what a kernel imports)."""
     return Path(__file__).resolve().parents[2]
@@ -326,6 +329,11 @@ def refuse_to_check(out_dir: Path, sandboxed: bool) -> str | None:
             f"cannot sandbox the notebooks: {sandbox_unavailable()}. Install bubblewrap, or pass --no-sandbox "
             "to run them without it (only for students you trust: see `check --help`)."
         )
+    if sandboxed:
+        try:
+            sandbox.scratch_parent(SCRATCH_PREFIX)
+        except sandbox.SandboxUnavailable as error:
+            return f"cannot sandbox the notebooks: {error}."
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         return f"--out {out_dir} is a file, not a folder: give the folder for gradebook.csv and totals.csv"
@@ -508,7 +516,8 @@ def _run_submission(
     token, key = secrets.token_hex(16), secrets.token_hex(32)
     # A uid of this notebook's own while it runs (--jobs notebooks never share one), held until its folder is gone.
     claim = sandbox.claimed_uid() if sandboxed else contextlib.nullcontext(sandbox.SANDBOX_UID)
-    with claim as uid, tempfile.TemporaryDirectory(prefix="check-") as scratch:
+    parent = sandbox.scratch_parent(SCRATCH_PREFIX) if sandboxed else None  # a deep TMPDIR: /tmp (the sockets)
+    with claim as uid, tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=parent) as scratch:
         work, home = Path(scratch) / "work", Path(scratch) / "home"
         work.mkdir()
         (work / path.name).write_bytes(handed_in)  # where the notebook "is", as when the student ran it

@@ -97,7 +97,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def _enter_sandbox(self, folder: Path) -> None:
         """Make the scratch folder and the sandbox's command prefix; point the connection at Unix sockets."""
-        self._scratch = Path(tempfile.mkdtemp(prefix="nbgrader-sandbox-"))
+        prefix = "nbgrader-sandbox-"
+        self._scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=sandbox.scratch_parent(prefix)))
         try:
             # symlinks=True: a link the submission holds is copied as a link, resolved inside the sandbox (where
             # the teacher's files are not), never followed here with the teacher's rights.

@@ -39,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "SandboxUnavailable",
     "claimed_uid",
     "kernel_prefix",
+    "scratch_parent",
     "unavailable",
 ]
 
@@ -261,6 +263,28 @@ def kernel_prefix(
     # sandbox's user to root outside), so a second bwrap, run as that user, makes the locked one inside.
     words += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", *_as_user(tools, uid)]
     return [str(word) for word in [*words, *_locked_user_namespace(tools)]]
+
+
+# The kernel's sockets are Unix sockets, <scratch>/sockets/kernel-<n>, and Linux binds no socket whose path is over
+# 107 bytes (sun_path: 108 with the closing NUL): under a deep TMPDIR every kernel would fail to start.
+SOCKET_PATH_MAX = 107
+_SOCKET_TAIL = len("/12345678/sockets/kernel-65535")  # mkdtemp's 8 random characters after the prefix, then ours
+
+
+def scratch_parent(prefix: str) -> str:
+    """Where a sandboxed notebook's scratch folder (``prefix`` and 8 characters, holding its work, home and
+    sockets) goes: the teacher's temporary folder (``TMPDIR``), or ``/tmp`` where that one is too deep for the
+    kernel's sockets (see ``SOCKET_PATH_MAX``). Raises :class:`SandboxUnavailable`, saying so, where neither will do."""
+    chosen, tail = tempfile.gettempdir(), len(prefix) + _SOCKET_TAIL
+    if len(os.fsencode(chosen)) + tail <= SOCKET_PATH_MAX:
+        return chosen
+    if os.access("/tmp", os.W_OK | os.X_OK):
+        return "/tmp"
+    raise SandboxUnavailable(
+        f"the temporary folder {chosen} is {len(os.fsencode(chosen))} bytes long, too long for the kernel's Unix "
+        f"sockets inside it (at most {SOCKET_PATH_MAX - tail} bytes), and /tmp cannot be written: set "
+        "TMPDIR to a shorter folder"
+    )
 
 
 def give_to_sandbox(path: Path, uid: int = SANDBOX_UID) -> None:

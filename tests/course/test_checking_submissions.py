@@ -12,9 +12,11 @@ import csv
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -330,6 +332,21 @@ def _check_with_timeout(tmp_path, capsys, notebook, timeout_s: int) -> tuple[int
     return status, {row[2]: row for row in rows}
 
 
+def test_a_sandboxed_check_under_a_temporary_folder_too_deep_for_the_kernels_sockets_still_grades(
+    tmp_path, capsys, monkeypatch
+):
+    """Under a TMPDIR whose scratch folders would hold the kernel's Unix sockets at over 107 bytes (as pytest's own
+    did on a CI runner that had run a hundred sessions), the notebook is graded, not "could not be run"."""
+    if sandbox_unavailable():
+        pytest.skip(f"no sandbox here: {sandbox_unavailable()}: the kernel then talks over TCP")
+    deep = tmp_path / ("d" * max(1, 100 - len(str(tmp_path))))
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))  # what TMPDIR sets, read here by the checker itself
+    status, rows = _check_with_timeout(tmp_path, capsys, handed_in(tmp_path / "alice", RIGHT), 60)
+    assert rows["linear_projection"][3:5] == ["pass", "1"], rows
+    assert status == 0 and list(deep.iterdir()) == [], rows
+
+
 def test_a_cell_over_the_timeout_is_interrupted_and_the_notebook_goes_on(tmp_path, capsys):
     """As nbgrader does: a spinning cell is interrupted, the exercise after it is graded. The limit is 20 s because
     the cells after the loop must finish within it (the graded cell imports torch in the kernel: up to 10 s on a
@@ -488,7 +505,7 @@ def spins_with(marker: str) -> str:
     [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2), ("SIGINT", 2), ("SIGKILL", 1), ("SIGKILL", 2)],
     ids=lambda v: str(v),
 )
-def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(stop, jobs, tmp_path):
+def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(stop, jobs, tmp_path, request):
     """SIGTERM or SIGHUP to a real ``check`` (one job or two) ends it as Ctrl-C does: the notebook in flight, its
     supervisor, sandbox and kernel are stopped, its scratch folder removed, the rows already graded kept. SIGINT does
     the same where it came in ignored (a script's ``check … &``). A SIGKILL, which nothing can clean up after, loses
@@ -498,8 +515,10 @@ def test_a_stopped_check_stops_every_notebook_and_keeps_the_rows_graded_so_far(s
     lessons = tiny_lesson(tmp_path / "notebooks").parent
     quick = handed_in(tmp_path / "subs" / "alice", RIGHT)
     slow = handed_in(tmp_path / "subs" / "bob", RIGHT, before=[spins_with(marker)])
-    scratch, grades = tmp_path / "tmp", tmp_path / "grades"
-    scratch.mkdir()
+    # The checker's TMPDIR, short: under a deep one (pytest's can be) the scratch folders go to /tmp instead, and
+    # this test would no longer see that they are removed.
+    scratch, grades = Path(tempfile.mkdtemp(prefix="stopped-", dir="/tmp")), tmp_path / "grades"
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     without = ["--no-sandbox"] if sandbox_unavailable() else []
     command = [sys.executable, "-m", "course.assignments", "check", *without, "--jobs", str(jobs)]
     process = subprocess.Popen(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -65,12 +67,13 @@ def _pre_start(manager: SandboxedKernelManager, folder: Path) -> tuple[list[str]
 
 
 @pytest.fixture
-def scratch_root(tmp_path, monkeypatch):
-    """Where the manager's scratch folders go (tempfile's folder), to see what it leaves behind."""
-    root = tmp_path / "scratch"
-    root.mkdir()
+def scratch_root(monkeypatch):
+    """Where the manager's scratch folders go (tempfile's folder), to see what it leaves behind: a short path, for
+    under a deep one (pytest's can be) they would go to /tmp, out of the kernel's sockets' way."""
+    root = Path(tempfile.mkdtemp(prefix="scratch-", dir="/tmp"))
     monkeypatch.setattr("tempfile.tempdir", str(root))
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_without_a_sandbox_no_kernel_starts_and_the_error_says_how_to_go_on(tmp_path, scratch_root, monkeypatch):
