@@ -3,12 +3,14 @@
     .venv/bin/python benchmarks/guide_numbers.py                       # every lesson and the site (minutes)
     .venv/bin/python benchmarks/guide_numbers.py --lessons 02 03       # some lessons (others keep their numbers)
     .venv/bin/python benchmarks/guide_numbers.py --no-lessons          # the site only
+    .venv/bin/python benchmarks/guide_numbers.py --no-lessons --no-site --grading 13 16   # grading two students
     .venv/bin/python benchmarks/guide_numbers.py --write-guide-only    # measure nothing: rewrite the guide's blocks
 
 Measures how long each lesson runs top to bottom in a fresh kernel (``notebook_times.run``: wall and kernel CPU
 seconds, as CI's nbval run costs, and its slowest cell's seconds, from which its grading timeout in
-course/lessons.py is set) and what ``make site`` prints (lessons, head views, seconds, megabytes), each
-stored with its date and the load average of the minute before (``os.getloadavg``) in
+course/lessons.py is set), how long ``check`` takes to grade it (``--grading``: two students, ``--jobs 1`` then
+``--jobs 2``, as ``benchmarks/grading_time.py`` does) and what ``make site`` prints (lessons, head views, seconds,
+megabytes), each stored with its date and the load average of the minute before (``os.getloadavg``) in
 ``benchmarks/guide_numbers.json``. Then the guide's blocks between ``<!-- guide-numbers:NAME -->`` and
 ``<!-- /guide-numbers -->`` in docs/teaching.md are rewritten from that file; ``tests/test_guide_numbers.py``
 holds the guide to it. Counts that need no clock (prose words, code cells, exercises and their solution lines)
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -119,7 +122,63 @@ def site_block(results: dict) -> str:
     )
 
 
-BLOCKS = {"lessons": lessons_block, "site": site_block}
+GRADING_STUDENTS, CLASS_SIZE = 2, 30
+
+
+def measure_grading(path: Path) -> dict:
+    """``check --jobs 1``, then ``--jobs 2``, on two copies of the lesson's solution notebook (every exercise must
+    pass), one thread per notebook as the guide advises; each run's wall seconds and the load average around them."""
+    from grading_time import grade, make_class
+
+    before = _now()
+    loads, walls = [os.getloadavg()[0]], {}
+    threads = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the checker passes it to each notebook's kernel
+    try:
+        with tempfile.TemporaryDirectory(prefix="guide-grading-") as folder:
+            paths = make_class(path, GRADING_STUDENTS, Path(folder) / "submissions")
+            for jobs in (1, 2):
+                walls[jobs] = grade(paths, jobs, Path(folder) / f"grades-{jobs}", timeout_s=600)
+                loads.append(os.getloadavg()[0])
+    finally:
+        if threads is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = threads
+    return {
+        "jobs1_s": round(walls[1], 1),
+        "jobs2_s": round(walls[2], 1),
+        "students": GRADING_STUDENTS,
+        "load": f"{min(loads):.2f}–{max(loads):.2f}",
+        "at": before["at"],
+    }
+
+
+def grading_block(results: dict) -> str:
+    """One row a lesson: two students graded with one job, then two, and a class of 30 scaled from them (``ceil(S /
+    jobs)`` notebooks in turn)."""
+    rows = [
+        f"| lesson | `--jobs 1`, {GRADING_STUDENTS} students | `--jobs 2`, {GRADING_STUDENTS} students | ratio "
+        f"| {CLASS_SIZE} students, scaled: `--jobs 1` / `--jobs 2` | measured (load average) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for path in sorted((ROOT / "notebooks").glob(LESSON_GLOB)):
+        row = results.get("grading", {}).get(path.stem)
+        if row is None:
+            command = f"benchmarks/guide_numbers.py --no-lessons --no-site --grading {path.name[:2]}"
+            rows.append(f"| {path.name[:2]} | not measured: `{command}` | | | | |")
+            continue
+        one, two, students = row["jobs1_s"], row["jobs2_s"], row["students"]
+        class_one = one * math.ceil(CLASS_SIZE / 1) / math.ceil(students / 1) / 60
+        class_two = two * math.ceil(CLASS_SIZE / 2) / math.ceil(students / 2) / 60
+        rows.append(
+            f"| {path.name[:2]} | {one:.1f} s ({one / students:.1f} s a notebook) | {two:.1f} s | {one / two:.2f}× "
+            f"| {class_one:.0f} min / {class_two:.0f} min | {row['at']} ({row['load']}) |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+BLOCKS = {"lessons": lessons_block, "site": site_block, "grading": grading_block}
 
 
 def render(guide: str, results: dict) -> str:
@@ -134,11 +193,21 @@ def render(guide: str, results: dict) -> str:
     return BLOCK.sub(block, guide)
 
 
+def paths_numbered(numbers: list[str]) -> list[Path]:
+    """The lessons of these numbers ("13", "16"); an unknown number is refused."""
+    paths = {path.name[:2]: path for path in (ROOT / "notebooks").glob(LESSON_GLOB)}
+    unknown = [number for number in numbers if number.zfill(2) not in paths]
+    if unknown:
+        raise SystemExit(f"no lesson numbered {', '.join(unknown)}; the lessons: {', '.join(sorted(paths))}")
+    return [paths[number.zfill(2)] for number in numbers]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lessons", nargs="*", metavar="NN", help="lesson numbers to time (default: all)")
     parser.add_argument("--no-lessons", action="store_true", help="time no lesson")
     parser.add_argument("--no-site", action="store_true", help="do not build the site")
+    parser.add_argument("--grading", nargs="+", default=[], metavar="NN", help="lessons whose grading to time")
     parser.add_argument("--write-guide-only", action="store_true", help="measure nothing; rewrite the guide")
     args = parser.parse_args(argv)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -150,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault("lessons", {})[path.stem] = measured = measure_lesson(path)
             print(f"{path.stem}: {measured}", flush=True)
             RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")  # kept if a later one fails
+        for path in paths_numbered(args.grading):
+            results.setdefault("grading", {})[path.stem] = measured = measure_grading(path)
+            print(f"{path.stem} graded: {measured}", flush=True)
+            RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
         if not args.no_site:
             results["site"] = measure_site()
             print(f"site: {results['site']}", flush=True)

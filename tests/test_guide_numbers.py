@@ -41,3 +41,17 @@ def test_a_changed_measurement_changes_the_guide():
     results["lessons"][first]["wall_s"] += 1000
     assert f"{results['lessons'][first]['wall_s']:.1f}" in guide_numbers.render(guide, results)
     assert guide_numbers.render(guide, results) != guide
+
+
+def test_every_lesson_has_a_grading_time_and_a_class_of_30_is_scaled_from_it():
+    results = json.loads(guide_numbers.RESULTS.read_text())
+    lessons = sorted(path.stem for path in (ROOT / "notebooks").glob(guide_numbers.LESSON_GLOB))
+    assert sorted(results["grading"]) == lessons, (
+        "time the new lesson's grading: benchmarks/guide_numbers.py --no-lessons --no-site --grading NN"
+    )
+    results["grading"] = {"13_hybrid_attention": {"jobs1_s": 120.0, "jobs2_s": 64.0, "students": 2, "load": "0–1",
+                                                  "at": "today"}}  # fmt: skip
+    block = guide_numbers.grading_block(results)
+    # 30 students: 30 notebooks of 60 s in turn with one job (30 min); with two, 15 turns of the 64 s two took (16 min).
+    assert "| 13 | 120.0 s (60.0 s a notebook) | 64.0 s | 1.88× | 30 min / 16 min | today (0–1) |" in block, block
+    assert "| 16 | not measured: `benchmarks/guide_numbers.py --no-lessons --no-site --grading 16` |" in block
