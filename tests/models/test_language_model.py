@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers.attention import GroupedQueryAttention
-from helpers.gpt import GPT, generate
+from helpers.gpt import GPT, GPTConfig, generate
 from helpers.models import language_model
 from helpers.models.gguf import expected_shapes
 from helpers.models.language_model import GGUF_NAME, INSTALL, chat_prompt, course_name, read_gguf
@@ -39,6 +39,30 @@ def test_the_model_is_built_from_the_course_modules(smollm2):
     assert isinstance(block.feed_forward, SwiGLU)
     assert model.lm_head.weight is model.token_embedding.weight  # tied output layer
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
+
+
+def test_every_matrix_a_decoding_step_multiplies_by_is_stored_column_major_and_still_tied(smollm2):
+    model, _ = smollm2
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 30 * 7 + 1  # q, k, v, out; gate, up, down; the output layer
+    assert all(m.weight.stride() == (1, m.weight.size(0)) for m in linears), "a weight left row-major"
+    assert model.lm_head.weight is model.token_embedding.weight  # the tie survives: one matrix, read both ways
+
+
+def test_storing_column_major_keeps_the_shapes_values_and_tie_and_changes_logits_only_in_the_last_bits():
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2, ff_dim=64,
+                       tie_embeddings=True)  # fmt: skip
+    model = GPT(config).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    before, state = model(ids), {name: p.clone() for name, p in model.named_parameters()}
+    tokens = generate(model, ids[:1], 5)[0]
+    assert language_model.store_column_major(model) is model
+    for name, p in model.named_parameters():
+        assert p.shape == state[name].shape and torch.equal(p, state[name]), name
+    assert model.lm_head.weight is model.token_embedding.weight
+    torch.testing.assert_close(model(ids), before, atol=1e-5, rtol=1e-5)
+    assert torch.equal(generate(model, ids[:1], 5)[0], tokens)
 
 
 def test_logits_and_every_heads_weights_equal_transformers(smollm2, smollm2_reference, prompt):
