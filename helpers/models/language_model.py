@@ -70,6 +70,7 @@ __all__ = [
     "read_gguf",
     "register_model",
     "registered_model",
+    "store_column_major",
 ]
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -256,7 +257,7 @@ def store_column_major(model: nn.Module) -> nn.Module:
     Why: generating, each step multiplies one token's vector by every matrix, and the CPU build's BLAS reads an
     (out, in) matrix for that about twice as fast column-major (``x @ W.T`` then runs over a contiguous (in, out)
     matrix): SmolLM2's (49,152 × 576) output layer took 5.3 ms instead of 10.1 a token on the course's 2-core
-    machine, the 30 layers' 210 products 31.7 ms instead of 36.3 (benchmarks/RESULTS.md, "SmolLM2's generation").
+    machine, the 30 layers' 210 products 31.7 ms instead of 36.3 (benchmarks/RESULTS.md, lesson 09, issue 58).
     A prompt's many rows at once lose a little (the output layer on 40 tokens: 34 ms against 29), once a call.
     The sums run in another order, so logits differ in the last bits (about 1e-4 of logits near 20)."""
     for module in model.modules():
