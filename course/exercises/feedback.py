@@ -563,6 +563,21 @@ def as_tensor(answer: Any, name: str) -> Tensor:
         raise wrong(f"{name} should be a tensor, got {type(answer).__name__}") from None
 
 
+def as_int(answer: Any, what: str, where: str, why: str) -> int:
+    """The learner's count (a number of bytes, of layers) as a plain int, or a hint that names what came instead
+    (a float, a tensor with its dtype and shape, a bool, anything else by its type): "return ``what`` as an int,
+    got … ``where``: ``why``". Numpy's numbers never get here: ``call_learner`` refuses them first."""
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        return answer
+    if isinstance(answer, Tensor):
+        got = f"a tensor ({answer.dtype}, shape {tuple(answer.shape)})"
+    elif isinstance(answer, float):
+        got = f"a float ({answer!r})"
+    else:
+        got = f"{type(answer).__name__} ({answer!r})"[:80]
+    raise wrong(f"return {what} as an int, got {got} {where}: {why}")
+
+
 def expect_plain_tensor(answer: Tensor, name: str) -> None:
     """Complain unless ``answer`` is an ordinary dense tensor holding numbers (not sparse, not on "meta")."""
     if answer.layout != torch.strided:

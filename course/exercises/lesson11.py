@@ -14,6 +14,7 @@ from torch import Tensor
 from course.exercises.feedback import (
     LearnerError,
     Verdict,
+    as_int,
     as_tensor,
     call_learner,
     close,
@@ -144,21 +145,12 @@ def _mistake_for_every_kind(answers: dict[tuple[str, int], int]) -> str | None:
 
 
 def _as_bytes(answer: object, kind: str) -> int:
-    """The learner's number of bytes, refused unless it is a plain int: one rule for every other type (a float, a
-    tensor, a bool, numpy's numbers, which ``call_learner`` refuses already)."""
-    if isinstance(answer, bool) or not isinstance(answer, int):
-        if isinstance(answer, Tensor):
-            got = f"a tensor ({answer.dtype}, shape {tuple(answer.shape)})"
-        elif isinstance(answer, float):
-            got = f"a float ({answer!r})"
-        else:
-            got = f"{type(answer).__name__} ({answer!r})"[:80]
-        raise wrong(
-            f"return a number of bytes as an int, got {got} for {kind}: a count of bytes is a whole number, and "
-            "the cache tables the lesson prints add such ints. Keep the arithmetic in ints (// for a division), or "
-            "turn the result into a Python int before returning it."
-        )
-    return answer
+    """The learner's number of bytes, refused unless it is a plain int (``as_int`` names what came instead)."""
+    why = (
+        "a count of bytes is a whole number, and the cache tables the lesson prints add such ints. Keep the "
+        "arithmetic in ints (// for a division), or turn the result into a Python int before returning it."
+    )
+    return as_int(answer, "a number of bytes", f"for {kind}", why)
 
 
 @learner_check(returns="an int (a number of bytes)")

@@ -22,6 +22,7 @@ from course.exercises.feedback import (
     LearnerError,
     Verdict,
     _Wrong,
+    as_int,
     as_tensor,
     call_learner,
     close,
@@ -631,20 +632,12 @@ def _bytes_mistakes(config: GPTConfig, T: int, bytes_per_number: int) -> dict[st
 
 
 def _as_bytes(answer: object, where: str) -> int:
-    """The learner's number of bytes, refused unless it is a plain int (a float, a tensor, a bool: each told)."""
-    if isinstance(answer, bool) or not isinstance(answer, int):
-        if isinstance(answer, Tensor):
-            got = f"a tensor ({answer.dtype}, shape {tuple(answer.shape)})"
-        elif isinstance(answer, float):
-            got = f"a float ({answer!r})"
-        else:
-            got = f"{type(answer).__name__} ({answer!r})"[:80]
-        raise wrong(
-            f"return a number of bytes as an int, got {got} {where}: a count of bytes is a whole number, and the "
-            "lesson's memory table adds such ints. Keep the arithmetic in ints (min, sums and products of the "
-            "config's ints), or turn the result into a Python int before returning it."
-        )
-    return answer
+    """The learner's number of bytes, refused unless it is a plain int (``as_int`` names what came instead)."""
+    why = (
+        "a count of bytes is a whole number, and the lesson's memory table adds such ints. Keep the arithmetic in "
+        "ints (min, sums and products of the config's ints), or turn the result into a Python int before returning it."
+    )
+    return as_int(answer, "a number of bytes", where, why)
 
 
 def _where(name: str, T: int, bytes_per_number: int | None) -> str:

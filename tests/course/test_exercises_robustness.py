@@ -18,7 +18,16 @@ import torch.nn.functional as F
 from conftest import learners_copy
 
 import course.exercises
-from course.exercises.feedback import CHECK_BUG, LearnerCode, Verdict, call_learner, learner_check, run_check
+from course.exercises.feedback import (
+    CHECK_BUG,
+    LearnerCode,
+    Verdict,
+    _Wrong,
+    as_int,
+    call_learner,
+    learner_check,
+    run_check,
+)
 from course.exercises.lesson01 import check_one_hot_lookup, check_positional_encoding
 from course.exercises.lesson02 import check_cross_attention_inputs, check_linear_projection
 from course.exercises.lesson03 import check_attention_weights, check_masked_attention, check_padding_to_attn_mask
@@ -752,3 +761,24 @@ def test_numpy_is_found_inside_what_is_returned():
     assert "item 1 of the tuple" in _demo_check(lambda t: (t, t.numpy()), x).message
     assert "item 'a' of the dict" in _demo_check(lambda t: {"a": t.numpy()}, x).message
     assert _demo_check(lambda t: float(t.sum()), x).passed  # a plain number is no numpy array
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (4096.0, "a float (4096.0)"),
+        (torch.tensor(4096), "a tensor (torch.int64, shape ())"),
+        (True, "bool (True)"),
+        ("4096", "str ('4096')"),
+        (None, "NoneType (None)"),
+    ],
+)
+def test_a_count_that_is_not_a_plain_int_is_refused_naming_what_came(answer, named):
+    """The one refusal behind lessons 11 and 13's byte counts: what came is named, where and why are the check's."""
+    assert as_int(4096, "a number of bytes", "for MHA", "why") == 4096
+    with pytest.raises(_Wrong) as refused:
+        as_int(answer, "a number of bytes", "for MHA", "a count of bytes is a whole number.")
+    assert (
+        str(refused.value)
+        == f"return a number of bytes as an int, got {named} for MHA: a count of bytes is a whole number."
+    )
