@@ -34,7 +34,9 @@ CHECK_BUG = "the check itself could not finish (a bug in the course, not in your
 # (``@learner_check(returns="an int (a number of bytes)")``).
 TENSOR = "a tensor (a torch.Tensor)"
 # A usual mistake's name (the hint) -> its result, or a function that computes it lazily (diagnose, diagnose_cases).
-Mistakes = Mapping[str, Tensor | Callable[[], Tensor]]
+# A mistake's result in one case: a tensor, several (ways to one mistake), or a function computing either lazily.
+MistakeResult = Tensor | list[Tensor] | Callable[[], Tensor | list[Tensor]]
+Mistakes = Mapping[str, MistakeResult]
 # The exercise whose check is running (``run_check`` sets it): each call of the learner's code refuses its
 # graduated helper (``course.exercises.graduated.GRADUATED_HELPERS``).
 _EXERCISE: ContextVar[str | None] = ContextVar("exercise", default=None)
@@ -606,46 +608,55 @@ def close(a: Tensor, b: Tensor, atol: float = 1e-4) -> bool:
     )
 
 
-def diagnose(answer: Tensor, mistakes: Mistakes, fallback: str) -> _Wrong:
-    """Name the first known mistake whose result matches ``answer``, else give ``fallback``.
+def mistake_results(result: MistakeResult) -> list[Tensor] | None:
+    """A mistake's results in one case, as a list; None where it cannot be computed for these inputs (simulating
+    a mistake whose shapes do not fit raises: it never crashes a check)."""
+    if callable(result):
+        try:
+            result = result()
+        except (RuntimeError, ValueError, IndexError):
+            return None
+    return result if isinstance(result, list) else [result]
 
-    A mistake's result may be given lazily, as a function; one that cannot be computed for these
-    inputs (its shapes do not fit, say) is skipped, so simulating a mistake never crashes a check.
+
+def matches_mistake(answer: Tensor, result: MistakeResult) -> bool | None:
+    """Whether ``answer`` equals one of a mistake's results in one case (None: not computable there)."""
+    results = mistake_results(result)
+    return None if results is None else any(close(answer, candidate) for candidate in results)
+
+
+def named_mistake(
+    answers: Sequence[Tensor], mistakes: Sequence[Mistakes], uncomputable_rules_out: bool = False
+) -> _Wrong | None:
+    """The course's one engine for naming a mistake: the hint of the first mistake whose results match the answers
+    in EVERY case where it is listed, or None.
+
+    ``answers[i]`` is the learner's result on case i and ``mistakes[i]`` the usual mistakes' results on it. A hint
+    absent from a case is not judged there. A hint whose result cannot be computed in a case is skipped there, or,
+    with ``uncomputable_rules_out``, ruled out (code with that mistake would have raised on that case, and this one
+    gave an answer). A mistake must match in at least one case. One fixed example can make two mistakes give the
+    same number, or a mistake agree with the answer by chance; several cases that tell them apart cannot.
     """
-    for hint, result in mistakes.items():
-        if callable(result):
-            try:
-                result = result()
-            except (RuntimeError, ValueError, IndexError):
-                continue
-        if close(answer, result):
+    for hint in dict.fromkeys(hint for table in mistakes for hint in table):
+        verdicts = [
+            matches_mistake(answer, table[hint])
+            for answer, table in zip(answers, mistakes, strict=True)
+            if hint in table
+        ]
+        if uncomputable_rules_out and None in verdicts:
+            continue
+        judged = [verdict for verdict in verdicts if verdict is not None]
+        if judged and all(judged):
             return wrong(hint)
-    return wrong(fallback)
+    return None
+
+
+def diagnose(answer: Tensor, mistakes: Mistakes, fallback: str) -> _Wrong:
+    """Name the first known mistake whose result matches ``answer`` (``named_mistake`` on one case), else give
+    ``fallback``."""
+    return named_mistake([answer], [mistakes]) or wrong(fallback)
 
 
 def diagnose_cases(answers: Sequence[Tensor], mistakes: Sequence[Mistakes], fallback: str) -> _Wrong:
-    """Name the first mistake whose results match the answers in EVERY case where it can be computed.
-
-    ``answers[i]`` is the learner's result on case i and ``mistakes[i]`` the usual mistakes' results on it (a hint
-    absent from a case, or not computable there, is not judged on it). One fixed example can make two mistakes
-    give the same number, or a mistake agree with the answer by chance; several cases that tell them apart cannot.
-    """
-    hints = list(dict.fromkeys(hint for table in mistakes for hint in table))
-    for hint in hints:
-        matched = 0
-        for answer, table in zip(answers, mistakes, strict=True):
-            if hint not in table:
-                continue
-            result = table[hint]
-            if callable(result):
-                try:
-                    result = result()
-                except (RuntimeError, ValueError, IndexError):
-                    continue
-            if not close(answer, result):
-                break
-            matched += 1
-        else:
-            if matched:
-                return wrong(hint)
-    return wrong(fallback)
+    """``named_mistake`` over several cases, else ``fallback``."""
+    return named_mistake(answers, mistakes) or wrong(fallback)

@@ -23,12 +23,15 @@ from torch import Tensor
 
 from course.exercises.feedback import (
     LearnerError,
+    MistakeResult,
     Verdict,
     _Wrong,
     as_tensor,
     call_learner,
     close,
     learner_check,
+    matches_mistake,
+    named_mistake,
     run_check,
     wrong,
 )
@@ -42,8 +45,7 @@ __all__ = [
     "reference_sink_softmax",
 ]
 
-# A mistake's result in one case: a tensor, several (ways to one mistake), or a function computing either lazily.
-Expected = Tensor | list[Tensor] | Callable[[], Tensor | list[Tensor]]
+Expected = MistakeResult  # a mistake's result in one case: one tensor, several, or a function giving either
 NEG_INF = float("-inf")
 
 
@@ -61,30 +63,6 @@ class _Case:
             return value.clone() if isinstance(value, Tensor) else value
 
         return tuple(copy(a) for a in self.args)
-
-
-def _candidates(expected: Expected) -> list[Tensor]:
-    """A mistake's results in one case (none where it cannot be computed for these shapes: it raises there)."""
-    try:
-        result = expected() if callable(expected) else expected
-    except (RuntimeError, ValueError, IndexError):
-        return []
-    return result if isinstance(result, list) else [result]
-
-
-def _matches(answer: Tensor, expected: Expected) -> bool:
-    return any(close(answer, candidate) for candidate in _candidates(expected))
-
-
-def _named_mistake(answers: Sequence[Tensor], tables: Sequence[dict[str, Expected]]) -> _Wrong | None:
-    """The hint of the first mistake that gives every answer (one of its results in each case where it is listed; a
-    mistake of log_alpha is not listed where there is none), or None."""
-    hints = dict.fromkeys(hint for table in tables for hint in table)  # a hint absent from a case: not judged there
-    for hint in hints:
-        judged = [(answer, table[hint]) for answer, table in zip(answers, tables, strict=True) if hint in table]
-        if all(_matches(answer, expected) for answer, expected in judged):
-            return wrong(hint)
-    return None
 
 
 def _run(function: Callable[..., Any], cases: Sequence[_Case], answer_of: Callable[[object, _Case], Tensor]):
@@ -127,7 +105,7 @@ def _square_verdict(
     except (LearnerError, _Wrong):
         return None
     for hint, expected in mistakes.items():
-        if _matches(answer, expected):
+        if matches_mistake(answer, expected):
             return wrong(hint)
     return None
 
@@ -416,7 +394,7 @@ def check_sink_softmax(sink_softmax: Callable[[Tensor, Tensor], Tensor]) -> Verd
             )
         tables = [_sink_mistakes(*_SINK_CASES[c].args) for c in answers]
         raise (
-            _named_mistake(list(answers.values()), tables)
+            named_mistake(list(answers.values()), tables, uncomputable_rules_out=True)
             or _sink_pattern(answers, right)
             or _sink_fallback(answers, right)
         )
@@ -568,7 +546,8 @@ def check_output_gate(gated_heads: Callable[[Tensor, Tensor, Tensor], Tensor]) -
         right = {c: reference_gated_heads(*_GATE_CASES[c].args) for c in answers}
         if all(close(answers[c], right[c]) for c in answers):
             return "each of the h·d features scaled by its own gate in (0, 1), computed from x, large logits included."
-        named = _named_mistake(list(answers.values()), [_gate_mistakes(*_GATE_CASES[c].args) for c in answers])
+        gate_tables = [_gate_mistakes(*_GATE_CASES[c].args) for c in answers]
+        named = named_mistake(list(answers.values()), gate_tables, uncomputable_rules_out=True)
         raise named or _gate_fallback(answers, right)
 
     return run_check("the output gate", body)
@@ -809,7 +788,8 @@ def check_delta_step(delta_step: Callable[..., Tensor]) -> Verdict:
                 "the old state decayed, what it recalls under k corrected by beta times the error, with and "
                 "without log_alpha: the rule that lets a fixed-size state overwrite a key instead of piling up."
             )
-        named = _named_mistake(list(answers.values()), [_delta_table(case) for case in cases])
+        delta_tables = [_delta_table(case) for case in cases]
+        named = named_mistake(list(answers.values()), delta_tables, uncomputable_rules_out=True)
         raise named or _delta_fallback(answers, right)
 
     return run_check("one step of the gated delta rule", body)

@@ -20,7 +20,7 @@ from solution_text import MIN_CHARS, _expressions, _statements, squeeze
 from test_hints_give_nothing_away import shown_strings
 
 from course.exercises import lesson14
-from course.exercises.feedback import CHECK_BUG, close
+from course.exercises.feedback import CHECK_BUG, close, mistake_results
 from course.exercises.lesson14 import (
     _DELTA_CASES,
     _DELTA_SQUARE,
@@ -28,7 +28,6 @@ from course.exercises.lesson14 import (
     _GATE_SQUARE,
     _SINK_CASES,
     _SINK_SQUARE,
-    _candidates,
     _delta_mistakes,
     _delta_square_mistakes,
     _gate_mistakes,
@@ -103,7 +102,7 @@ def _distinct(tables: list[dict], right: list[torch.Tensor]) -> None:
     mistake of log_alpha is not listed where there is none): each gets its own hint."""
     hints = dict.fromkeys(hint for table in tables for hint in table)
     rows = {"right": [[r] for r in right]}
-    rows |= {hint: [_candidates(t[hint]) if hint in t else None for t in tables] for hint in hints}
+    rows |= {hint: [(mistake_results(t[hint]) or []) if hint in t else None for t in tables] for hint in hints}
     for (a, xs), (b, ys) in itertools.combinations(rows.items(), 2):
         both = [(xa, yb) for xa, yb in zip(xs, ys, strict=True) if xa is not None and yb is not None]
         assert both, (a[:50], b[:50])
