@@ -18,15 +18,11 @@ imports only the ones below it.
 
 The names below are exported lazily (PEP 562): ``import helpers.attention`` loads torch and that module alone,
 and a name such as ``helpers.viewing.head_view`` imports its module (here matplotlib with it) only when first used.
+Importing it changes nothing else: a lesson installs what it wants in its kernel by a call in its first cell
+(``follow_load_in_notebook``: torch's threads follow the machine's load; ``use_compact_png``: smaller figures).
 """
 
 import importlib
-
-from helpers.tools import threads as _threads
-
-# In a notebook torch's thread count follows the machine's load, cell by cell (helpers/tools/threads.py says why:
-# up to 50x on a busy machine).
-_threads.follow_load_in_notebook()
 
 # name -> the module that defines it, imported on first use (PEP 562).
 _EXPORTS = {
@@ -61,6 +57,7 @@ _EXPORTS = {
     # helpers.tools.threads
     "choose_threads": "helpers.tools.threads",
     "pick_threads": "helpers.tools.threads",
+    "follow_load_in_notebook": "helpers.tools.threads",
     # helpers.data.corpus
     "ParallelCorpus": "helpers.data.corpus",
     "download_multi30k": "helpers.data.corpus",

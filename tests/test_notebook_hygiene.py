@@ -104,6 +104,17 @@ def test_no_output_names_the_machine_it_ran_on_or_a_warning(path):
     assert not found, f"{path.name}: code cells {sorted(found)} print a path of this machine or a warning: {found}"
 
 
+# `import helpers` installs nothing (issue 58): a lesson asks for torch's threads to follow the machine's load with a
+# call in its first cell, or fixes its thread count there (lessons 06-08), which the follower would obey anyway.
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_the_first_cell_chooses_how_torch_picks_its_threads(path):
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    first = "".join(cells[0]["source"])
+    assert "follow_load_in_notebook()" in first or "torch.set_num_threads(" in first, (
+        f"{path.name}: its first code cell neither calls follow_load_in_notebook() nor sets torch's thread count"
+    )
+
+
 # A widget drawn from saved state looks live in JupyterLab but its Python callbacks are gone until its cell runs
 # again (a slider that redraws nothing), and JupyterLab rewrites any other kernelspec as it opens a lesson (a
 # lesson opened is a lesson modified): `make notebooks` ends with course.notebook_metadata, which removes both.

@@ -17,7 +17,7 @@ captions translator at torch's default of 2 threads trained 4.1 times slower bes
   line 2.6 times and lessons 09-10's work 2.3-3.1 times slower, since every op then wakes its threads from sleep,
   while the thread count alone kept every workload within 1.34 times its idle time beside a busy process.
 
-In a notebook (``follow_load_in_notebook``, which ``import helpers`` calls inside IPython) the thread count is
+In a notebook (``follow_load_in_notebook``, which each lesson calls in its first cell) the thread count is
 chosen again before each cell, at most every ``RECHOOSE_AFTER_S`` seconds, so that a lesson follows the load as
 it changes. A count set explicitly wins everywhere: ``OMP_NUM_THREADS`` in the environment, and a cell that
 calls ``torch.set_num_threads`` (lessons 06-08 fix one thread, so that their models do not depend on the

@@ -52,9 +52,10 @@ def test_importing_helpers_leaves_how_openmp_waits_alone():
 
 def test_a_lessons_kernel_follows_the_load_until_a_cell_sets_the_threads():
     cells = [
-        # torch first, as the lessons do; then helpers registers the follower. Its choices are faked and not
-        # rate-limited, so that the test sees each one.
-        "import torch\nimport helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 1",
+        # torch first, as the lessons do; then the follower, registered by the call a lesson's first cell makes.
+        # Its choices are faked and not rate-limited, so that the test sees each one.
+        "import torch\nimport helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 1\n"
+        "_ = t.follow_load_in_notebook()",
         "print(torch.get_num_threads())",
         "t.pick_threads = lambda: 2",
         "print(torch.get_num_threads())",
@@ -63,13 +64,24 @@ def test_a_lessons_kernel_follows_the_load_until_a_cell_sets_the_threads():
         "print(torch.get_num_threads())",
     ]
     assert _printed(cells) == ["1", "2", "1"]
-    # Lessons 06-08 set one thread in the cell that imports helpers, before the follower sees any cell: it stands.
+    # A cell that calls the follower and sets one thread, before the follower sees any cell: the one thread stands.
     cells = [
-        "import torch\nimport helpers\ntorch.set_num_threads(1)",
+        "import torch\nimport helpers\n_ = helpers.follow_load_in_notebook()\ntorch.set_num_threads(1)",
         "import helpers.tools.threads as t\nt.RECHOOSE_AFTER_S = 0\nt.pick_threads = lambda: 2",
         "print(torch.get_num_threads())",
     ]
     assert _printed(cells) == ["1"]
+
+
+def test_importing_helpers_in_a_kernel_registers_no_hook_until_a_lesson_asks():
+    cells = [
+        "import helpers, helpers.tools.threads, helpers.viewing.plotting\nshell = get_ipython()\n"
+        "print(sum(len(shell.events.callbacks[name]) for name in ('pre_run_cell', 'post_run_cell')))",
+        "_ = helpers.follow_load_in_notebook()\n"
+        "print(sum(len(shell.events.callbacks[name]) for name in ('pre_run_cell', 'post_run_cell')))",
+    ]
+    before, after = map(int, _printed(cells))
+    assert after == before + 2  # pre_run_cell and post_run_cell, and only when called
 
 
 def _printed(cells: list[str]) -> list[str]:
