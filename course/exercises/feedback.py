@@ -638,16 +638,15 @@ def named_mistake(
     same number, or a mistake agree with the answer by chance; several cases that tell them apart cannot.
     """
     for hint in dict.fromkeys(hint for table in mistakes for hint in table):
-        verdicts = [
-            matches_mistake(answer, table[hint])
-            for answer, table in zip(answers, mistakes, strict=True)
-            if hint in table
-        ]
-        if uncomputable_rules_out and None in verdicts:
-            continue
-        judged = [verdict for verdict in verdicts if verdict is not None]
-        if judged and all(judged):
-            return wrong(hint)
+        matched = 0
+        for answer, table in zip(answers, mistakes, strict=True):
+            verdict = matches_mistake(answer, table[hint]) if hint in table else None
+            if verdict is False or (verdict is None and hint in table and uncomputable_rules_out):
+                break  # ruled out: the cases after it are not computed
+            matched += verdict is True
+        else:
+            if matched:
+                return wrong(hint)
     return None
 
 
