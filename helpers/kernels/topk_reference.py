@@ -13,7 +13,8 @@ Each query reads only k keys of its own choosing, named by an index tensor. The 
 
 A query with no key at all (a row of -1) gets a zero output.
 
-Does not import Triton.
+The selection rules that make the indices (lesson 15) are ``helpers.selection``'s, and so is the mask
+(``selected_mask``). Does not import Triton.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["check_topk_indices", "topk_attention_dense", "topk_attention_gather", "topk_mask"]
+from helpers.selection import selected_mask
+
+__all__ = ["check_topk_indices", "topk_attention_dense", "topk_attention_gather"]
 
 
 def check_topk_indices(indices: Tensor, N: int, h: int, h_kv: int, T: int, S: int) -> None:
@@ -49,13 +52,6 @@ def check_topk_indices(indices: Tensor, N: int, h: int, h_kv: int, T: int, S: in
         raise ValueError("each query's indices must be distinct (apart from -1): a key selected twice is ambiguous")
 
 
-def topk_mask(indices: Tensor, S: int) -> Tensor:
-    """(N, h_idx, T, S) boolean, **True where a query may attend** (SDPA's convention): the keys its row selects."""
-    allowed = torch.zeros(*indices.shape[:-1], S + 1, dtype=torch.bool, device=indices.device)
-    allowed.scatter_(-1, torch.where(indices < 0, S, indices).long(), True)  # -1 goes to a spare column, dropped
-    return allowed[..., :S]
-
-
 def topk_attention_dense(q: Tensor, k: Tensor, v: Tensor, indices: Tensor, scale: float | None = None) -> Tensor:
     """Top-k attention as dense attention with a mask: SDPA over all S keys, the unselected ones blocked.
 
@@ -65,7 +61,7 @@ def topk_attention_dense(q: Tensor, k: Tensor, v: Tensor, indices: Tensor, scale
     N, h, T, _ = q.shape
     h_kv, S = k.size(1), k.size(2)
     check_topk_indices(indices, N, h, h_kv, T, S)
-    allowed = topk_mask(indices, S)
+    allowed = selected_mask(indices, S)  # (N, h_idx, T, S), True = may attend
     if allowed.size(1) != h:  # one selection per key/value head: its g query heads share it
         allowed = allowed.repeat_interleave(h // h_kv, dim=1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)

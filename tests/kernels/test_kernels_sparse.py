@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers.kernels import TRITON_MISSING, triton_available
-from helpers.kernels.topk_reference import topk_attention_dense, topk_attention_gather, topk_mask
+from helpers.kernels.topk_reference import topk_attention_dense, topk_attention_gather
+from helpers.selection import selected_mask
 
 if not triton_available():  # asked without importing Triton: its first import must follow the runtime's decision
     pytest.skip(TRITON_MISSING, allow_module_level=True)
@@ -69,7 +70,7 @@ def test_selecting_every_past_key_is_causal_attention():
 
 def test_the_mask_marks_exactly_the_selected_keys():
     indices = torch.tensor([[[[2, -1, 0], [-1, -1, -1]]]])  # (1, 1, 2, 3)
-    assert topk_mask(indices, 4).tolist() == [[[[True, False, True, False], [False, False, False, False]]]]
+    assert selected_mask(indices, 4).tolist() == [[[[True, False, True, False], [False, False, False, False]]]]
 
 
 def test_int32_indices_and_half_precision_are_read():
