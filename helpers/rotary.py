@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["apply_rotary", "rotary_angles", "rotary_cos_sin", "rotate_first", "rotate_pairs"]
+__all__ = ["apply_rotary", "halves_to_pairs", "rotary_angles", "rotary_cos_sin", "rotate_first", "rotate_pairs"]
 
 
 def _check_base(base: float) -> None:
@@ -106,3 +106,23 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = 10000
         )
     cos, sin = rotary_cos_sin(positions, d, base, x.dtype)
     return rotate_pairs(x, cos.to(x.device), sin.to(x.device))
+
+
+def halves_to_pairs(weight: Tensor, head_dim: int, rotary_dim: int | None = None) -> Tensor:
+    """Reorder each head's d features from the rotate-halves order (feature k pairs with k + d / 2) to the
+    adjacent-pairs order of ``helpers.rotary`` (2k pairs with 2k + 1): rows of a projection (h·d, E), or a
+    (d,) QK-norm weight. New feature 2k is old k, new 2k + 1 is old k + d / 2.
+
+    ``rotary_dim``: r < d when only the first r features rotate (partial rotary, Qwen3-Next): those r are
+    reordered within themselves (k pairs with k + r / 2) and the other d - r keep their places."""
+    r = head_dim if rotary_dim is None else rotary_dim
+    if head_dim % 2 or weight.size(0) % head_dim or r % 2 or not 2 <= r <= head_dim:
+        raise ValueError(
+            f"expected whole heads of an even d = {head_dim} along dim 0 and an even rotary_dim in 2 .. d, got "
+            f"shape {tuple(weight.shape)} and rotary_dim {rotary_dim}"
+        )
+    half = r // 2
+    pairs = torch.stack((torch.arange(half), torch.arange(half, r)), dim=1).flatten()  # 0, r/2, 1, r/2+1, …
+    order = torch.cat((pairs, torch.arange(r, head_dim)))
+    heads = weight.reshape(weight.size(0) // head_dim, head_dim, *weight.shape[1:])  # (h, d, ...)
+    return heads[:, order].reshape(weight.shape)

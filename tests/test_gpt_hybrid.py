@@ -10,8 +10,7 @@ import torch
 
 from helpers.gpt import GPT, GPTConfig, generate, kv_cache_bytes
 from helpers.kv_cache import KVCache, rolling_kv_cache_bytes
-from helpers.models.gemma import halves_to_pairs
-from helpers.rotary import rotary_cos_sin, rotate_pairs
+from helpers.rotary import halves_to_pairs, rotary_cos_sin, rotate_pairs
 from helpers.swiglu import GeGLU
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread is fastest

@@ -54,6 +54,7 @@ from helpers.models.gguf import (
     vocabulary_size,
 )
 from helpers.models.language_model import GEMMA_NAME, PretrainedModel, load_tokenizer, register_model
+from helpers.rotary import halves_to_pairs
 
 __all__ = [
     "GEMMA_GGUF_NAME",
@@ -62,7 +63,6 @@ __all__ = [
     "GGUF_TO_COURSE",
     "course_name",
     "gguf_path",
-    "halves_to_pairs",
     "load_gemma",
     "load_gemma_reference",
     "read_gemma_gguf",
@@ -172,26 +172,6 @@ def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str
         query_scale=QUERY_PRE_ATTN_SCALAR**-0.5, embed_scale=True,
     )  # fmt: skip
     return config, read_tensors(gguf, reader, expected_shapes(config), path, "a Gemma 3 model"), meta
-
-
-def halves_to_pairs(weight: Tensor, head_dim: int, rotary_dim: int | None = None) -> Tensor:
-    """Reorder each head's d features from the rotate-halves order (feature k pairs with k + d / 2) to the
-    adjacent-pairs order of ``helpers.rotary`` (2k pairs with 2k + 1): rows of a projection (h·d, E), or a
-    (d,) QK-norm weight. New feature 2k is old k, new 2k + 1 is old k + d / 2.
-
-    ``rotary_dim``: r < d when only the first r features rotate (partial rotary, Qwen3-Next): those r are
-    reordered within themselves (k pairs with k + r / 2) and the other d - r keep their places."""
-    r = head_dim if rotary_dim is None else rotary_dim
-    if head_dim % 2 or weight.size(0) % head_dim or r % 2 or not 2 <= r <= head_dim:
-        raise ValueError(
-            f"expected whole heads of an even d = {head_dim} along dim 0 and an even rotary_dim in 2 .. d, got "
-            f"shape {tuple(weight.shape)} and rotary_dim {rotary_dim}"
-        )
-    half = r // 2
-    pairs = torch.stack((torch.arange(half), torch.arange(half, r)), dim=1).flatten()  # 0, r/2, 1, r/2+1, …
-    order = torch.cat((pairs, torch.arange(r, head_dim)))
-    heads = weight.reshape(weight.size(0) // head_dim, head_dim, *weight.shape[1:])  # (h, d, ...)
-    return heads[:, order].reshape(weight.shape)
 
 
 def _to_course(tensors: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:

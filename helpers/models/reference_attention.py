@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from helpers.gpt import CausalSelfAttention, GPTConfig
-from helpers.models.gemma import halves_to_pairs
+from helpers.rotary import halves_to_pairs
 
 __all__ = ["attention_from_gpt_oss", "attention_from_qwen3_next"]
 
