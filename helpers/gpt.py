@@ -21,7 +21,8 @@ only its window of keys and values, so its memory stops growing at the window. A
 
 Each kind of layer is a class registered by name (``helpers.layer_kind``): "global" is ``CausalSelfAttention``,
 "local" ``LocalAttention``, "linear" and "delta" live in ``helpers.delta_rule``, "latent" in
-``helpers.latent_attention``. The kind owns its window, rotary base, cache entry and the switches it carries;
+``helpers.latent_attention``, "topk" (the global layer's front end, attending over the k keys an indexer chose)
+in ``helpers.topk_attention``. The kind owns its window, rotary base, cache entry and the switches it carries;
 ``GPT`` builds each layer by its kind's name and never asks a layer's class, so a new kind needs no edit here.
 """
 
@@ -50,7 +51,8 @@ __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_g
 POSITIONS = ("rotary", "sinusoidal", "none")
 NORMS = ("layer", "rms")
 FEED_FORWARDS = ("gelu", "swiglu", "geglu")
-LAYER_KINDS = ("local", "global", "linear", "delta", "latent")  # the course's kinds (helpers.layer_kind.KINDS: all)
+# The course's kinds (helpers.layer_kind.KINDS: all, those registered later too).
+LAYER_KINDS = ("local", "global", "linear", "delta", "latent", "topk")
 
 
 def _positive_int(name: str, value) -> None:
@@ -311,6 +313,28 @@ class CausalSelfAttention(LayerKind, AttentionCore):
 
         Returns the output (N, L, E) and the keys and values of the P + L tokens, (N, h_kv, P + L, d) each; with
         ``need_weights`` also the attention weights (N, h, L, P + L)."""
+        q, k, v = self._project(x, positions, rotation)
+        kept = 0 if past is None else past[0].size(2)  # P
+        k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
+        # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
+        # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
+        local_positions = positions - (positions[0] - kept)  # (L,), counted from the first kept key
+        mask = sdpa_mask(causal_mask_at(local_positions, k.size(2), self.window))  # (L, P + L), True = may attend
+        out, weights = self.attend_heads(
+            q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
+        )
+        out = self._finish(out, x)
+        if not need_weights:
+            return out, (k, v)
+        assert weights is not None, "attend_heads returns the weights when asked"
+        return out, (k, v), weights
+
+    # The two ends of every softmax layer's forward, apart so that a kind that attends otherwise (top-k) reuses them.
+    def _project(
+        self, x: Tensor, positions: Tensor, rotation: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x (N, L, E) at ``positions`` (L,) -> q (N, h, L, d), k and v (N, h_kv, L, d): projected, QK-normed and
+        rotated (by ``rotation``, the positions' (cos, sin), or computed here if None), ready to cache."""
         p = self.projections
         q = split_heads(p.q_proj(x), self.num_heads)  # (N, h, L, d)
         k = split_heads(p.k_proj(x), self.num_kv_heads)  # (N, h_kv, L, d)
@@ -321,23 +345,15 @@ class CausalSelfAttention(LayerKind, AttentionCore):
             r = self.rotary_dim
             cos, sin = rotation if rotation is not None else rotary_cos_sin(positions, r, self.rotary_base, x.dtype)
             q, k = rotate_first(q, cos, sin, r), rotate_first(k, cos, sin, r)
-        kept = 0 if past is None else past[0].size(2)  # P
-        k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
-        # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
-        # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
-        local_positions = positions - (positions[0] - kept)  # (L,), counted from the first kept key
-        mask = sdpa_mask(causal_mask_at(local_positions, k.size(2), self.window))  # (L, P + L), True = may attend
-        out, weights = self.attend_heads(
-            q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
-        )
-        out = merge_heads(out)  # heads concatenated (N, L, h·d)
+        return q, k, v
+
+    def _finish(self, heads: Tensor, x: Tensor) -> Tensor:
+        """The heads' outputs (N, h, L, d) -> the layer's output (N, L, E): concatenated, gated by x (the layer's
+        input, with ``output_gate``) and mixed by ``out_proj``."""
+        out = merge_heads(heads)  # heads concatenated (N, L, h·d)
         if self.gate_proj is not None:  # each head's output scaled feature by feature by a gate in (0, 1)
             out = out * torch.sigmoid(self.gate_proj(x))
-        out = p.out_proj(out)  # the heads mixed
-        if not need_weights:
-            return out, (k, v)
-        assert weights is not None, "attend_heads returns the weights when asked"
-        return out, (k, v), weights
+        return self.projections.out_proj(out)  # the heads mixed
 
     def check_entry(self, entry, N: int, length: int, kept: int, weight: Tensor, layer: int) -> None:
         """A softmax layer's entry: (keys, values), (N, h_kv, kept, d) each, in the model's dtype and device."""

@@ -26,6 +26,8 @@ heads, d head size):
                                          token, every head's keys and values rebuilt from it
     helpers.delta_rule.DeltaRuleAttention  (state,), (N, h, d_k, d_v): a GPT layer of kind "linear" or "delta"
                                          keeps one matrix per head, the same size after any number of tokens
+    helpers.topk_attention.TopKAttention  (keys, values, index keys), (N, h_kv, T, d) twice and (N, T, c): a
+                                         GPT layer of kind "topk" keeps its lightning indexer's key beside them
 
 A new kind of attention keeps what it needs in the same object and checks its own entries as ``GPT`` does;
 ``check_filled_together`` is the check they share (every layer filled, or none).

@@ -47,7 +47,7 @@ SWITCHES: dict[str, Any] = {
 KINDS: dict[str, type[LayerKind]] = {}
 
 # The modules that register the course's own kinds, imported on the first look-up (``import helpers`` is lazy).
-_COURSE_KIND_MODULES = ("helpers.gpt", "helpers.delta_rule", "helpers.latent_attention")
+_COURSE_KIND_MODULES = ("helpers.gpt", "helpers.delta_rule", "helpers.latent_attention", "helpers.topk_attention")
 
 
 def switch_value(config, name: str):

@@ -28,11 +28,13 @@ __all__ = ["SinkRemoval", "blocked_key", "sink_removal_effect"]
 
 def _weights_without_key(key: int, renormalize: bool):
     """A ``weights_from_scores`` for the attention core: the masked softmax with token ``key`` hidden from
-    every later query; scores (N, h, L, T), may_attend (L, T), positions (L,) -> weights (N, h, L, T)."""
+    every later query; scores (N, h, L, T), may_attend (L, T) or any shape that broadcasts to the scores' (a
+    top-k layer's is (N, 1, L, T)), positions (L,) -> weights (N, h, L, T)."""
 
     def weights(scores: Tensor, may_attend: Tensor, positions: Tensor) -> Tensor:
-        hidden = torch.zeros_like(may_attend)  # (L, T): True where a later query's weight on the key goes
-        if key < may_attend.size(1):
+        # (L, T): True where a later query's weight on the key goes
+        hidden = torch.zeros(may_attend.shape[-2:], dtype=torch.bool, device=may_attend.device)
+        if key < may_attend.size(-1):
             hidden[:, key] = positions > key  # the queries after the blocked token
         if renormalize:  # a softmax over the other keys: the share is spread over them
             return masked_softmax(scores, may_attend & ~hidden)
