@@ -1,6 +1,6 @@
 """From lesson 06 on, no graduated helper: an answer calling the `helpers` function its exercise asks for is refused.
 
-An exercise of lessons 06-12 and 14 asks for a function that ``helpers`` already holds (the lesson graduates it
+An exercise of lessons 06-12, 14 and 15 asks for a function that ``helpers`` already holds (the lesson graduates it
 there, or a later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call
 of the learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers;
 lessons 01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict;
@@ -127,7 +127,16 @@ def _delta_rule() -> dict[Callable[..., Any], str]:
     }
 
 
-#: Each exercise's graduated helpers (lessons 06-12 and 14), by the exercise's name in its verdict.
+def _selection() -> dict[Callable[..., Any], str]:
+    import helpers.selection as selection
+
+    return {
+        selection.causal_topk: "`helpers.selection.causal_topk`",
+        selection.summed_attention: "`helpers.selection.summed_attention`",
+    }
+
+
+#: Each exercise's graduated helpers (lessons 06-12, 14 and 15), by the exercise's name in its verdict.
 GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "teacher forcing: inputs, labels and causal mask": _lesson06,
     "online softmax update": _online_softmax,
@@ -145,6 +154,8 @@ GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "each head's direct push on the logit difference": _head_attribution,
     "softmax with an attention sink": _sink_softmax,
     "one step of the gated delta rule": _delta_rule,
+    "top-k keys after the causal mask": _selection,
+    "the indexer's target": _selection,
 }
 
 

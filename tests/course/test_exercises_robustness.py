@@ -86,6 +86,14 @@ from course.exercises.lesson14 import (
     reference_delta_step,
     reference_sink_softmax,
 )
+from course.exercises.lesson15 import (
+    check_index_scores,
+    check_indexer_target,
+    check_top_k_keys,
+    reference_index_scores,
+    reference_indexer_target,
+    reference_top_k_keys,
+)
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -106,6 +114,9 @@ from helpers.rotary import apply_rotary
     reference_window_mask,
     reference_delta_step,
     reference_sink_softmax,
+    reference_top_k_keys,
+    reference_index_scores,
+    reference_indexer_target,
 ) = (
     learners_copy(reference_previous_token_score),
     learners_copy(reference_induction_score),
@@ -122,6 +133,9 @@ from helpers.rotary import apply_rotary
     learners_copy(reference_window_mask),
     learners_copy(reference_delta_step),
     learners_copy(reference_sink_softmax),
+    learners_copy(reference_top_k_keys),
+    learners_copy(reference_index_scores),
+    learners_copy(reference_indexer_target),
 )
 
 
@@ -219,6 +233,9 @@ RIGHT = {
     "sink softmax": (check_sink_softmax, reference_sink_softmax),
     "output gate": (check_output_gate, lambda heads, x, w: heads * torch.sigmoid(x @ w.T)),
     "delta step": (check_delta_step, reference_delta_step),
+    "top-k keys": (check_top_k_keys, reference_top_k_keys),
+    "index scores": (check_index_scores, reference_index_scores),
+    "indexer target": (check_indexer_target, reference_indexer_target),
 }
 
 
