@@ -17,7 +17,8 @@ import helpers.attention
 import helpers.delta_rule
 import helpers.flash
 import helpers.rotary
-from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14
+import helpers.selection
+from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14, lesson15
 from course.exercises.graduated import GRADUATED_HELPERS
 from helpers.kv_cache import cache_bytes_per_token
 from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
@@ -117,6 +118,14 @@ def delta_step_chunked(state, k, v, beta, log_alpha=None):
     return helpers.delta_rule.delta_rule_chunked(*one, initial_state=state)[1]
 
 
+def top_k_keys(scores, k):
+    return helpers.selection.causal_topk(scores, k)
+
+
+def indexer_target(weights):
+    return helpers.selection.summed_attention(weights[None])[0]
+
+
 CASES = [
     (lesson06.check_teacher_forcing, teacher_forcing_batch, "`helpers.models.translation.training.teacher_forcing`"),
     (lesson07.check_online_softmax_update, online_softmax_update, "`helpers.flash.online_softmax_update`"),
@@ -134,6 +143,8 @@ CASES = [
     (lesson14.check_sink_softmax, sink_softmax_inside_attention, "`helpers.attention.masked_softmax(..., sink=...)`"),
     (lesson14.check_delta_step, delta_step, "`helpers.delta_rule.delta_rule_step`"),
     (lesson14.check_delta_step, delta_step_chunked, "`helpers.delta_rule.delta_rule_chunked`"),
+    (lesson15.check_top_k_keys, top_k_keys, "`helpers.selection.causal_topk`"),
+    (lesson15.check_indexer_target, indexer_target, "`helpers.selection.summed_attention`"),
 ]
 
 
@@ -145,9 +156,10 @@ def test_calling_the_graduated_helper_is_not_yet_and_names_it(check, answer, hel
     assert "[NOT YET]" in capsys.readouterr().out
 
 
-def test_every_listed_exercise_is_a_check_of_lessons_06_to_12_or_14():
-    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12 or 14 runs under."""
-    modules = (lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14)
+def test_every_listed_exercise_is_a_check_of_lessons_06_to_12_14_or_15():
+    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12, 14 or 15 runs
+    under."""
+    modules = (lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14, lesson15)
     sources = "".join(Path(module.__file__).read_text() for module in modules)
     names = set(re.findall(r'(?:run_check|_checked)\(\s*"([^"]+)"', sources))
     assert set(GRADUATED_HELPERS) <= names, set(GRADUATED_HELPERS) - names
