@@ -70,8 +70,10 @@ def causal_topk(scores: Tensor, k: int, positions: Tensor | None = None) -> Tens
 
     ``positions`` (L,): where the queries stand among the S keys (default: the last L, as in a prefill).
     The future is masked **before** the choice, so a high score on a later key never takes a slot; a query with
-    fewer than k keys to read (query t has t + 1) gets them all, then -1. Ties go to the earlier key. The rows
-    list keys from the highest score down."""
+    fewer than k keys to read (query t has t + 1) gets them all, then -1. The rows list keys from the highest
+    score down. Ties go to the earlier key, always: ``torch.topk`` promises no order among equal scores, and a
+    lightning indexer's ReLU gives many exact zeros, so a cached decode step (a row of another length) could
+    keep other keys than the prefill did."""
     check_budget(k)
     if not isinstance(scores, Tensor) or scores.dim() < 2 or not scores.is_floating_point():
         raise ValueError(f"scores must be a float tensor (..., L, S), got {getattr(scores, 'shape', type(scores))}")
@@ -79,11 +81,10 @@ def causal_topk(scores: Tensor, k: int, positions: Tensor | None = None) -> Tens
     where = _query_positions(positions, L, S, scores.device)
     future = torch.arange(S, device=scores.device)[None, :] > where[:, None]  # (L, S), True = after the query
     masked = scores.masked_fill(future, float("-inf"))
-    # A stable sort keeps equal scores in key order, so ties go to the earlier key (topk does not promise it).
     order = masked.sort(dim=-1, descending=True, stable=True).indices[..., :k]  # (..., L, min(k, S))
     readable = (where + 1).clamp(max=S)[:, None]  # (L, 1): how many keys each query may read
     slot = torch.arange(order.size(-1), device=scores.device)[None, :]
-    chosen = torch.where(slot < readable, order, torch.full_like(order, -1))
+    chosen = torch.where(slot < readable, order, torch.full_like(order, -1))  # masked keys are no keys
     if chosen.size(-1) < k:  # k larger than the keys there are: pad every row
         pad = chosen.new_full((*chosen.shape[:-1], k - chosen.size(-1)), -1)
         chosen = torch.cat([chosen, pad], dim=-1)

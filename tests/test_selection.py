@@ -45,6 +45,8 @@ def test_causal_topk_masks_before_it_chooses_and_breaks_ties_to_the_earlier_key(
     scores = torch.tensor([[1.0, 9, 9], [2, 2, 9], [3, 3, 3]])  # the future scores 9
     assert causal_topk(scores, 2).tolist() == [[0, -1], [0, 1], [0, 1]]
     assert causal_topk(scores, 1, positions=torch.tensor([2, 2, 2])).tolist() == [[1], [2], [0]]
+    zeros = torch.zeros(1, 40)  # a ReLU indexer's ties: the same keys for a row of any length
+    assert causal_topk(zeros, 3, positions=torch.tensor([39])).tolist() == [[0, 1, 2]]
     with pytest.raises(ValueError, match="positive int"):
         causal_topk(scores, 0)
     with pytest.raises(ValueError, match="positions must be"):

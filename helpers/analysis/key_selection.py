@@ -18,8 +18,7 @@ A rule is a function ``rule(layer, scores, positions, x) -> indices``: ``layer``
 (N, h, L, S) its scaled attention scores, ``positions`` (L,) its queries' positions, ``x`` (N, L, E) the
 attention layer's input (after its norm: what its projections read, and what an indexer reads). It returns
 ``helpers.selection``'s indices: (N, h, L, k) per head, (N, 1, L, k) shared by the heads, or (L, k) shared by
-the batch too; -1 = no key. The top-k rules choose with ``top_keys``, ``helpers.selection.causal_topk`` by
-``torch.topk`` (the same keys unless two tie exactly), since a rule runs in every layer of every prefill.
+the batch too; -1 = no key. The top-k rules choose with ``helpers.selection.causal_topk``.
 
 Shapes: N batch, h heads, L queries, S keys, E embedding size, k keys kept per query, n_layers layers.
 """
@@ -38,6 +37,7 @@ from helpers.gpt import GPT
 from helpers.lightning_indexer import LightningIndexer
 from helpers.selection import (
     block_topk,
+    causal_topk,
     check_budget,
     recall,
     recent_and_first_keys,
@@ -59,7 +59,6 @@ __all__ = [
     "recalls_by_layer",
     "recent_window",
     "selected_attention",
-    "top_keys",
     "train_indexers",
     "window_and_first",
 ]
@@ -188,23 +187,6 @@ def _causal(positions: Tensor, S: int) -> Tensor:
     return torch.arange(S, device=positions.device)[None, :] <= positions[:, None]
 
 
-def top_keys(scores: Tensor, k: int, positions: Tensor) -> Tensor:
-    """``helpers.selection.causal_topk``'s indices (..., L, k) by ``torch.topk`` instead of a stable sort of
-    every row: 2-4 times faster on 1,024 keys, and the same keys except where two readable keys tie exactly at
-    the k-th place (then either may be kept; ``causal_topk`` keeps the earlier). Tested equal on scores without
-    ties. A rule runs in every layer of every prefill, so this is most of a rule's own cost."""
-    check_budget(k)
-    S = scores.size(-1)
-    masked = scores.masked_fill(~_causal(positions, S), float("-inf"))
-    order = masked.topk(min(k, S), dim=-1).indices  # (..., L, min(k, S)), highest first
-    readable = (positions + 1).clamp(max=S)[:, None]  # (L, 1): how many keys each query may read
-    slot = torch.arange(order.size(-1), device=scores.device)[None, :]
-    chosen = torch.where(slot < readable, order, torch.full_like(order, -1))
-    if chosen.size(-1) < k:  # more slots than keys: pad every row
-        chosen = torch.cat([chosen, chosen.new_full((*chosen.shape[:-1], k - chosen.size(-1)), -1)], dim=-1)
-    return chosen
-
-
 def _same_positions(choose: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     """``choose(positions)``, computed once per forward pass: the GPT hands every layer the same positions
     tensor, and a rule that reads nothing else (a window) names the same keys in every layer."""
@@ -223,7 +205,7 @@ def oracle_per_head(k: int) -> SelectionRule:
     check_budget(k)
 
     def rule(layer: int, scores: Tensor, positions: Tensor, x: Tensor) -> Tensor:
-        return top_keys(scores, k, positions)  # (N, h, L, k)
+        return causal_topk(scores, k, positions)  # (N, h, L, k)
 
     rule.__qualname__ = f"oracle_per_head({k})"
     return rule
@@ -236,7 +218,7 @@ def oracle_shared(k: int) -> SelectionRule:
 
     def rule(layer: int, scores: Tensor, positions: Tensor, x: Tensor) -> Tensor:
         weights = _softmax_over(scores, _causal(positions, scores.size(-1)))  # (N, h, L, S)
-        return top_keys(summed_attention(weights), k, positions).unsqueeze(1)  # (N, 1, L, k)
+        return causal_topk(summed_attention(weights), k, positions).unsqueeze(1)  # (N, 1, L, k)
 
     rule.__qualname__ = f"oracle_shared({k})"
     return rule
@@ -292,7 +274,7 @@ def indexer_top_k(indexers: Sequence[LightningIndexer], k: int) -> SelectionRule
         if x.size(1) != scores.size(-1):
             raise ValueError("an indexer scores the keys from their inputs: use it in a prefill without a cache")
         index_scores = indexers[layer](x.to(next(indexers[layer].parameters()).dtype), positions)  # (N, L, S)
-        return top_keys(index_scores.to(scores.dtype), k, positions).unsqueeze(1)  # (N, 1, L, k)
+        return causal_topk(index_scores.to(scores.dtype), k, positions).unsqueeze(1)  # (N, 1, L, k)
 
     rule.__qualname__ = f"indexer_top_k({k})"
     return rule

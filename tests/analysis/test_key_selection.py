@@ -18,13 +18,12 @@ from helpers.analysis.key_selection import (
     recalls_by_layer,
     recent_window,
     selected_attention,
-    top_keys,
     train_indexers,
     window_and_first,
 )
 from helpers.gpt import GPT, GPTConfig
 from helpers.lightning_indexer import LightningIndexer
-from helpers.selection import causal_topk, recent_keys
+from helpers.selection import recent_keys
 
 T = 24
 
@@ -211,13 +210,6 @@ def test_a_query_left_without_keys_gets_zero_weights_not_nan():
     with torch.no_grad(), selected_attention(model, nothing_for_query_3):
         logits = model(ids)
     assert torch.isfinite(logits).all()
-
-
-@pytest.mark.parametrize("k", [1, 3, 7, 12, 20])
-def test_top_keys_equals_causal_topk_without_ties(k):
-    scores = torch.randn(2, 3, 5, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(k))
-    for positions in (torch.arange(7, 12), torch.tensor([0, 2, 3, 8, 11])):
-        assert torch.equal(top_keys(scores, k, positions), causal_topk(scores, k, positions))
 
 
 def test_a_window_rule_reused_on_another_text_reads_that_texts_positions():
