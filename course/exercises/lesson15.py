@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from course.exercises.feedback import (
+    LearnerError,
     Mistakes,
     Verdict,
     as_tensor,
@@ -146,6 +147,10 @@ def _topk_mistakes(scores: Tensor, k: int) -> dict[str, list[Tensor]]:
         "no query reads its own key: the causal mask keeps the diagonal (query t reads keys 0 .. t).": [
             chosen(scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(0), float("-inf")))
         ],
+        "the causal mask starts one key late: query t also reads key t + 1. Block every key after the query "
+        "(query t reads keys 0 .. t).": [
+            chosen(scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(2), float("-inf")))
+        ],
         "each query keeps its LOWEST scores: top-k keeps the largest.": [
             chosen(scores.masked_fill(after, float("inf")), largest=False)
         ],
@@ -203,7 +208,15 @@ def check_top_k_keys(top_k_keys: Callable[[Tensor, int], Tensor]) -> Verdict:
 
     def body() -> str:
         for case in _topk_cases():
-            result = call_learner(top_k_keys, case.scores.clone(), case.k)
+            try:
+                result = call_learner(top_k_keys, case.scores.clone(), case.k)
+            except LearnerError as error:
+                if case.k <= case.scores.size(-1):
+                    raise
+                raise wrong(
+                    f"your code raised {error} on {case.name}: k may be larger than the number of keys L. Choose "
+                    f"min(k, L) keys, then pad each row to k with -1."
+                ) from None
             if isinstance(result, Tensor) and result.dtype == torch.bool and result.shape == case.scores.shape:
                 raise wrong(
                     f"this returns a mask (..., L, S) = {tuple(result.shape)}: return the indices of the keys, "
@@ -252,6 +265,8 @@ def _index_mistakes(q: Tensor, keys: Tensor, weights: Tensor) -> Mistakes:
     right = reference_index_scores(q, keys, weights)
     H, d = q.shape[-2:]
     return {
+        "the heads are averaged: the heads' weighted ReLU scores are added, not averaged (the formula is a sum over "
+        "j).": right / H,
         "the ReLU is left out: each head's dot product goes through a ReLU before the weighted sum (a head scores a "
         "key 0 or more, never below).": torch.einsum("lh,lhs->ls", weights, dots),
         "the ReLU comes after the heads' weighted sum: apply it to each head's dot product, then weigh and add.": (
@@ -267,7 +282,7 @@ def _index_mistakes(q: Tensor, keys: Tensor, weights: Tensor) -> Mistakes:
         "this is a softmax over the keys: the indexer's scores are not normalised (only their order matters for the "
         "top-k).": [right.softmax(-1), right.softmax(0)],
         "the scores are scaled: this exercise's formula has no scale (DeepSeek multiplies by 1/sqrt(d) and "
-        "1/sqrt(H), constants that never change which keys win).": [right / d**0.5, right / H**0.5, right / H],
+        "1/sqrt(H), constants that never change which keys win).": [right / d**0.5, right / H**0.5],
     }
 
 

@@ -127,6 +127,11 @@ def _top(scores, k, largest=True, diagonal=1):
     return _padded(torch.where(values.isinf(), -1, indices), k)
 
 
+def _top_unclipped_k(scores, k):  # topk(k) raises when k > L
+    values, indices = _masked(scores).topk(k, dim=-1)
+    return torch.where(values.isinf(), -1, indices)
+
+
 def _before_the_mask(scores, k):
     indices = scores.topk(min(k, scores.size(-1)), dim=-1).indices
     return _padded(indices, k)
@@ -176,6 +181,8 @@ def _short_rows(scores, k):
         (_before_the_mask_then_dropped, ["before the causal mask"]),
         (_not_clipped, ["must be clipped", "-1"]),
         (lambda s, k: _top(s, k, diagonal=0), ["own key", "diagonal"]),
+        (lambda s, k: _top(s, k, diagonal=2), ["one key late"]),
+        (lambda s, k: _top_unclipped_k(s, k), ["k may be larger than the number of keys", "RuntimeError"]),
         (lambda s, k: _top(s, k, largest=False), ["LOWEST"]),
         (_wrong_axis, ["wrong axis"]),
         (_zero_padded, ["-1, not 0"]),
@@ -223,6 +230,7 @@ E = torch.einsum
         (lambda q, k, w: E("lh,lhs->ls", w.softmax(-1), torch.relu(E("lhd,sd->lhs", q, k))), ["over the heads"]),
         (lambda q, k, w: E("lh,lhs->ls", w, torch.relu(E("lhd,sd->lhs", q, k))).softmax(-1), ["softmax over the keys"]),
         (lambda q, k, w: E("lh,lhs->ls", w, torch.relu(E("lhd,sd->lhs", q, k))) / q.size(-1) ** 0.5, ["scaled"]),
+        (lambda q, k, w: (w[..., None] * torch.relu(E("lhd,sd->lhs", q, k))).mean(1), ["heads are averaged"]),
         (lambda q, k, w: E("lh,lhs->ls", w, torch.relu(E("lhd,sd->lhs", q, k))).T, ["(L, S)"]),
         (lambda q, k, w: E("lh,lhs->ls", w, torch.relu(E("lhd,sd->lhs", q, k))).numpy(), ["numpy"]),
         (lambda q, k, w: E("lh,lhs->ls", w.relu_(), torch.relu(E("lhd,sd->lhs", q, k))), ["in place"]),
