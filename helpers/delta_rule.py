@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from helpers.attention import merge_heads, split_heads
-from helpers.layer_kind import LayerKind, register_kind
+from helpers.layer_kind import LayerKind, check_entry_placed, register_kind
 from helpers.masks import causal_mask
 from helpers.rotary import rotary_cos_sin, rotate_first
 
@@ -376,11 +376,7 @@ class DeltaRuleAttention(LayerKind):
                 f"cache layer {layer} (kind {self.kind!r}) must hold (state,), a state (N, h, d, d) = "
                 f"{expected}, got {entry!r:.80}: make one with model.new_cache()"
             )
-        if state.dtype != weight.dtype or state.device != weight.device:
-            raise TypeError(
-                f"cache layer {layer} holds a state of dtype {state.dtype} on {state.device} but the model is "
-                f"{weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving the model"
-            )
+        check_entry_placed(state, "a state", weight, layer)
 
     def cache_numbers_per_token(self) -> int:
         """0: the state, h · d · d numbers per sequence, does not grow with the tokens read."""

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads, split_heads
 from helpers.embeddings import PositionalEncoding
 from helpers.kv_cache import KVCache, extend, kv_cache_bytes
-from helpers.layer_kind import KINDS, SWITCHES, LayerKind, kind_class, register_kind
+from helpers.layer_kind import KINDS, SWITCHES, LayerKind, check_entry_placed, kind_class, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_first
@@ -368,12 +368,7 @@ class CausalSelfAttention(LayerKind, AttentionCore):
                     f"call needs {expected} (batch size N = {N}, h_kv = {self.num_kv_heads}, {held}, "
                     f"d = {self.head_dim}): a cache serves one model and one batch; make one with model.new_cache()"
                 )
-            if tensor.dtype != weight.dtype or tensor.device != weight.device:
-                raise TypeError(
-                    f"cache layer {layer} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
-                    f"is {weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving "
-                    "the model"
-                )
+            check_entry_placed(tensor, name, weight, layer)
 
     def cache_numbers_per_token(self) -> int:
         """2 · h_kv · d: a key and a value per key/value head."""

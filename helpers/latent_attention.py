@@ -48,7 +48,7 @@ from helpers.attention import AttentionCore, merge_heads, repeat_kv_heads, split
 from helpers.attention import attend as core_attend
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
 from helpers.kv_cache import KVCache, cache_bytes_per_token
-from helpers.layer_kind import LayerKind, register_kind
+from helpers.layer_kind import LayerKind, check_entry_placed, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
 
@@ -418,11 +418,7 @@ class MultiHeadLatentAttention(LayerKind, AttentionCore):
                 f"(N, T, d_R) = ({N}, {kept}, {lat.rotary_dim}): a cache serves one model and one batch"
             )
         for name, tensor in zip(("latents", "rotary keys"), entry, strict=True):
-            if tensor.dtype != weight.dtype or tensor.device != weight.device:
-                raise TypeError(
-                    f"cache layer {layer} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model "
-                    f"is {weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving it"
-                )
+            check_entry_placed(tensor, name, weight, layer)
 
     def cache_numbers_per_token(self) -> int:
         """d_c + d_R: the latent and the decoupled rotary key."""

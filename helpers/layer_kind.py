@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-__all__ = ["KINDS", "SWITCHES", "LayerKind", "kind_class", "register_kind", "switch_value"]
+__all__ = ["KINDS", "SWITCHES", "LayerKind", "check_entry_placed", "kind_class", "register_kind", "switch_value"]
 
 # The config switches a kind may or may not carry, each with the value that means "off".
 SWITCHES: dict[str, Any] = {
@@ -85,6 +85,16 @@ def kind_class(name: str) -> type[LayerKind]:
     if name not in KINDS:
         raise ValueError(f"unknown kind of layer {name!r}: the known kinds are {', '.join(map(repr, KINDS))}")
     return KINDS[name]
+
+
+def check_entry_placed(tensor: Tensor, name: str, weight: Tensor, layer: int) -> None:
+    """Refuse a cache tensor (``name``: "keys", "a state", ...) whose dtype or device is not the model's (its
+    ``weight``'s): every kind's ``check_entry`` ends with this, for each tensor its entry holds."""
+    if tensor.dtype != weight.dtype or tensor.device != weight.device:
+        raise TypeError(
+            f"cache layer {layer} holds {name} of dtype {tensor.dtype} on {tensor.device} but the model is "
+            f"{weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving the model"
+        )
 
 
 class LayerKind(nn.Module):

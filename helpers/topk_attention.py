@@ -27,7 +27,7 @@ from torch import Tensor
 from helpers.gpt import CausalSelfAttention, GPTConfig
 from helpers.kernels.topk_reference import topk_attention_gather
 from helpers.kv_cache import extend
-from helpers.layer_kind import register_kind
+from helpers.layer_kind import check_entry_placed, register_kind
 from helpers.lightning_indexer import LightningIndexer
 from helpers.selection import causal_topk, selected_mask
 
@@ -178,11 +178,7 @@ class TopKAttention(CausalSelfAttention):
                 f"cache layer {layer} holds index_keys of shape {tuple(index_keys.shape)} but this call needs "
                 f"{expected}: a cache serves one model and one batch; make one with model.new_cache()"
             )
-        if index_keys.dtype != weight.dtype or index_keys.device != weight.device:
-            raise TypeError(
-                f"cache layer {layer} holds index_keys of dtype {index_keys.dtype} on {index_keys.device} but the "
-                f"model is {weight.dtype} on {weight.device}: make a new cache with model.new_cache() after moving it"
-            )
+        check_entry_placed(index_keys, "index_keys", weight, layer)
 
     def rolling_keep(self) -> int | None:
         """None: a later query may select any earlier key, so a rolling cache keeps every token."""
