@@ -129,6 +129,8 @@ LESSONS: tuple[Lesson, ...] = (
            needs=("gemma",), seed_variable="LESSON13_SEED", exports_checks=True),
     Lesson("14_sinks_gates_delta_rule.ipynb", "sinks, gates and the delta rule", budget_s=150, test_s=31,
            needs=("smollm2",), seed_variable="LESSON14_SEED", exports_checks=True),
+    Lesson("15_attention_that_selects.ipynb", "attention that selects", budget_s=150, grading_timeout_s=120,
+           test_s=73, needs=("smollm2",), seed_variable="LESSON15_SEED"),
     Lesson("16_attention_as_a_kernel.ipynb", "attention as a kernel", needs=("triton",)),
 )
 # fmt: on
