@@ -45,6 +45,7 @@ from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_first
 from helpers.swiglu import GeGLU, SwiGLU
 from helpers.tools.progress import ProgressLines
+from helpers.tools.renames import accepting_old_names
 
 __all__ = ["GPT", "GPTConfig", "KVCache", "generate", "kv_cache_bytes", "train_gpt"]
 
@@ -68,6 +69,7 @@ def _is_kind(name: str) -> bool:
     return True
 
 
+@accepting_old_names({"head_size": "head_dim"})  # code written before the one name for d
 @dataclass
 class GPTConfig:
     """The model's sizes and choices. ``num_kv_heads`` (h_kv) < ``num_heads`` (h) is grouped-query attention
@@ -88,7 +90,9 @@ class GPTConfig:
       ``helpers.layer_kind.register_kind`` is accepted (``kind_settings``: a dict from a kind's name to the
       settings its layers read, such as "latent": a ``LatentConfig``). A switch below that a layer's kind cannot
       carry (a delta layer's ``qk_norm``, say) is refused here, naming the layer and the switch;
-    * ``head_size``: d, when it is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 > E = 640);
+    * ``head_dim``: d, each head's size; None (the default) makes it E / h, and the config keeps the number it
+      resolved, as ``transformers``' configs do. Set it when d is not E / h (Gemma 3 270M: h·d = 4 · 256 = 1024 >
+      E = 640). Its old name ``head_size`` is still accepted, with a ``DeprecationWarning``;
     * ``qk_norm``: an RMSNorm over each head's d features of the queries and the keys, before the rotation;
     * ``post_norms``: a norm on each block's output as well, before it joins the residual stream;
     * ``query_scale``: the factor of the scores (None: 1 / sqrt(d));
@@ -120,7 +124,7 @@ class GPTConfig:
     tie_embeddings: bool = False
     layer_kinds: tuple[str, ...] | None = None
     local_rotary_base: float | None = None
-    head_size: int | None = None
+    head_dim: int = None  # type: ignore[assignment]  # None is resolved to E / h at once, so every reader gets an int
     qk_norm: bool = False
     post_norms: bool = False
     query_scale: float | None = None
@@ -133,10 +137,14 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "embed_dim", "num_heads", "num_kv_heads", "num_layers", "ff_dim", "max_len"):
             _positive_int(name, getattr(self, name))
-        if self.head_size is not None:
-            _positive_int("head_size", self.head_size)
+        if self.head_dim is not None:
+            _positive_int("head_dim", self.head_dim)
         elif self.embed_dim % self.num_heads:
-            raise ValueError(f"embed_dim ({self.embed_dim}) must be a multiple of num_heads ({self.num_heads})")
+            raise ValueError(
+                f"embed_dim ({self.embed_dim}) must be a multiple of num_heads ({self.num_heads}), or set head_dim"
+            )
+        else:
+            self.head_dim = self.embed_dim // self.num_heads
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads}): each "
@@ -209,11 +217,6 @@ class GPTConfig:
             kind_class(self.layer_kind(layer)).refuse_switches(self, layer)
 
     @property
-    def head_dim(self) -> int:
-        """d: ``head_size`` if set, else E / h."""
-        return self.head_size if self.head_size is not None else self.embed_dim // self.num_heads
-
-    @property
     def rotary_dim(self) -> int:
         """r: how many of each head's d features rotate, int(d · ``rotary_fraction``) (d unless partial)."""
         return int(self.head_dim * self.rotary_fraction)
@@ -275,7 +278,7 @@ class CausalSelfAttention(LayerKind, AttentionCore):
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.projections = GroupedQueryAttention(
-            config.embed_dim, config.num_heads, config.num_kv_heads, bias=False, head_dim=config.head_size
+            config.embed_dim, config.num_heads, config.num_kv_heads, bias=False, head_dim=config.head_dim
         )
         self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
         self.head_dim = config.head_dim

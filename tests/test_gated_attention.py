@@ -134,7 +134,7 @@ def test_partial_rotary_rotates_the_first_r_features_of_each_head_only(zeroed, m
         ({"rotary_fraction": 0.0}, r"in \(0, 1\]"),
         ({"rotary_fraction": 1.5}, r"in \(0, 1\]"),
         ({"rotary_fraction": True}, r"in \(0, 1\]"),
-        ({"rotary_fraction": 0.375, "head_size": 8}, "rotates 3 features: it must be an even number"),
+        ({"rotary_fraction": 0.375, "head_dim": 8}, "rotates 3 features: it must be an even number"),
         ({"output_gate": "yes"}, "output_gate must be True or False"),
         ({"attention_sinks": 1}, "attention_sinks must be True or False"),
     ],

@@ -23,7 +23,7 @@ def _config(**changes) -> GPTConfig:
     sizes = dict(
         vocab_size=50, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=6, ff_dim=48, norm="rms",
         norm_eps=1e-6, feed_forward="geglu", rotary_base=1e6, tie_embeddings=True, window=WINDOW,
-        layer_kinds=KINDS, local_rotary_base=10000.0, head_size=16, qk_norm=True, post_norms=True,
+        layer_kinds=KINDS, local_rotary_base=10000.0, head_dim=16, qk_norm=True, post_norms=True,
         query_scale=12**-0.5, embed_scale=True,
     )  # fmt: skip
     return GPTConfig(**(sizes | changes))
@@ -222,11 +222,11 @@ def test_rolling_cache_bytes_refuses_bad_sizes(arguments, message):
         ({"layer_kinds": ("local",) * 5}, "layer_kinds must be a tuple of 6 kinds"),
         ({"layer_kinds": ("local",) * 5 + ("sliding",)}, r"layer_kinds may hold only \('local', 'global', 'linear'"),
         ({"window": None}, "a local layer attends within a window"),
-        ({"head_size": 0}, "head_size must be a positive int"),
+        ({"head_dim": 0}, "head_dim must be a positive int"),
         ({"query_scale": -1.0}, "query_scale must be a positive number"),
         ({"local_rotary_base": float("inf")}, "local_rotary_base must be a finite positive number"),
         ({"qk_norm": 1}, "qk_norm must be True or False"),
-        ({"head_size": 15}, "the head size d must be even"),
+        ({"head_dim": 15}, "the head size d must be even"),
     ],
 )
 def test_the_config_refuses_layer_choices_it_cannot_build(changes, message):
@@ -243,3 +243,19 @@ def test_a_rolling_cache_needs_a_cache_and_a_length():
         cache.update(model, [(torch.zeros(1, 2, 1, 16),) * 2] * 6)
     with pytest.raises(ValueError, match="keep must hold one bound per layer"):
         KVCache(6, keep=[4, 0, None, 4, 4, None])
+
+
+def test_head_dim_is_one_name_resolved_at_once_and_head_size_still_reads_with_a_warning():
+    """d has one name, ``head_dim``: None becomes E / h when the config is built (so a config with d written in
+    equals one without it), and the old keyword and attribute ``head_size`` still work, warning."""
+    derived = GPTConfig(vocab_size=11, embed_dim=16, num_heads=4)
+    assert derived.head_dim == 4 and derived == GPTConfig(vocab_size=11, embed_dim=16, num_heads=4, head_dim=4)
+    with pytest.warns(DeprecationWarning, match="'head_size' is now 'head_dim'"):
+        old = GPTConfig(vocab_size=11, embed_dim=16, num_heads=4, head_size=6)
+    assert old.head_dim == 6 and "head_size" not in repr(old)
+    with pytest.warns(DeprecationWarning, match="head_size is now .head_dim"):
+        assert old.head_size == 6
+    with pytest.raises(TypeError, match="both 'head_dim' and its old name 'head_size'"):
+        GPTConfig(vocab_size=11, embed_dim=16, num_heads=4, head_size=6, head_dim=6)
+    with pytest.raises(ValueError, match=r"embed_dim \(10\) must be a multiple of num_heads \(4\), or set head_dim"):
+        GPTConfig(vocab_size=11, embed_dim=10, num_heads=4)

@@ -528,14 +528,14 @@ def _config(num_layers: int, kinds: str, **sizes) -> GPTConfig:
 # Gemma 3 270M's sizes (its file: 18 layers, 5 local to 1 global, window 512, 1 key/value head of d = 256, E = 640,
 # 4 query heads), then configs of other sizes and other patterns: an answer with Gemma's numbers written in, or its
 # 5:1 pattern, fails those. Every config has h_kv < h and d != E / h.
-GEMMA = _config(18, "LLLLLG" * 3, embed_dim=640, num_heads=4, num_kv_heads=1, head_size=256, window=512, ff_dim=2048)
+GEMMA = _config(18, "LLLLLG" * 3, embed_dim=640, num_heads=4, num_kv_heads=1, head_dim=256, window=512, ff_dim=2048)
 _CONFIGS = {
     "Gemma 3 270M's": GEMMA,
     "a 5-layer (local, global, local, local, global)": _config(
-        5, "LGLLG", embed_dim=24, num_heads=6, num_kv_heads=2, head_size=10, window=6
+        5, "LGLLG", embed_dim=24, num_heads=6, num_kv_heads=2, head_dim=10, window=6
     ),
-    "a 3-layer all-global": _config(3, "GGG", embed_dim=16, num_heads=4, num_kv_heads=1, head_size=6, window=5),
-    "a 4-layer all-local": _config(4, "LLLL", embed_dim=12, num_heads=4, num_kv_heads=2, head_size=8, window=3),
+    "a 3-layer all-global": _config(3, "GGG", embed_dim=16, num_heads=4, num_kv_heads=1, head_dim=6, window=5),
+    "a 4-layer all-local": _config(4, "LLLL", embed_dim=12, num_heads=4, num_kv_heads=2, head_dim=8, window=3),
 }
 # (config, T, bytes_per_number or None: the default left to the function). Lengths below, at and past each
 # window; 16-bit numbers mostly, 1 and 4 bytes once each (so that bytes_per_number is read, not written in).

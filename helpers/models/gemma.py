@@ -168,7 +168,7 @@ def read_gemma_gguf(path: str | Path | None = None) -> tuple[GPTConfig, dict[str
         feed_forward="geglu", rotary_base=_positive_finite(path, meta, "gemma3.rope.freq_base", 1e6),
         tie_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
         window=size("attention.sliding_window"), layer_kinds=_layer_kinds(n_layers),
-        local_rotary_base=LOCAL_ROTARY_BASE, head_size=d, qk_norm=True, post_norms=True,
+        local_rotary_base=LOCAL_ROTARY_BASE, head_dim=d, qk_norm=True, post_norms=True,
         query_scale=QUERY_PRE_ATTN_SCALAR**-0.5, embed_scale=True,
     )  # fmt: skip
     return config, read_tensors(gguf, reader, expected_shapes(config), path, "a Gemma 3 model"), meta

@@ -87,7 +87,7 @@ def _common_config(config, positions: str, **choices) -> GPTConfig:
     """A one-layer GPTConfig with their attention's sizes (h, h_kv, d, E) and rotary base."""
     return GPTConfig(
         vocab_size=config.vocab_size, embed_dim=config.hidden_size, num_heads=config.num_attention_heads,
-        num_kv_heads=config.num_key_value_heads, head_size=config.head_dim, num_layers=1, norm="rms",
+        num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim, num_layers=1, norm="rms",
         norm_eps=config.rms_norm_eps, positions=_positions(positions),
         rotary_base=float(_rope(config).get("rope_theta", 10000.0)), **choices,
     )  # fmt: skip

@@ -338,7 +338,7 @@ def test_the_reference_bytes_are_the_librarys_count():
 def test_the_reference_bytes_are_what_a_hybrid_gpts_rolling_cache_holds():
     """A tiny GPT with local and global layers, fed T tokens through its rolling cache (float32: 4 bytes)."""
     config = GPTConfig(
-        vocab_size=20, embed_dim=16, num_heads=4, num_kv_heads=2, num_layers=4, ff_dim=32, head_size=6, window=3,
+        vocab_size=20, embed_dim=16, num_heads=4, num_kv_heads=2, num_layers=4, ff_dim=32, head_dim=6, window=3,
         layer_kinds=("local", "global", "local", "local"), norm="rms", feed_forward="swiglu",
     )  # fmt: skip
     torch.manual_seed(0)

@@ -318,7 +318,7 @@ def test_the_reference_gate_is_the_gated_gpt_attentions():
     tests/test_gated_attention.py): what reaches its output projection is reference_gated_heads of the heads (read
     with the gate's weight zeroed: sigmoid(0) = 1/2), the input and the gate's weight."""
     config = GPTConfig(
-        vocab_size=11, embed_dim=10, num_heads=2, num_kv_heads=2, head_size=6, num_layers=1, output_gate=True
+        vocab_size=11, embed_dim=10, num_heads=2, num_kv_heads=2, head_dim=6, num_layers=1, output_gate=True
     )
     attention = CausalSelfAttention(config).double().eval()
     seen = []
