@@ -63,7 +63,7 @@ PRESETS: dict[str, TranslationConfig] = {
         num_decoder_layers=3,
         ff_dim=512,
         dropout=0.1,
-        tie_output_embedding=True,
+        tie_embeddings=True,
         steps=4000,
         batch_tokens=3000,
         lr=2e-3,
@@ -86,6 +86,8 @@ RENAMED_FLAGS = {
     "--encoder-layers": "--num-encoder-layers",
     "--decoder-layers": "--num-decoder-layers",
     "--feedforward": "--ff-dim",
+    "--tie-output-embedding": "--tie-embeddings",
+    "--no-tie-output-embedding": "--no-tie-embeddings",
 }
 
 
@@ -99,20 +101,37 @@ class _RenamedFlag(argparse.Action):
     """
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        if option_string in RENAMED_FLAGS:
-            print(
-                f"warning: {option_string} is deprecated and will be removed; use {RENAMED_FLAGS[option_string]}",
-                file=sys.stderr,
-            )
-        given = namespace.__dict__.setdefault(_SPELLINGS, {}).setdefault(self.dest, {})
-        given[option_string] = values
-        if len(set(given.values())) > 1:  # two spellings (one value each, the last): they disagree
-            spelled = " and ".join(f"{flag} {value}" for flag, value in given.items())
-            new = next(flag for flag in given if flag not in RENAMED_FLAGS)
-            raise argparse.ArgumentError(
-                self, f"given under its old and its new name with different values, {spelled}; give only {new}"
-            )
-        setattr(namespace, self.dest, values)
+        _store_spelling(self, namespace, values, option_string)
+
+
+class _RenamedSwitch(argparse.BooleanOptionalAction):
+    """A yes/no model flag (``--tie-embeddings`` / ``--no-tie-embeddings``) that also answers to its old name,
+    saying the new one and refusing the two names with opposite values, as ``_RenamedFlag`` does."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string in self.option_strings:
+            _store_spelling(self, namespace, not option_string.startswith("--no-"), option_string)
+
+
+def _store_spelling(action: argparse.Action, namespace, value, option_string: str | None) -> None:
+    """Set ``action.dest`` to ``value``; an old spelling (``RENAMED_FLAGS``) warns, and two spellings with
+    different values are refused."""
+    if option_string in RENAMED_FLAGS:
+        print(
+            f"warning: {option_string} is deprecated and will be removed; use {RENAMED_FLAGS[option_string]}",
+            file=sys.stderr,
+        )
+    switch = option_string is not None and option_string.startswith("--no-")
+    spelling = option_string[len("--no") :] if switch and option_string else option_string  # --no-x is --x's
+    given = namespace.__dict__.setdefault(_SPELLINGS, {}).setdefault(action.dest, {})
+    given[spelling] = (option_string, value)
+    if len({v for _, v in given.values()}) > 1:  # two spellings (one value each, the last): they disagree
+        spelled = " and ".join(f"{flag} {v}" if not isinstance(v, bool) else flag for flag, v in given.values())
+        new = next(flag for flag, _ in given.values() if flag not in RENAMED_FLAGS)
+        raise argparse.ArgumentError(
+            action, f"given under its old and its new name with different values, {spelled}; give only {new}"
+        )
+    setattr(namespace, action.dest, value)
 
 
 # The namespace's record of which spelling of each renamed flag gave which value (kept out of the config's fields).
@@ -382,12 +401,14 @@ def _add_preset_overrides(train: argparse.ArgumentParser) -> None:
             f"multi30k: {getattr(PRESETS['multi30k'], field)}){note}" + (f" ({old[0]} is its old name)" if old else ""),
         )
     train.add_argument(
+        "--tie-embeddings",
         "--tie-output-embedding",
-        dest="tie_output_embedding",
-        action=argparse.BooleanOptionalAction,
+        dest="tie_embeddings",
+        action=_RenamedSwitch,
         default=None,
         help="one table for the English embedding and the output layer (captions: "
-        f"{PRESETS['captions'].tie_output_embedding}, multi30k: {PRESETS['multi30k'].tie_output_embedding})",
+        f"{PRESETS['captions'].tie_embeddings}, multi30k: {PRESETS['multi30k'].tie_embeddings}; "
+        "--tie-output-embedding is its old name)",
     )
 
 

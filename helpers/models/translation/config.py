@@ -21,6 +21,7 @@ RENAMED_FIELDS = {
     "feedforward": "ff_dim",
     "encoder_layers": "num_encoder_layers",
     "decoder_layers": "num_decoder_layers",
+    "tie_output_embedding": "tie_embeddings",  # GPTConfig's name for the same tie
 }
 
 
@@ -48,7 +49,7 @@ class TranslationConfig:
     norm_first: bool = False  # pre-norm (LayerNorm before each sub-block) instead of the original post-norm
     # One (V, E) table for the target embedding and the output layer, as the original transformer has: each row
     # learns from a word's uses as input and as output, and there are V x E fewer weights to fit in a short run.
-    tie_output_embedding: bool = False
+    tie_embeddings: bool = False
     max_len: int = 128  # longest sequence (in tokens, with BOS/EOS) the positional table holds
     # --- training ---
     steps: int = 2000  # optimiser steps, unless a time budget or an epoch count is given

@@ -60,7 +60,7 @@ class Seq2SeqTransformer(nn.Module):
             record=False,
         )
         self.generator = nn.Linear(E, tgt_vocab_size)  # decoder state -> next-token logits
-        if config.tie_output_embedding:  # one parameter: a word's score is its decoder state's match with its vector
+        if config.tie_embeddings:  # one parameter: a word's score is its decoder state's match with its vector
             self.generator.weight = self.tgt_embedding.weight
 
     # -- the two halves, used separately by decoding (the encoder runs once per sentence) --------

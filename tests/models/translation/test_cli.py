@@ -190,8 +190,8 @@ def test_the_old_model_flags_still_set_the_same_fields_with_a_warning(capsys):
     assert config_old == config_new and (config_new.embed_dim, config_new.num_heads, config_new.ff_dim) == (32, 2, 48)
     assert (config_new.num_encoder_layers, config_new.num_decoder_layers) == (3, 1)
     warnings = capsys.readouterr().err
-    for flag, renamed in cli.RENAMED_FLAGS.items():
-        assert f"warning: {flag} is deprecated and will be removed; use {renamed}" in warnings
+    for flag in old[::2]:  # the yes/no tie flags have their own test
+        assert f"warning: {flag} is deprecated and will be removed; use {cli.RENAMED_FLAGS[flag]}" in warnings
 
 
 @pytest.mark.parametrize("value", ["abc", "-3", "0"])
@@ -634,3 +634,24 @@ def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
     assert "--resume continues a run as it was set up; drop lr" in capsys.readouterr().err
     assert cli.main(["train", "--resume", str(out), "--out", str(tmp_path / "other.pt")]) == 2  # best weights: no state
     assert "holds no training state" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tied"),
+    [("--tie-output-embedding", "--tie-embeddings", True), ("--no-tie-output-embedding", "--no-tie-embeddings", False)],
+)
+def test_the_old_tie_flag_sets_tie_embeddings_with_a_warning(capsys, old, new, tied):
+    parsed = cli.build_parser().parse_args(["train", "--out", "x.pt", old])
+    assert cli._train_config(parsed).tie_embeddings is tied
+    assert f"warning: {old} is deprecated and will be removed; use {new}" in capsys.readouterr().err
+    assert cli._train_config(cli.build_parser().parse_args(["train", "--out", "x.pt", new])).tie_embeddings is tied
+    assert "deprecated" not in capsys.readouterr().err
+
+
+def test_the_old_and_new_tie_flags_with_opposite_values_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(tmp_path / "x.pt"), "--tie-embeddings", "--no-tie-output-embedding"])
+    error = capsys.readouterr().err
+    assert (
+        "given under its old and its new name with different values" in error and "give only --tie-embeddings" in error
+    )

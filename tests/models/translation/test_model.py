@@ -167,10 +167,10 @@ def test_ablating_every_encoder_head_leaves_each_source_token_to_itself():
 
 
 def test_a_tied_output_layer_is_the_target_embedding_through_training_and_a_checkpoint(tmp_path):
-    config = TranslationConfig(**{**TINY, "max_len": 32}, tie_output_embedding=True, lr=3e-3, warmup_steps=5)
+    config = TranslationConfig(**{**TINY, "max_len": 32}, tie_embeddings=True, lr=3e-3, warmup_steps=5)
     torch.manual_seed(0)
     model = Seq2SeqTransformer(config, 11, 11)
-    untied = Seq2SeqTransformer(replace(config, tie_output_embedding=False), 11, 11)
+    untied = Seq2SeqTransformer(replace(config, tie_embeddings=False), 11, 11)
     assert model.generator.weight is model.tgt_embedding.weight
     assert untied.num_parameters() - model.num_parameters() == 11 * TINY["embed_dim"]  # one (V, E) table fewer
     start = model.generator.weight.detach().clone()
@@ -182,5 +182,15 @@ def test_a_tied_output_layer_is_the_target_embedding_through_training_and_a_chec
     assert loaded.model.generator.weight is loaded.model.tgt_embedding.weight  # tied again after loading
     assert torch.equal(loaded.model.generator.weight, model.generator.weight)
     # a checkpoint written before the field existed loads untied, as it was trained
-    before_the_field = {k: v for k, v in config.to_dict().items() if k != "tie_output_embedding"}
-    assert TranslationConfig.from_dict(before_the_field).tie_output_embedding is False
+    before_the_field = {k: v for k, v in config.to_dict().items() if k != "tie_embeddings"}
+    assert TranslationConfig.from_dict(before_the_field).tie_embeddings is False
+
+
+def test_a_checkpoint_saved_with_tie_output_embedding_reads_as_tie_embeddings_with_a_warning():
+    """The translator's tie had its own name; it is now GPTConfig's ``tie_embeddings``, and an older checkpoint's
+    config (saved under the old name) still loads, tied as it was trained."""
+    saved = {**TranslationConfig(**TINY).to_dict(), "tie_embeddings": None}
+    del saved["tie_embeddings"]
+    saved["tie_output_embedding"] = True
+    with pytest.warns(DeprecationWarning, match="'tie_output_embedding' is now 'tie_embeddings'"):
+        assert TranslationConfig.from_dict(saved).tie_embeddings is True
