@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from helpers.kv_cache import rolling_kv_cache_bytes  # noqa: E402
+from helpers.layer_kind import seeing  # noqa: E402
 from helpers.tools.cost import peak_memory  # noqa: E402
 
 COUNTED = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -52,14 +53,8 @@ def windows(model) -> list[int | None]:
 @contextmanager
 def every_layer_global(model):
     """Within the ``with``, no layer of ``model`` has a window; restored on leaving."""
-    kept = windows(model)
-    try:
-        for block in model.blocks:
-            block.attention.window = None
+    with seeing(model, range(len(model.blocks)), window=None):
         yield model
-    finally:
-        for block, window in zip(model.blocks, kept, strict=True):
-            block.attention.window = window
 
 
 def counted(model, tokens: int, bytes_per_number: int = 4) -> int:

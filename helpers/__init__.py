@@ -83,6 +83,8 @@ _EXPORTS = {
     "layer_cache_numbers": "helpers.kv_cache",
     "recurrent_state_bytes": "helpers.kv_cache",
     "rolling_kv_cache_bytes": "helpers.kv_cache",
+    # helpers.layer_kind: a layer's kind, and the one way to change what a layer may see
+    "seeing": "helpers.layer_kind",
     # helpers.delta_rule (lesson 14): linear attention and the (gated) delta rule, a state instead of a cache
     "DeltaRuleAttention": "helpers.delta_rule",
     "delta_rule_chunked": "helpers.delta_rule",

@@ -40,7 +40,7 @@ from helpers.attention import AttentionCore, GroupedQueryAttention, merge_heads,
 from helpers.embeddings import PositionalEncoding
 from helpers.kv_cache import KVCache, extend, kv_cache_bytes
 from helpers.layer_kind import KINDS, SWITCHES, LayerKind, check_entry_placed, kind_class, register_kind
-from helpers.masks import causal_mask_at, sdpa_mask
+from helpers.masks import causal_mask_at, sdpa_mask, streaming_mask_at
 from helpers.norms import RMSNorm
 from helpers.rotary import rotary_cos_sin, rotate_first
 from helpers.swiglu import GeGLU, SwiGLU
@@ -262,9 +262,10 @@ class CausalSelfAttention(LayerKind, AttentionCore):
     Lesson 14's variants, each a parameter more: ``sinks`` (h,) with ``attention_sinks`` (the core's masked softmax
     reads it; no fused kernel then), ``gate_proj`` (E -> h·d) with ``output_gate``: out_proj(heads · sigmoid(x W_g)).
 
-    ``window``: what the layer may see, its one setting (None: every earlier token; a number: itself and the
-    ``window - 1`` tokens before it). ``helpers.analysis.passkey.made_local`` sets it to make a global layer
-    local for an experiment. Its cache entry is (keys, values), (N, h_kv, T, d) each.
+    ``window`` and ``keep_first``: what the layer may see (None: every earlier token; a number: itself and the
+    ``window - 1`` tokens before it, and besides them the first ``keep_first`` tokens, 0 unless set). They are
+    changed one way, ``helpers.layer_kind.seeing``: ``made_local`` (lesson 13) and ``streaming_attention``
+    (lesson 14) stand on it. Its cache entry is (keys, values), (N, h_kv, T, d) each.
     """
 
     rotary_base: float  # every softmax layer has one (its kind's: local or global)
@@ -319,10 +320,7 @@ class CausalSelfAttention(LayerKind, AttentionCore):
         q, k, v = self._project(x, positions, rotation)
         kept = 0 if past is None else past[0].size(2)  # P
         k, v = extend(past, (k, v))  # (N, h_kv, P + L, d): the new tokens go after the old ones
-        # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
-        # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
-        local_positions = positions - (positions[0] - kept)  # (L,), counted from the first kept key
-        mask = sdpa_mask(causal_mask_at(local_positions, k.size(2), self.window))  # (L, P + L), True = may attend
+        mask = sdpa_mask(self._blocked(positions, kept, k.size(2)))  # (L, P + L), True = may attend
         out, weights = self.attend_heads(
             q, k, v, mask, need_weights=need_weights, positions=positions, scale=self.scale
         )
@@ -331,6 +329,22 @@ class CausalSelfAttention(LayerKind, AttentionCore):
             return out, (k, v)
         assert weights is not None, "attend_heads returns the weights when asked"
         return out, (k, v), weights
+
+    def _blocked(self, positions: Tensor, kept: int, num_keys: int) -> Tensor:
+        """(L, T) True = blocked, for queries at ``positions`` (L,) over the T keys held, the ``kept`` cached
+        ones first: the future, and what the layer's ``window`` and ``keep_first`` (``helpers.layer_kind.seeing``)
+        leave out."""
+        if not self.keep_first:
+            # The keys sit at positions positions[0] - P .., so the queries' positions are counted from there: the
+            # same mask as over all T keys, cut to the ones kept (with a full cache P = positions[0]: unchanged).
+            return causal_mask_at(positions - (positions[0] - kept), num_keys, self.window)
+        if int(positions[0]) != kept:  # first tokens kept need the keys at 0 .. T - 1, not a cache that dropped some
+            raise ValueError(
+                f"this layer keeps seeing its first {self.keep_first} tokens besides its window, so it needs every "
+                "key since position 0: run it without a cache or with a full one (a StreamingCache serves "
+                "one-token steps after the `seeing` block)"
+            )
+        return streaming_mask_at(positions, num_keys, cast(int, self.window), self.keep_first)
 
     # The two ends of every softmax layer's forward, apart so that a kind that attends otherwise (top-k) reuses them.
     def _project(

@@ -7,7 +7,8 @@ is. Everything that differs between kinds lives in the kind's class:
 
 * **its mask rule and rotary base**: ``window`` (None: every earlier token) and ``rotary_base`` (None: the
   layer places its positions itself and takes no shared (cos, sin)), both read from the config by
-  ``from_config``;
+  ``from_config``. What a windowed layer may see is changed in one way, ``seeing`` (below): its ``window`` and
+  ``keep_first``, the first tokens it keeps seeing besides the window (StreamingLLM's sinks);
 * **the switches it accepts**: ``carries`` names the config switches (``SWITCHES``) the kind can carry; a
   config that turns on one of the others for a layer of that kind is refused when it is built
   (``refuse_switches``), naming the layer and the switch;
@@ -29,11 +30,22 @@ file itself).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-__all__ = ["KINDS", "SWITCHES", "LayerKind", "check_entry_placed", "kind_class", "register_kind", "switch_value"]
+__all__ = [
+    "KINDS",
+    "SWITCHES",
+    "LayerKind",
+    "check_entry_placed",
+    "kind_class",
+    "register_kind",
+    "seeing",
+    "switch_value",
+]
 
 # The config switches a kind may or may not carry, each with the value that means "off".
 SWITCHES: dict[str, Any] = {
@@ -106,6 +118,7 @@ class LayerKind(nn.Module):
     carries: ClassVar[frozenset[str]] = frozenset()
     takes_a_window: ClassVar[bool] = False  # whether setting ``window`` limits what the layer sees
     window: int | None = None
+    keep_first: int = 0  # besides its window, the first tokens every query still sees (set by ``seeing``)
     rotary_base: float | None = None
 
     # -- the config ----------------------------------------------------------------------------
@@ -143,14 +156,22 @@ class LayerKind(nn.Module):
 
     # -- the cache -----------------------------------------------------------------------------
     def rolling_keep(self) -> int | None:
-        """The tokens a rolling cache keeps for this layer: its window (None: all it has seen)."""
-        return self.window
+        """The tokens a rolling cache keeps for this layer: its window (None: all it has seen, also when it keeps
+        seeing its first tokens, which the last ``window`` would drop)."""
+        return None if self.keep_first else self.window
 
     def check_keep(self, keep: int | None, layer: int) -> None:
         """Refuse a cache bound that would drop keys this layer may still read: a layer that sees every earlier
-        token needs them all (None); a windowed one the ``window - 1`` tokens before its first new query."""
-        if keep is None or (self.window is not None and keep >= self.window - 1):
+        token (or its first ones besides a window) needs them all (None); a windowed one the ``window - 1``
+        tokens before its first new query."""
+        if keep is None or (self.window is not None and not self.keep_first and keep >= self.window - 1):
             return
+        if self.keep_first:
+            raise ValueError(
+                f"cache layer {layer} keeps only the last {keep} tokens but the layer also sees its first "
+                f"{self.keep_first}: make the cache with model.new_cache() (a StreamingCache keeps both, for one-token "
+                "steps after the `seeing` block)"
+            )
         sees = (
             "every earlier token"
             if self.window is None
@@ -169,3 +190,39 @@ class LayerKind(nn.Module):
     def cache_numbers_per_token(self) -> int:
         """Numbers one token adds to this layer's cache for one sequence (0: the entry does not grow)."""
         raise NotImplementedError(f"the kind {self.kind!r} must count its cache (cache_numbers_per_token)")
+
+
+@contextmanager
+def seeing(model, layers: Iterable[int], window: int | None, keep_first: int = 0) -> Iterator[Any]:
+    """Within the ``with``, each of ``layers`` of ``model`` (a ``helpers.gpt.GPT``) sees, of the tokens up to
+    its query, the last ``window`` (None: every one) and the first ``keep_first`` besides them: the one way to
+    change what a layer may see (a global layer made local, StreamingLLM's window with its sinks). Only the
+    mask changes: weights and rotary bases stay. Every layer is set back on leaving, also after an error.
+
+    Refused: a layer whose kind has no window to set (a delta or top-k layer), ``keep_first`` without a
+    window, and sizes that are not counts. A cache made inside with ``rolling=True`` keeps what the layers then
+    see; do not use it outside."""
+    attention = model.attention_layers
+    layers = sorted(set(layers))
+    bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(attention)]
+    if bad:
+        raise ValueError(f"layers must be ints in 0 .. {len(attention) - 1} (the model's layers), got {bad}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int number of tokens or None, got {window!r}")
+    if isinstance(keep_first, bool) or not isinstance(keep_first, int) or keep_first < 0:
+        raise ValueError(
+            f"keep_first must be an int >= 0 (how many first tokens every query keeps), got {keep_first!r}"
+        )
+    if keep_first and window is None:
+        raise ValueError(f"keep_first={keep_first} keeps first tokens besides a window: give a window too")
+    windowless = [i for i in layers if not attention[i].takes_a_window]
+    if windowless:
+        raise ValueError(f"layers {windowless} have no window to set (kinds that do not read one)")
+    before = [(attention[i].window, attention[i].keep_first) for i in layers]
+    try:
+        for i in layers:
+            attention[i].window, attention[i].keep_first = window, keep_first
+        yield model
+    finally:
+        for i, (old_window, old_first) in zip(layers, before, strict=True):
+            attention[i].window, attention[i].keep_first = old_window, old_first

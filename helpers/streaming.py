@@ -2,12 +2,13 @@
 
 A model trained with full causal attention parks much of its heads' weight on the first token (lesson 09). Cut
 to a window, its later queries lose that token and their loss climbs; keep the first few tokens besides the
-window ("attention sinks") and most of the loss comes back. Three pieces, each on the course's one core, mask
+window ("attention sinks"; here ``sinks`` counts those kept tokens, as lesson 14 teaches, and is not gpt-oss's
+learned ``sinks`` logits) and most of the loss comes back. Three pieces, each on the course's one core, mask
 and cache:
 
 * ``streaming_attention(model, window, sinks)``: within the ``with``, every layer attends as
-  ``helpers.masks.streaming_mask`` says (a ``weights_from_scores`` hook on each layer, the masked softmax with
-  that mask): one prefill scores a whole text as a streaming model would;
+  ``helpers.masks.streaming_mask`` says (each layer's window and first tokens kept, set by
+  ``helpers.layer_kind.seeing``): one prefill scores a whole text as a streaming model would;
 * ``nll_by_position(model, ids, window, sinks)``: the next-token loss at every position from one such prefill;
 * ``StreamingCache`` and ``streaming_logits``: generation that keeps, per layer, the keys and values of the first
   ``sinks`` tokens and of the last ``window - 1`` (the new token makes the window), so its memory stops growing;
@@ -29,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from helpers.attention import AttentionCore, masked_softmax
+from helpers.attention import AttentionCore
 from helpers.gpt import GPT
 from helpers.kv_cache import Entry, KVCache
-from helpers.masks import streaming_mask_at
+from helpers.layer_kind import seeing
 
 __all__ = ["StreamingCache", "nll_by_position", "streaming_attention", "streaming_logits"]
 
@@ -65,32 +66,12 @@ def streaming_attention(model: GPT, window: int, sinks: int) -> Iterator[GPT]:
     """Within the ``with``, query i of every layer reads keys j <= i with j > i - ``window`` or j < ``sinks``.
 
     For a run without a cache or with a full one (the keys at positions 0 .. T - 1); a rolling cache is refused
-    at the first step. The layers are restored on leaving, also after an error."""
+    at the first step. Each layer's ``window`` and ``keep_first`` are set (``helpers.layer_kind.seeing``), so the
+    layers mask their scores themselves, and are restored on leaving, also after an error."""
     _check_sizes(window, sinks)
-    cores = _global_cores(model)
-    busy = [i for i, core in enumerate(cores) if core.weights_from_scores is not None]
-    if busy:
-        raise RuntimeError(f"layers {busy} already have their attention weights replaced (another hook is set)")
-
-    def weights(scores: Tensor, may_attend: Tensor | None, positions: Tensor | None) -> Tensor:
-        if may_attend is None or positions is None:  # the GPT's attention passes both; another caller may not
-            raise ValueError("streaming_attention's weights need the layer's mask and its queries' positions")
-        num_keys = scores.size(-1)  # (N, h, L, T)
-        if int(positions[-1]) != num_keys - 1:
-            raise ValueError(
-                f"streaming_attention needs every key since position 0 (no cache or a full one): the last query "
-                f"is at {int(positions[-1])} but the layer holds {num_keys} keys"
-            )
-        allowed = may_attend & ~streaming_mask_at(positions, num_keys, window, sinks)  # (L, T), True = may attend
-        return masked_softmax(scores, allowed)
-
-    try:
-        for core in cores:
-            core.weights_from_scores = weights
+    _global_cores(model)
+    with seeing(model, range(len(model.blocks)), window, keep_first=sinks):  # the one way a layer's sight changes
         yield model
-    finally:
-        for core in cores:
-            core.weights_from_scores = None
 
 
 @torch.no_grad()
@@ -131,7 +112,12 @@ class StreamingCache(KVCache):
     def check_fits(self, layers: list) -> None:
         """Its bound is StreamingLLM's, on purpose: every layer must see every earlier token (no window of its
         own), and the cache, not the layer, then decides what one-token steps read."""
-        windowed = [i for i, layer in enumerate(layers) if getattr(layer, "window", None) is not None]
+        sight = (self.window, self.sinks)  # inside streaming_attention the layers see what the cache keeps
+        windowed = [
+            i
+            for i, layer in enumerate(layers)
+            if getattr(layer, "window", None) is not None and (layer.window, layer.keep_first) != sight
+        ]
         if windowed:
             raise ValueError(
                 f"a streaming cache serves layers without a window of their own; layers {windowed} have one"

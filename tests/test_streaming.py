@@ -72,7 +72,7 @@ def ids():
 
 @pytest.mark.parametrize("window", [1, 4, 9])
 def test_no_sinks_is_the_windowed_model(ids, window):
-    """The course's GPT with config.window = W computes the window itself: the hook with k = 0 must agree."""
+    """The course's GPT with config.window = W computes the window itself: streaming with no sinks must agree."""
     windowed = _tiny_gpt(window)
     plain = _tiny_gpt(None)
     plain.load_state_dict(windowed.state_dict())
@@ -94,7 +94,7 @@ def test_the_mask_reaches_every_layer_and_is_removed_after(ids):
         _, weights = model(ids, need_weights=True)
     for layer in weights:
         assert torch.all(layer.masked_select(streaming_mask(ids.size(1), 3, 1)) == 0)
-    assert all(block.attention.weights_from_scores is None for block in model.blocks)
+    assert all((block.attention.window, block.attention.keep_first) == (None, 0) for block in model.blocks)
 
 
 @pytest.mark.parametrize(("window", "sinks", "prefill"), [(4, 2, 1), (5, 1, 8), (3, 0, 1), (1, 3, 2), (6, 4, 23)])
@@ -135,7 +135,7 @@ def test_models_with_their_own_window_and_bad_sizes_are_refused(ids):
     cache.keep = [4, 4]  # a bound on layers that see every earlier token: the cache disagrees with its model
     with streaming_attention(model, 3, 1), pytest.raises(ValueError, match="keeps only the last 4 tokens"):
         model(ids[:, 5:6], cache=cache)
-    streaming = StreamingCache(model, 3, 1)  # the same bound, StreamingLLM's on purpose: the hook's own check
+    streaming = StreamingCache(model, 3, 1)  # the same bound, StreamingLLM's on purpose: the layers' own check
     model(ids[:, :5], cache=streaming)
     with streaming_attention(model, 3, 1), pytest.raises(ValueError, match="needs every key since position 0"):
         model(ids[:, 5:6], cache=streaming)

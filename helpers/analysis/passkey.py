@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from helpers.gpt import GPT, generate
+from helpers.layer_kind import seeing
 
 __all__ = [
     "PASSKEY_HEAD",
@@ -174,13 +175,8 @@ def made_local(model: GPT, layers: Iterable[int], window: int | None = None) -> 
     local = [i for i in layers if model.layer_windows()[i] is not None]
     if local:
         raise ValueError(f"layers {local} are local already; made_local takes global layers {global_layers(model)}")
-    try:
-        for i in layers:
-            model.decoder_blocks[i].attention.window = window
+    with seeing(model, layers, window):  # the one way a layer's sight is changed
         yield model
-    finally:
-        for i in layers:
-            model.decoder_blocks[i].attention.window = None
 
 
 def passkey_variants(model: GPT) -> dict[str, tuple[int, ...]]:

@@ -8,6 +8,7 @@ import torch
 
 from helpers.analysis.attention_distance import attention_distances, distance_by_kind, layer_kinds, mean_distance
 from helpers.gpt import GPT, GPTConfig
+from helpers.layer_kind import seeing
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -106,14 +107,9 @@ def test_local_heads_stay_within_the_window_and_a_global_one_looks_further(hybri
     assert rows[0].high == pytest.approx(float(local.max())) and rows[0].low == pytest.approx(float(local.min()))
     assert rows[1].mean == pytest.approx(float(full.mean()))
     # the test can fail: with the window lifted, the "local" layers' heads look beyond it too
-    for layer in (0, 2):
-        hybrid.blocks[layer].attention.window = None
-    try:
+    with seeing(hybrid, (0, 2), window=None):
         lifted = attention_distances(hybrid, ids, start=WINDOW)
         assert layer_kinds(hybrid) == ("global",) * 3
-    finally:
-        for layer in (0, 2):
-            hybrid.blocks[layer].attention.window = WINDOW
     assert float(lifted[[0, 2]].max()) > WINDOW - 1
 
 

@@ -13,6 +13,7 @@ import torch
 
 from helpers.gpt import GPT, generate
 from helpers.kv_cache import rolling_kv_cache_bytes
+from helpers.layer_kind import seeing
 from helpers.models.gemma import GEMMA_INSTALL
 from helpers.norms import RMSNorm
 from helpers.swiglu import GeGLU
@@ -96,14 +97,10 @@ def test_logits_and_every_heads_weights_equal_transformers_past_the_window(gemma
     assert float(local.tril(-WINDOW).abs().max()) == 0 and float(full.tril(-WINDOW).max()) > 0
     del weights, reference
     # the test can fail: a local layer that reads every earlier token differs beyond the tolerance
-    attention = model.blocks[0].attention
-    attention.window = None
-    try:
-        with torch.no_grad():
-            changed = model(long_prompt, last_only=True)
-        assert float((changed - logits[:, -1:]).abs().max()) > 1e-2
-    finally:
-        attention.window = WINDOW
+    with torch.no_grad(), seeing(model, [0], window=None):
+        changed = model(long_prompt, last_only=True)
+    assert float((changed - logits[:, -1:]).abs().max()) > 1e-2
+    assert model.blocks[0].attention.window == WINDOW  # set back
 
 
 def test_greedy_tokens_equal_transformers_with_the_rolling_cache(gemma, gemma_reference, long_prompt):
