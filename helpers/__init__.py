@@ -11,7 +11,7 @@ The course's machinery (exercise checks, assignments, the corpus generator) live
 
 Layout: the ideas a lesson graduates into sit at the top level (``attention`` and the ``masks`` it re-exports,
 ``kv_cache`` (the one cache and what it costs), ``layers``, ``flash``, ``gpt``, ``latent_attention``, ``delta_rule``,
-``rotary``, ``embeddings``, ``norms``, ``swiglu``); the subpackages are the layers built on them: ``data``
+``rotary``, ``embeddings``, ``norms``, ``swiglu``, ``lora``); the subpackages are the layers built on them: ``data``
 (corpora, tokenization, batching), ``models`` (the translator and the pretrained models), ``analysis``
 (measuring what heads do), ``viewing`` (plots, the head view, widgets) and ``tools`` (files, cost). A layer
 imports only the ones below it.
@@ -146,6 +146,21 @@ _EXPORTS = {
     "selected_attention": "helpers.analysis.key_selection",
     "train_indexers": "helpers.analysis.key_selection",
     "window_and_first": "helpers.analysis.key_selection",
+    # helpers.lora (lesson 17): LoRA from scratch, the adapter saved and loaded alone
+    "PROJECTIONS": "helpers.lora",
+    "AdapterError": "helpers.lora",
+    "LoRALinear": "helpers.lora",
+    "adapter_state_dict": "helpers.lora",
+    "add_lora": "helpers.lora",
+    "count_trainable": "helpers.lora",
+    "freeze_all_but_lora": "helpers.lora",
+    "load_adapter": "helpers.lora",
+    "lora_layers": "helpers.lora",
+    "merge_lora": "helpers.lora",
+    "remove_lora": "helpers.lora",
+    "resolve_targets": "helpers.lora",
+    "save_adapter": "helpers.lora",
+    "unmerge_lora": "helpers.lora",
     # helpers.analysis.circuits
     "AttentionOnlyTransformer": "helpers.analysis.circuits",
     "induction_score": "helpers.analysis.circuits",
