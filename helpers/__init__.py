@@ -110,6 +110,8 @@ _EXPORTS = {
     "train_repeated": "helpers.analysis.cache_budget",
     "LatentConfig": "helpers.latent_attention",
     "LatentGPT": "helpers.latent_attention",
+    "latent_gpt": "helpers.latent_attention",
+    "set_absorbed": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",
     "gpt_to_latent": "helpers.latent_attention",
     # helpers.kernels (lesson 16), beside the lesson's own names at the end: the sparse kernel, its PyTorch

@@ -10,7 +10,8 @@ layer projects a token once and keeps the result. One design serves every model 
   attends, and stores every layer's new entry at once with ``update`` only after the whole step has run, so a
   step interrupted half-way (an error, Ctrl-C) leaves the cache as it was;
 * a cache is tagged with the model that fills it (``owner``): another model, even one of the same sizes, is
-  refused, since its keys would be projected with other weights;
+  refused, since its keys would be projected with other weights (the refusal names the settings in which the
+  two models' configs differ, a latent layer's sizes, say);
 * ``select(rows)`` keeps or reorders the batch's rows of every entry: finished sentences leave the batch, beam
   search continues each beam from its parent's row.
 
@@ -22,8 +23,9 @@ heads, d head size):
                                          self-attention's (N, h, T, d) and the cross-attention's (N, h, S, d),
                                          the latter projected from the encoder's memory once, at the first step
 
-    helpers.latent_attention.LatentGPT  (latents, rotary keys), (N, T, d_c) and (N, T, d_R): one latent per
-                                         token, every head's keys and values rebuilt from it
+    helpers.latent_attention.MultiHeadLatentAttention  (latents, rotary keys), (N, T, d_c) and (N, T, d_R): a
+                                         GPT layer of kind "latent" keeps one latent per token, every head's keys
+                                         and values rebuilt from it
     helpers.delta_rule.DeltaRuleAttention  (state,), (N, h, d_k, d_v): a GPT layer of kind "linear" or "delta"
                                          keeps one matrix per head, the same size after any number of tokens
     helpers.topk_attention.TopKAttention  (keys, values, index keys), (N, h_kv, T, d) twice and (N, T, c): a
@@ -49,6 +51,7 @@ rule's state, h · d_k · d_v numbers per layer and sequence: no T in it).
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import torch
@@ -217,6 +220,9 @@ class KVCache:
         owner = self.owner
         if self._owner is not None and owner is not model:
             made_by = "a model that no longer exists" if owner is None else f"another {type(owner).__name__}"
+            differ = [] if owner is None else _settings_that_differ(owner, model)
+            if differ:  # name what the two models disagree on: a cache made for another configuration, say
+                made_by += f", one with {'; '.join(differ)}"
             raise ValueError(
                 f"this cache belongs to {made_by} (a cache holds one model's projected keys and values, even "
                 "when another model has the same sizes): make one for this model with model.new_cache()"
@@ -282,6 +288,30 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes held by all cached tensors."""
         return sum(t.numel() * t.element_size() for entry in self.layers if entry is not None for t in entry)
+
+
+def _settings_that_differ(owner: nn.Module, model: nn.Module) -> list[str]:
+    """Where the config of the model a cache was made for (``owner``) differs from ``model``'s, each as "name =
+    theirs, not ours", following dataclass fields and dict entries down (a GPT's ``kind_settings['latent']`` is a
+    ``LatentConfig``); empty when the two are not models of one class with dataclass configs, or agree."""
+    theirs, ours = getattr(owner, "config", None), getattr(model, "config", None)
+    if type(owner) is not type(model) or not dataclasses.is_dataclass(theirs) or type(theirs) is not type(ours):
+        return []
+    return _differences(theirs, ours, "")
+
+
+def _differences(theirs, ours, name: str) -> list[str]:
+    """The settings under ``name`` that differ; a dataclass or a dict with the same keys is followed down, so that
+    the message names the one field that differs rather than printing two whole configs."""
+    if type(theirs) is type(ours) and dataclasses.is_dataclass(theirs):
+        found = []
+        for field in dataclasses.fields(theirs):
+            inner = f"{name}.{field.name}" if name else field.name
+            found += _differences(getattr(theirs, field.name), getattr(ours, field.name), inner)
+        return found
+    if isinstance(theirs, dict) and isinstance(ours, dict) and theirs.keys() == ours.keys():
+        return [d for key in theirs for d in _differences(theirs[key], ours[key], f"{name}[{key!r}]")]
+    return [] if theirs == ours else [f"{name} = {theirs!r}, not {ours!r}"]
 
 
 def _last(entry: Entry, keep: int | None) -> Entry:

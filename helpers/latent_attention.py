@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from helpers.attention import AttentionCore, merge_heads, repeat_kv_heads, split_heads
 from helpers.attention import attend as core_attend
 from helpers.gpt import GPT, CausalSelfAttention, GPTConfig
-from helpers.kv_cache import KVCache, cache_bytes_per_token
+from helpers.kv_cache import cache_bytes_per_token
 from helpers.layer_kind import LayerKind, check_entry_placed, register_kind
 from helpers.masks import causal_mask_at, sdpa_mask
 from helpers.rotary import rotary_cos_sin, rotate_pairs
@@ -55,17 +55,19 @@ from helpers.rotary import rotary_cos_sin, rotate_pairs
 __all__ = [
     "DEEPSEEK_V2",
     "SMOLLM2",
-    "LatentCache",
     "LatentConfig",
     "LatentGPT",
     "MultiHeadLatentAttention",
+    "all_latent",
     "attend",
     "attend_keeping_weights",
     "cache_bytes_per_token",
     "gpt_to_latent",
     "latent_from_gqa",
+    "latent_gpt",
     "pca_basis",
     "record_keys_values",
+    "set_absorbed",
 ]
 
 
@@ -426,78 +428,46 @@ class MultiHeadLatentAttention(LayerKind, AttentionCore):
 
 
 # ---------------------------------------------------------------------------------------------
-# The cache and the model
+# A model of latent layers: a plain GPT, built from its config
 # ---------------------------------------------------------------------------------------------
-class LatentCache(KVCache):
-    """Per layer, the latents and rotated rotary keys of every token seen so far: (c (N, T, d_c), k^R
-    (N, T, d_R)), or None at first. The course's one cache (``helpers.kv_cache.KVCache``) with other entries: it
-    is updated only once a whole step ran, and tagged with the model that fills it."""
+def all_latent(config: GPTConfig, latent: LatentConfig) -> GPTConfig:
+    """``config`` with every layer of kind "latent", its sizes ``latent``: what ``GPT`` builds a latent model from.
 
-    def __init__(self, num_layers: int, config: LatentConfig, owner: nn.Module | None = None) -> None:
-        if not isinstance(config, LatentConfig):
-            raise TypeError(f"config must be the LatentConfig of the layers it serves, got {type(config).__name__}")
-        super().__init__(num_layers, owner)
-        self.config = config
+    The config gives everything but the attention (its ``positions`` must be "rotary" or "none": the latent layers
+    place their rotations themselves)."""
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a helpers.gpt.GPTConfig, got {type(config).__name__}")
+    if not isinstance(latent, LatentConfig):
+        raise TypeError(f"latent must be a LatentConfig, got {type(latent).__name__}")
+    return replace(config, layer_kinds=("latent",) * config.num_layers, kind_settings={"latent": latent})
 
 
-class LatentGPT(GPT):
-    """A ``helpers.gpt.GPT`` whose every layer is of kind "latent" (``MultiHeadLatentAttention``), caching latents.
+def latent_gpt(config: GPTConfig, latent: LatentConfig) -> GPT:
+    """A ``helpers.gpt.GPT`` whose every layer is of kind "latent" (``MultiHeadLatentAttention``): ``GPT(all_latent(
+    config, latent))``, nothing replaced after it is built. Its cache is the course's one ``KVCache``, each entry
+    (c (N, T, d_c), k^R (N, T, d_R)) checked by the layer's kind, so ``new_cache``, ``generate`` and the cache's
+    checks are the GPT's own."""
+    return GPT(all_latent(config, latent))
 
-    The GPT config gives everything but the attention (its ``positions`` must be "rotary" or "none": the
-    latent layers place their rotations themselves); ``latent`` gives the attention's sizes. The model's
-    ``config`` is that config with ``layer_kinds`` all "latent" and ``kind_settings={"latent": latent}``, the
-    same model ``GPT(config)`` builds from it. Here the layers are first drawn as softmax layers and then
-    replaced, so that a seed gives the weights lesson 11 was run with. ``generate`` works unchanged:
-    ``new_cache()`` makes a ``LatentCache``."""
 
-    def __init__(self, config: GPTConfig, latent: LatentConfig) -> None:
-        if not isinstance(latent, LatentConfig):
-            raise TypeError(f"latent must be a LatentConfig, got {type(latent).__name__}")
-        kinds = replace(config, layer_kinds=("latent",) * config.num_layers, kind_settings={"latent": latent})
-        softmax = replace(config, layer_kinds=None, kind_settings=None)
-        super().__init__(softmax)  # the softmax layers' draws first: the seeded weights of earlier runs
-        self.config = kinds
-        self.latent_config = latent
-        for block in self.blocks:
-            block.attention = MultiHeadLatentAttention(latent)
+# The name the trained comparison and its log knew it by. It is a function, not a class: a latent model is a GPT,
+# and ``isinstance(model, LatentGPT)`` raises instead of answering; ask the layers' kinds.
+LatentGPT = latent_gpt
 
-    def set_absorbed(self, absorbed: bool) -> LatentGPT:
-        """Every layer in the absorbed form (True) or the naive one (False)."""
-        _check_flag("absorbed", absorbed)
-        for block in self.blocks:
-            cast(MultiHeadLatentAttention, block.attention).absorbed = absorbed  # what __init__ put there
-        return self
 
-    # No rolling form: latents are not kept per window. GPT's keyword is not accepted, as before.
-    def new_cache(self) -> LatentCache:  # type: ignore[override]
-        return LatentCache(len(self.blocks), self.latent_config, owner=self)
-
-    def _check_cache(self, cache, N: int) -> None:
-        """A ``LatentCache`` made for this latent configuration, then what every model checks (each layer's
-        entry by its kind)."""
-        if not isinstance(cache, LatentCache):
-            raise TypeError(
-                f"this model caches latents: cache must be a LatentCache (model.new_cache()), got "
-                f"{type(cache).__name__}"
-            )
-        lat = self.latent_config
-        if len(cache.layers) != len(self.blocks) or (cache.config.latent_dim, cache.config.rotary_dim) != (
-            lat.latent_dim,
-            lat.rotary_dim,
-        ):
-            raise ValueError(
-                f"cache made for {len(cache.layers)} layers with d_c = {cache.config.latent_dim}, d_R = "
-                f"{cache.config.rotary_dim}, but this model has {len(self.blocks)} layers with d_c = "
-                f"{lat.latent_dim}, d_R = {lat.rotary_dim}: make one with model.new_cache()"
-            )
-        if cache.config != lat:  # same widths, other heads or rotations: its latents would be read wrongly
-            differ = [name for name in vars(lat) if getattr(cache.config, name) != getattr(lat, name)]
-            raise ValueError(
-                f"cache made for another latent configuration ({', '.join(differ)} differ: "
-                f"{', '.join(f'{n} = {getattr(cache.config, n)!r}, not {getattr(lat, n)!r}' for n in differ)}): "
-                "make one with model.new_cache()"
-            )
-        super()._check_cache(cache, N)
+def set_absorbed(model: GPT, absorbed: bool) -> GPT:
+    """Every latent layer of ``model`` in the absorbed form (True) or the naive one (False); its other layers are
+    left as they are. Returns the model. A model without a latent layer is refused (nothing would change)."""
+    _check_flag("absorbed", absorbed)
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a helpers.gpt.GPT, got {type(model).__name__}")
+    latent = [layer for layer in model.attention_layers if isinstance(layer, MultiHeadLatentAttention)]
+    if not latent:
+        kinds = [layer.kind for layer in model.attention_layers]
+        raise ValueError(f"the model has no latent layer to absorb (its kinds: {kinds})")
+    for layer in latent:
+        layer.absorbed = absorbed
+    return model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,22 +510,29 @@ def latent_from_gqa(attention: CausalSelfAttention, basis: Tensor | None = None)
     return latent.requires_grad_(weight.requires_grad)
 
 
-def gpt_to_latent(model: GPT, bases: Sequence[Tensor | None] | None = None) -> LatentGPT:
-    """A ``LatentGPT`` whose layer i is ``latent_from_gqa(model's layer i, bases[i])``; every other weight is
-    the model's own tensor (shared, not copied). All bases must have one rank r (the cache's d_c)."""
-    if not isinstance(model, GPT) or isinstance(model, LatentGPT):
+def gpt_to_latent(model: GPT, bases: Sequence[Tensor | None] | None = None) -> GPT:
+    """A GPT of latent layers (``latent_gpt``) whose layer i is ``latent_from_gqa(model's layer i, bases[i])``;
+    every other weight is the model's own tensor (shared, not copied). All bases must have one rank r (the
+    cache's d_c)."""
+    if not isinstance(model, GPT):
         raise TypeError(f"model must be a helpers.gpt.GPT with grouped-query attention, got {type(model).__name__}")
     n = len(model.blocks)
     bases = [None] * n if bases is None else list(bases)
     if len(bases) != n:
         raise ValueError(f"one basis per layer: the model has {n} layers, got {len(bases)} bases")
-    attentions = [cast(CausalSelfAttention, block.attention) for block in model.blocks]  # checked: not a LatentGPT
+    attentions = []
+    for index, layer in enumerate(model.attention_layers):  # a latent layer, say, has no W_K or W_V to rewrite
+        if not isinstance(layer, CausalSelfAttention):
+            raise TypeError(
+                f"model must be a helpers.gpt.GPT with grouped-query attention: layer {index} is of kind {layer.kind!r}"
+            )
+        attentions.append(layer)
     layers = [latent_from_gqa(attention, basis) for attention, basis in zip(attentions, bases, strict=True)]
     ranks = {layer.config.latent_dim for layer in layers}
     if len(ranks) != 1:
         raise ValueError(f"every layer's basis must have the same rank r (the cache's d_c), got ranks {sorted(ranks)}")
     with torch.device("meta"):
-        converted = LatentGPT(model.config, layers[0].config)
+        converted = latent_gpt(model.config, layers[0].config)
     state = {name: t for name, t in model.state_dict().items() if ".attention." not in name}
     for i, layer in enumerate(layers):
         state |= {f"blocks.{i}.attention.{name}": t for name, t in layer.state_dict().items()}

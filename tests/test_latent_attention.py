@@ -8,6 +8,8 @@ bytes of DeepSeek-V2's Table 1, and the clear errors for bad sizes and foreign c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -15,16 +17,18 @@ from helpers.gpt import GPT, GPTConfig, KVCache, generate
 from helpers.latent_attention import (
     DEEPSEEK_V2,
     SMOLLM2,
-    LatentCache,
     LatentConfig,
     LatentGPT,
     MultiHeadLatentAttention,
+    all_latent,
     attend,
     cache_bytes_per_token,
     gpt_to_latent,
     latent_from_gqa,
+    latent_gpt,
     pca_basis,
     record_keys_values,
+    set_absorbed,
 )
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -37,10 +41,10 @@ def small_layer(**changes) -> MultiHeadLatentAttention:
     return MultiHeadLatentAttention(LatentConfig(**(SMALL | changes))).double()
 
 
-def small_model(vocab: int = 40, **changes) -> LatentGPT:
+def small_model(vocab: int = 40, **changes) -> GPT:
     torch.manual_seed(1)
     config = GPTConfig(vocab_size=vocab, embed_dim=32, num_heads=4, num_kv_heads=4, num_layers=2, ff_dim=48)
-    return LatentGPT(config, LatentConfig(**(SMALL | changes))).eval()
+    return latent_gpt(config, LatentConfig(**(SMALL | changes))).eval()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +117,9 @@ def test_a_small_gqa_model_rewritten_as_latent_attention_is_the_same_model():
     with torch.no_grad():
         expected, expected_weights = model(ids, need_weights=True)
         got, got_weights = latent(ids, need_weights=True)
-    assert latent.latent_config.latent_dim == 2 * 2 * 8 and latent.latent_config.rotate_content
+    settings = latent.config.kind_settings["latent"]  # every layer of kind "latent", these its sizes
+    assert latent.config.layer_kinds == ("latent", "latent") and type(latent) is GPT
+    assert settings.latent_dim == 2 * 2 * 8 and settings.rotate_content
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
     for ours, theirs in zip(got_weights, expected_weights, strict=True):
         torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
@@ -130,7 +136,7 @@ def test_smollm2_rewritten_as_latent_attention_equals_the_original(smollm2):
     with torch.no_grad():
         expected = model(ids)
         got = latent(ids)
-    assert latent.latent_config.latent_dim == 2 * 3 * 64
+    assert latent.config.kind_settings["latent"].latent_dim == 2 * 3 * 64
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
     # the test can fail: a latent of rank 128 (a third of the keys and values) moves the logits well beyond 1e-4
     basis = pca_basis(torch.randn(500, 384), 128)
@@ -162,7 +168,7 @@ def test_smollm2_with_a_compressed_latent_cache_generates_the_same_with_and_with
 @pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
 @pytest.mark.parametrize("query_latent_dim", [None, 16], ids=["full-queries", "compressed-queries"])
 def test_generation_with_the_latent_cache_equals_generation_without_it(absorbed, query_latent_dim):
-    model = small_model(query_latent_dim=query_latent_dim).set_absorbed(absorbed)
+    model = set_absorbed(small_model(query_latent_dim=query_latent_dim), absorbed)
     prompt = torch.randint(40, (3, 4), generator=torch.Generator().manual_seed(4))
     cached, cached_logits = generate(model, prompt, 15)
     plain, plain_logits = generate(model, prompt, 15, use_cache=False)
@@ -259,11 +265,15 @@ def test_sizes_out_of_range_are_refused(changes, message):
 
 def test_a_cache_from_another_configuration_is_refused():
     model = small_model()
-    with pytest.raises(TypeError, match="this model caches latents"):
-        model(torch.randint(40, (1, 3)), KVCache(2))
-    other = LatentCache(2, LatentConfig(**(SMALL | {"latent_dim": 16})))
-    with pytest.raises(ValueError, match=r"d_c = 16.*make one with model\.new_cache"):
-        model(torch.randint(40, (1, 3)), other)
+    other = small_model(latent_dim=16)
+    empty = other.new_cache()
+    with pytest.raises(ValueError, match=r"kind_settings\['latent'\]\.latent_dim = 16, not 12.*model\.new_cache"):
+        model(torch.randint(40, (1, 3)), empty)
+    filled = other.new_cache()
+    with torch.no_grad():
+        other(torch.randint(40, (1, 3)), filled)
+    with pytest.raises(ValueError, match=r"latents \(1, 3, 16\).*d_c\) = \(1, 3, 12\)"):  # the entry's widths
+        model(torch.randint(40, (1, 1)), filled)
     cache = model.new_cache()
     with torch.no_grad():
         model(torch.randint(40, (1, 3)), cache)
@@ -333,12 +343,54 @@ def test_a_past_of_another_batch_size_or_width_is_refused():
 
 
 def test_a_latent_cache_of_another_configuration_is_refused_even_with_the_same_widths():
+    """Same d_c and d_R, so the entries have the shapes this model's layers want; the cache still names the
+    model it was made for, and the refusal names the settings in which the two differ."""
     model = small_model()
-    other = LatentCache(2, LatentConfig(**(SMALL | {"num_heads": 2, "head_dim": 16})))  # same d_c and d_R
-    with pytest.raises(ValueError, match=r"another latent configuration \(num_heads, head_dim differ"):
-        model(torch.randint(40, (1, 3)), other)
-    with pytest.raises(TypeError, match="config must be the LatentConfig of the layers it serves, got dict"):
-        LatentCache(2, SMALL)
+    other = small_model(num_heads=2, head_dim=16)
+    cache = other.new_cache()
+    with torch.no_grad():
+        other(torch.randint(40, (1, 3)), cache)
+    differ = r"kind_settings\['latent'\]\.num_heads = 2, not 4; kind_settings\['latent'\]\.head_dim = 16, not 8"
+    with pytest.raises(ValueError, match=rf"belongs to another GPT, one with {differ} \(a cache holds"):
+        model(torch.randint(40, (1, 1)), cache)
+
+
+def test_a_latent_model_is_a_plain_gpt_built_from_its_config():
+    """Latent attention is one more kind of layer: the model is ``GPT(config)`` with every layer "latent", drawn in
+    the GPT's own order (no layer built and then replaced), and its cache and checks are the GPT's."""
+    model = small_model()
+    assert type(model) is GPT and all(type(layer) is MultiHeadLatentAttention for layer in model.attention_layers)
+    config = GPTConfig(vocab_size=40, embed_dim=32, num_heads=4, num_kv_heads=4, num_layers=2, ff_dim=48)
+    assert model.config == all_latent(config, LatentConfig(**SMALL))
+    torch.manual_seed(1)
+    again = GPT(model.config)
+    assert again.state_dict().keys() == model.state_dict().keys()
+    assert all(torch.equal(t, again.state_dict()[name]) for name, t in model.state_dict().items())
+    assert LatentGPT is latent_gpt  # the name the benchmark's log knew, kept: a function, not a subclass
+    cache = model.new_cache()
+    assert type(cache) is KVCache and cache.owner is model
+    plain = KVCache(2)  # the course's one cache, made by no model: a latent model fills it as any GPT does
+    ids = torch.randint(40, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, plain), model(ids), atol=1e-6, rtol=0)
+    assert [tuple(t.shape) for t in plain.layers[0]] == [(2, 5, 12), (2, 5, 4)]
+
+
+def test_set_absorbed_switches_the_latent_layers_only():
+    latent = LatentConfig(**SMALL)
+    config = GPTConfig(vocab_size=40, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2, ff_dim=48)
+    torch.manual_seed(2)
+    mixed = GPT(replace(config, layer_kinds=("latent", "global"), kind_settings={"latent": latent})).eval()
+    ids = torch.randint(40, (1, 6))
+    with torch.no_grad():
+        naive = mixed(ids)
+        assert set_absorbed(mixed, True) is mixed and mixed.blocks[0].attention.absorbed is True
+        torch.testing.assert_close(mixed(ids), naive, atol=1e-5, rtol=0)
+    assert not hasattr(mixed.blocks[1].attention, "absorbed")
+    with pytest.raises(ValueError, match=r"no latent layer to absorb \(its kinds: \['global', 'global'\]\)"):
+        set_absorbed(GPT(config), True)
+    with pytest.raises(TypeError, match="absorbed must be True or False, got 'yes'"):
+        set_absorbed(mixed, "yes")
 
 
 @pytest.mark.parametrize(
@@ -375,7 +427,7 @@ def test_absorbed_must_be_true_or_false(flag):
     with pytest.raises(TypeError, match="absorbed must be True or False"):
         layer(x, absorbed=flag)
     with pytest.raises(TypeError, match="absorbed must be True or False"):
-        small_model().set_absorbed(flag)
+        set_absorbed(small_model(), flag)
     layer.absorbed = flag  # set by hand: refused when it is read
     with pytest.raises(TypeError, match="absorbed must be True or False"):
         layer(x)

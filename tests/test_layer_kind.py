@@ -143,7 +143,7 @@ def test_a_sink_logit_of_plus_inf_or_nan_is_refused():
 
 
 def test_latent_attention_is_a_kind_that_mixes_with_others_in_one_model():
-    from helpers.latent_attention import LatentConfig, LatentGPT, MultiHeadLatentAttention
+    from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention, latent_gpt
 
     latent = LatentConfig(embed_dim=16, num_heads=2, head_dim=8, latent_dim=6, rotary_dim=4)
     torch.manual_seed(0)
@@ -159,7 +159,8 @@ def test_latent_attention_is_a_kind_that_mixes_with_others_in_one_model():
         _config(layer_kinds=("latent", "global"))
     with pytest.raises(ValueError, match="layer 0 is of kind 'latent', which cannot carry qk_norm=True"):
         _config(layer_kinds=("latent", "global"), kind_settings={"latent": latent}, qk_norm=True)
-    whole = LatentGPT(_config(), latent)  # every layer latent: the same config a GPT would be built from
+    whole = latent_gpt(_config(), latent)  # every layer latent: a GPT built from that config, nothing replaced
+    assert type(whole) is GPT
     assert whole.config.layer_kinds == ("latent", "latent") and whole.config.kind_settings == {"latent": latent}
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from helpers.analysis.circuits import PhaseChange, repeated_loss, train_on_repeated_batches
 from helpers.gpt import GPT, GPTConfig
-from helpers.latent_attention import LatentConfig, LatentGPT
+from helpers.latent_attention import LatentConfig, latent_gpt
 
 __all__ = ["KINDS", "TrainedVariant", "build_variant", "cache_numbers_per_layer", "train_repeated"]
 
@@ -35,7 +35,8 @@ def build_variant(
     rotary_dim: int = 4,
 ) -> GPT:
     """A small rotary GPT whose attention is ``kind``: "MHA" (h key/value heads), "GQA" (``num_kv_heads``),
-    "MQA" (one) or "MLA" (``LatentGPT`` with d_c = ``latent_dim``, d_R = ``rotary_dim``, d = E / h).
+    "MQA" (one) or "MLA" (every layer of kind "latent", ``latent_gpt``, with d_c = ``latent_dim``, d_R =
+    ``rotary_dim``, d = E / h).
     Everything else (embeddings, LayerNorm, GELU feed-forward, read-out) is the same."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -50,14 +51,14 @@ def build_variant(
         embed_dim=embed_dim, num_heads=num_heads, head_dim=embed_dim // num_heads, latent_dim=latent_dim,
         rotary_dim=rotary_dim,
     )  # fmt: skip
-    return LatentGPT(config, latent)
+    return latent_gpt(config, latent)
 
 
 def cache_numbers_per_layer(model: GPT) -> int:
     """Numbers one token adds to one layer's cache: 2·h_kv·d for a softmax layer, d_c + d_R for a latent one
     (each layer's kind counts its own, ``cache_numbers_per_token``; the model's layers must agree)."""
     if not isinstance(model, GPT):
-        raise TypeError(f"model must be a helpers.gpt.GPT or LatentGPT, got {type(model).__name__}")
+        raise TypeError(f"model must be a helpers.gpt.GPT, got {type(model).__name__}")
     numbers = {layer.cache_numbers_per_token() for layer in model.attention_layers}
     if len(numbers) != 1:
         raise ValueError(

@@ -1,7 +1,7 @@
 """Attention sinks in a causal model (lesson 09): what the output loses when the heads cannot use one key.
 
 ``blocked_key(model, layers, key=0)`` is a context manager: inside it, in the chosen layers of a
-``helpers.gpt.GPT`` (a ``helpers.latent_attention.LatentGPT`` too, in either form: every layer is a variant of
+``helpers.gpt.GPT`` (its latent layers too, ``helpers.latent_attention``, in either form: every layer is a variant of
 the one attention core, ``helpers.attention.AttentionCore``), every query after token ``key`` no longer sees
 that token. Its softmax runs over the other keys, which is the same as taking the head's weights, setting the
 blocked key's share to zero and renormalizing each row to sum to 1; with ``renormalize=False`` the share is

@@ -8,7 +8,7 @@ import torch
 
 from helpers.analysis.sinks import blocked_key, sink_removal_effect
 from helpers.gpt import GPT, GPTConfig, generate
-from helpers.latent_attention import LatentConfig, LatentGPT
+from helpers.latent_attention import LatentConfig, latent_gpt, set_absorbed
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +75,13 @@ def tiny_latent():
     """Lesson 11's model: every layer multi-head latent attention, with a decoupled rotary key."""
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=50, embed_dim=32, num_heads=4, num_kv_heads=4, num_layers=2, ff_dim=48)
-    return LatentGPT(config, LatentConfig(32, 4, 8, latent_dim=12, rotary_dim=4)).eval()
+    return latent_gpt(config, LatentConfig(32, 4, 8, latent_dim=12, rotary_dim=4)).eval()
 
 
 @pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
 def test_blocking_reaches_latent_attention_in_both_forms(tiny_latent, absorbed):
-    """A LatentGPT's layers are variants of the attention core: the hook really hides the key there too."""
-    model = tiny_latent.set_absorbed(absorbed)
+    """Latent layers are variants of the attention core: the hook really hides the key there too."""
+    model = set_absorbed(tiny_latent, absorbed)
     with torch.no_grad():
         intact_logits, intact = model(IDS, need_weights=True)
         with blocked_key(model, [0], key=2):
