@@ -109,7 +109,6 @@ _EXPORTS = {
     "cache_numbers_per_layer": "helpers.analysis.cache_budget",
     "train_repeated": "helpers.analysis.cache_budget",
     "LatentConfig": "helpers.latent_attention",
-    "LatentGPT": "helpers.latent_attention",
     "latent_gpt": "helpers.latent_attention",
     "set_absorbed": "helpers.latent_attention",
     "MultiHeadLatentAttention": "helpers.latent_attention",

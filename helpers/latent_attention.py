@@ -56,10 +56,8 @@ __all__ = [
     "DEEPSEEK_V2",
     "SMOLLM2",
     "LatentConfig",
-    "LatentGPT",
     "MultiHeadLatentAttention",
     "all_latent",
-    "attend",
     "attend_keeping_weights",
     "cache_bytes_per_token",
     "gpt_to_latent",
@@ -168,11 +166,6 @@ def attend_keeping_weights(
     out, weights = core_attend(query, key, value, may_attend, need_weights=True, scale=scale)
     assert weights is not None, "asked for with need_weights"
     return out, weights
-
-
-# The name lesson 11's tests knew it by; ``helpers.attention.attend`` is the core's own, which returns None for
-# the weights unless asked: one name per idea, this one kept as an alias.
-attend = attend_keeping_weights
 
 
 def _check_flag(name: str, value) -> None:
@@ -448,11 +441,6 @@ def latent_gpt(config: GPTConfig, latent: LatentConfig) -> GPT:
     (c (N, T, d_c), k^R (N, T, d_R)) checked by the layer's kind, so ``new_cache``, ``generate`` and the cache's
     checks are the GPT's own."""
     return GPT(all_latent(config, latent))
-
-
-# The name the trained comparison and its log knew it by. It is a function, not a class: a latent model is a GPT,
-# and ``isinstance(model, LatentGPT)`` raises instead of answering; ask the layers' kinds.
-LatentGPT = latent_gpt
 
 
 def set_absorbed(model: GPT, absorbed: bool) -> GPT:

@@ -233,7 +233,7 @@ def _gpt_oss(**changes):
 
 def test_attention_from_gpt_oss_keeps_their_dtype_and_mode_and_a_full_layer_has_no_window():
     theirs = _gpt_oss().double()
-    with torch.no_grad():  # transformers makes sinks with torch.empty: memory that may hold a NaN, never equal to itself
+    with torch.no_grad():  # transformers makes sinks with torch.empty: memory that may hold a NaN, unequal to itself
         theirs.sinks.normal_(generator=torch.Generator().manual_seed(0))
     ours = attention_from_gpt_oss(theirs)
     assert ours.window is None and ours.sinks.dtype == torch.float64 and ours.training
