@@ -202,7 +202,7 @@ def train_adapters(
     seed: int = 0,
     weight_decay: float = 0.0,
     every: int = 0,
-    callback: Callable[[int], None] | None = None,
+    callback: Callable[[int, TrainingRecord], None] | None = None,
 ) -> TrainingRecord:
     """Train ``model``'s trainable parameters (its adapters, after ``add_lora``) on ``pairs`` with AdamW.
 
@@ -210,7 +210,8 @@ def train_adapters(
     generator seeded with ``seed``: with ``add_lora(..., seed=seed)`` the seed fixes both A's draw and the batch
     order. The batch is right-padded (``pad_right``) and the loss is ``answer_loss``: the English tokens only.
     ``weight_decay`` 0 as ``transformers``' Trainer has it (torch's AdamW defaults to 0.01).
-    ``callback(step)`` runs after steps ``every``, 2·``every``, … (an evaluation, say), outside the timed steps.
+    ``callback(step, record)`` runs after steps ``every``, 2·``every``, … with the record so far (an evaluation, say),
+    outside the timed steps.
     torch's number of threads and the model's train/eval mode are left as they are (the GPT has no dropout)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
@@ -240,7 +241,7 @@ def train_adapters(
         record.losses.append(loss.item())
         record.seconds.append(time.perf_counter() - start)
         if callback is not None and step % every == 0:
-            callback(step)
+            callback(step, record)
     return record
 
 

@@ -128,8 +128,11 @@ def test_training_the_adapters_lowers_the_loss_and_the_seed_fixes_the_run():
         add_lora(model, ("q", "v", "ff"), rank=4, alpha=8, seed=seed)
         frozen = {n: p.clone() for n, p in model.named_parameters() if not p.requires_grad}
         seen: list[int] = []
-        record = train_adapters(model, pairs, steps, batch_size=2, lr=1e-2, seed=seed, every=20, callback=seen.append)
-        assert seen == [20, 40, 60] and len(record.losses) == len(record.seconds) == steps
+        record = train_adapters(
+            model, pairs, steps, batch_size=2, lr=1e-2, seed=seed, every=20,
+            callback=lambda step, so_far: seen.append((step, len(so_far.losses))),
+        )  # fmt: skip
+        assert seen == [(20, 20), (40, 40), (60, 60)] and len(record.losses) == len(record.seconds) == steps
         assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if not p.requires_grad)
         return record.losses
 
