@@ -514,6 +514,12 @@ def gpt_to_latent(model: GPT, bases: Sequence[Tensor | None] | None = None) -> G
             raise TypeError(
                 f"model must be a helpers.gpt.GPT with grouped-query attention: layer {index} is of kind {layer.kind!r}"
             )
+        if layer.kind != "global" or layer.window is not None:  # a latent layer reads every earlier token
+            sees = f"a window of {layer.window} tokens" if layer.window is not None else "the keys it selects"
+            raise ValueError(
+                f"layer {index} (kind {layer.kind!r}) sees {sees}, but a latent layer sees every earlier token: "
+                "the converted model would compute something else; convert a model of global layers"
+            )
         attentions.append(layer)
     layers = [latent_from_gqa(attention, basis) for attention, basis in zip(attentions, bases, strict=True)]
     ranks = {layer.config.latent_dim for layer in layers}

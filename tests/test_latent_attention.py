@@ -29,6 +29,7 @@ from helpers.latent_attention import (
     record_keys_values,
     set_absorbed,
 )
+from helpers.layer_kind import seeing
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -287,6 +288,16 @@ def test_a_basis_of_the_wrong_shape_is_refused():
         latent_from_gqa(model.blocks[0].attention, torch.randn(16, 4))
     with pytest.raises(ValueError, match="one basis per layer"):
         gpt_to_latent(model, [None, None])
+
+
+def test_a_windowed_or_selecting_layer_is_not_converted_silently():
+    """A latent layer reads every earlier token: converting a local layer would drop its window unsaid."""
+    sizes = dict(vocab_size=30, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2, window=3)
+    hybrid = GPT(GPTConfig(**sizes, layer_kinds=("global", "local")))
+    with pytest.raises(ValueError, match=r"layer 1 \(kind 'local'\) sees a window of 3 tokens"):
+        gpt_to_latent(hybrid)
+    with seeing(hybrid, [0], window=2), pytest.raises(ValueError, match=r"layer 0 \(kind 'global'\) sees a window"):
+        gpt_to_latent(hybrid)
 
 
 def test_the_latent_cache_is_the_courses_one_cache_tagged_with_its_model():
