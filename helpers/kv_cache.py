@@ -221,12 +221,15 @@ class KVCache:
         if self._owner is not None and owner is not model:
             made_by = "a model that no longer exists" if owner is None else f"another {type(owner).__name__}"
             differ = [] if owner is None else _settings_that_differ(owner, model)
-            if differ:  # name what the two models disagree on: a cache made for another configuration, say
-                made_by += f", one with {'; '.join(differ)}"
-            raise ValueError(
-                f"this cache belongs to {made_by} (a cache holds one model's projected keys and values, even "
-                "when another model has the same sizes): make one for this model with model.new_cache()"
+            # Name what the two models disagree on (a cache made for another configuration, say); with nothing
+            # to name, say why equal sizes are not enough.
+            why = (
+                f", one with {'; '.join(differ)}"
+                if differ
+                else " (a cache holds one model's projected keys and values, even when another model has the same "
+                "sizes)"
             )
+            raise ValueError(f"this cache belongs to {made_by}{why}: make one for this model with model.new_cache()")
 
     def update(self, model: nn.Module, entries: list[Entry], length: int | None = None) -> None:
         """Store every layer's new entry at once, after a whole step has run, and tag the cache with ``model``.

@@ -361,7 +361,7 @@ def test_a_latent_cache_of_another_configuration_is_refused_even_with_the_same_w
     with torch.no_grad():
         other(torch.randint(40, (1, 3)), cache)
     differ = r"kind_settings\['latent'\]\.num_heads = 2, not 4; kind_settings\['latent'\]\.head_dim = 16, not 8"
-    with pytest.raises(ValueError, match=rf"belongs to another GPT, one with {differ} \(a cache holds"):
+    with pytest.raises(ValueError, match=rf"belongs to another GPT, one with {differ}: make one for this model"):
         model(torch.randint(40, (1, 1)), cache)
 
 
