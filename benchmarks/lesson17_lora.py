@@ -336,6 +336,8 @@ def table(rows: list[dict]) -> str:
         m30k = (
             f"{before['multi30k']['bleu']:.1f} → {after['multi30k']['bleu']:.1f}"
             if "multi30k" in after and "multi30k" in before
+            else "not run"
+            if not s.get("multi30k_captions")  # --multi30k 0: the data may be there, it was not scored
             else row.get("multi30k", "–")
         )
         load = "/".join(f"{x:.1f}" for x in row["machine_start"]["loadavg"][:1] + row["machine_end"]["loadavg"][:1])
