@@ -597,3 +597,26 @@ def test_no_hint_writes_out_a_line_of_the_references_or_of_the_proposed_solution
     leaks = [(text, message[:80]) for message in shown_strings(module) for text in solutions
              if text in squeeze(message)]  # fmt: skip
     assert not leaks, leaks
+
+
+@pytest.mark.parametrize(
+    "check, answer, fragment",
+    [
+        (check_new_adapter, reference_new_adapter, None),
+        (check_new_adapter, lambda o, i, r, g: (torch.zeros(r, i), torch.zeros(o, r)), "left at zero too"),
+        (check_lora_forward, _forward(base=lambda x, W: x @ W), "W is not transposed"),
+        (check_merge_weight, _merged_in_place, "a NEW weight"),
+        (check_lora_parameter_count, _per_layer(lambda o, i, r: r * (o + i) / 1), "even when it is whole"),
+    ],
+)
+def test_the_checks_say_the_same_over_the_wire(check, answer, fragment):
+    """As `check` and nbgrader run them: the learner's code in a kernel, its results sent back."""
+    from test_remote_checks import remotely
+
+    verdict = remotely(check, answer)
+    local = check(answer)
+    assert (verdict.status, verdict.message) == (local.status, local.message), verdict
+    if fragment is None:
+        assert verdict.passed, verdict
+    else:
+        assert_hint(verdict, fragment)
