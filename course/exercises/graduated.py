@@ -1,6 +1,6 @@
 """From lesson 06 on, no graduated helper: an answer calling the `helpers` function its exercise asks for is refused.
 
-An exercise of lessons 06-12, 14 and 15 asks for a function that ``helpers`` already holds (the lesson graduates it
+An exercise of lessons 06-12, 14, 15 and 17 asks for a function that ``helpers`` already holds (the lesson graduates it
 there, or a later lesson does). Calling it gives the right numbers and checks nothing of the learner's, so every call
 of the learner's code refuses it (``feedback._call_once``), as it refuses the checks' own ``reference_*`` answers;
 lessons 01-05's one-call shortcuts are ``course.exercises.shortcuts``'. Keyed by the exercise's name in its verdict;
@@ -136,7 +136,41 @@ def _selection() -> dict[Callable[..., Any], str]:
     }
 
 
-#: Each exercise's graduated helpers (lessons 06-12, 14 and 15), by the exercise's name in its verdict.
+def _lora_adapter() -> dict[Callable[..., Any], str]:
+    from helpers.lora import LoRALinear
+
+    return {LoRALinear.__init__: "`helpers.lora.LoRALinear`"}
+
+
+def _lora_forward() -> dict[Callable[..., Any], str]:
+    from helpers.lora import LoRALinear
+
+    return {LoRALinear.forward: "`helpers.lora.LoRALinear`"}
+
+
+def _lora_merge() -> dict[Callable[..., Any], str]:
+    import helpers.lora as lora
+
+    # The outer one first: merge_lora runs LoRALinear.merge, which runs delta_weight.
+    return {
+        lora.merge_lora: "`helpers.lora.merge_lora`",
+        lora.LoRALinear.merge: "`helpers.lora.LoRALinear.merge`",
+        lora.LoRALinear.delta_weight: "`helpers.lora.LoRALinear.delta_weight`",
+    }
+
+
+def _lora_count() -> dict[Callable[..., Any], str]:
+    import helpers.lora as lora
+
+    # Counting a model's parameters is no shortcut in itself; counting those of the course's LoRA layers is.
+    return {
+        lora.count_trainable: "`helpers.lora.count_trainable`",
+        lora.add_lora: "`helpers.lora.add_lora`",
+        lora.LoRALinear.__init__: "`helpers.lora.LoRALinear`",
+    }
+
+
+#: Each exercise's graduated helpers (lessons 06-12, 14, 15 and 17), by the exercise's name in its verdict.
 GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "teacher forcing: inputs, labels and causal mask": _lesson06,
     "online softmax update": _online_softmax,
@@ -156,6 +190,10 @@ GRADUATED_HELPERS: dict[str, Callable[[], dict[Callable[..., Any], str]]] = {
     "one step of the gated delta rule": _delta_rule,
     "top-k keys after the causal mask": _selection,
     "the indexer's target": _selection,
+    "a new adapter's A and B": _lora_adapter,
+    "the adapted layer's output": _lora_forward,
+    "the merged weight": _lora_merge,
+    "the parameters LoRA trains": _lora_count,
 }
 
 

@@ -1,4 +1,4 @@
-"""Every check of lessons 01-05 and 07-14 survives any answer of the right type, leaves the random stream alone,
+"""Every check of lessons 01-05, 07-15 and 17 survives any answer of the right type, leaves the random stream alone,
 and shows its verdict once in a notebook.
 
 "Survives" means: the check returns a verdict that blames the answer (never the check itself, never
@@ -94,6 +94,16 @@ from course.exercises.lesson15 import (
     reference_indexer_target,
     reference_top_k_keys,
 )
+from course.exercises.lesson17 import (
+    check_lora_forward,
+    check_lora_parameter_count,
+    check_merge_weight,
+    check_new_adapter,
+    reference_lora_forward,
+    reference_lora_parameter_count,
+    reference_merge_weight,
+    reference_new_adapter,
+)
 from helpers.rotary import apply_rotary
 
 # The references as a learner's own code: the checks refuse an answer that calls the course's reference_*
@@ -117,6 +127,10 @@ from helpers.rotary import apply_rotary
     reference_top_k_keys,
     reference_index_scores,
     reference_indexer_target,
+    reference_new_adapter,
+    reference_lora_forward,
+    reference_merge_weight,
+    reference_lora_parameter_count,
 ) = (
     learners_copy(reference_previous_token_score),
     learners_copy(reference_induction_score),
@@ -136,6 +150,10 @@ from helpers.rotary import apply_rotary
     learners_copy(reference_top_k_keys),
     learners_copy(reference_index_scores),
     learners_copy(reference_indexer_target),
+    learners_copy(reference_new_adapter),
+    learners_copy(reference_lora_forward),
+    learners_copy(reference_merge_weight),
+    learners_copy(reference_lora_parameter_count),
 )
 
 
@@ -236,6 +254,9 @@ RIGHT = {
     "top-k keys": (check_top_k_keys, reference_top_k_keys),
     "index scores": (check_index_scores, reference_index_scores),
     "indexer target": (check_indexer_target, reference_indexer_target),
+    "new adapter": (check_new_adapter, reference_new_adapter),
+    "LoRA forward": (check_lora_forward, reference_lora_forward),
+    "merged weight": (check_merge_weight, reference_merge_weight),
 }
 
 
@@ -452,6 +473,7 @@ TESTED_APART = {
     "check_patch_hook": "returns a hook: test_lesson_10s_other_checks_follow_the_policy_too",
     "check_cache_bytes": "returns an int: the cache-bytes tests below",
     "check_hybrid_cache_bytes": "returns an int: the hybrid cache-bytes tests below",
+    "check_lora_parameter_count": "returns an int: the LoRA parameter-count tests below",
     # A right answer there must launch a Triton kernel (torch alone is refused), which this file does not import.
     "check_masked_row_softmax": "lesson 16: Triton kernels, tests/course/test_exercises_lesson_16.py",
     "check_online_attention": "lesson 16: Triton kernels, tests/course/test_exercises_lesson_16.py",
@@ -651,6 +673,58 @@ def test_the_hybrid_cache_bytes_check_wants_an_int_and_leaves_the_random_stream_
         assert verdict.status == "wrong" and "an int" in verdict.message, verdict
 
 
+# Lesson 17's count of the parameters LoRA trains returns an int too, from layers' shapes and a rank.
+@pytest.mark.parametrize(
+    "odd",
+    [
+        None,
+        "many",
+        0.5,
+        float("nan"),
+        float("inf"),
+        -1,
+        0,
+        True,
+        torch.ones(3),
+        torch.tensor(1.5),
+        (1, 2),
+        [7],
+        {"a": 2},
+    ],
+    ids=repr,
+)
+def test_the_lora_parameter_count_check_survives_odd_answers(odd, capsys):
+    verdict = check_lora_parameter_count(lambda shapes, rank: odd)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message, verdict.message
+    assert "your code raised" not in verdict.message, verdict.message
+    assert capsys.readouterr().out.count("[NOT YET]") == 1
+
+
+@pytest.mark.parametrize("error", list(RAISED))
+def test_the_lora_parameter_count_check_reports_an_error_the_answer_raised(error):
+    def answer(shapes, rank):
+        raise RAISED[error]
+
+    verdict = check_lora_parameter_count(answer)
+    assert verdict.status == "wrong" and CHECK_BUG not in verdict.message and error in verdict.message, verdict
+
+
+def test_the_lora_parameter_count_check_wants_an_int_and_leaves_the_random_stream_alone():
+    np = pytest.importorskip("numpy")
+
+    def drawing(shapes, rank):
+        torch.randn(3)
+        return reference_lora_parameter_count(shapes, rank)
+
+    torch.manual_seed(9)
+    before = torch.random.get_rng_state()
+    assert check_lora_parameter_count(drawing).passed
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for other in (float, torch.tensor, np.int64):
+        verdict = check_lora_parameter_count(lambda *a, other=other: other(reference_lora_parameter_count(*a)))
+        assert verdict.status == "wrong" and "an int" in verdict.message, verdict
+
+
 # --- one policy for every check (issue 35): numpy refused, inputs left alone, the generator used ---------------
 def _numpy(result):
     return tuple(t.numpy() for t in result) if isinstance(result, tuple) else result.numpy()
@@ -682,6 +756,8 @@ def test_every_check_refuses_an_answer_that_changes_its_input(exercise):
         pytest.skip("its inputs are two numbers, no tensor")
     if exercise == "absorbed matrices":
         pytest.skip("its input is a layer, no tensor")
+    if exercise == "new adapter":
+        pytest.skip("its inputs are three sizes and a generator, no tensor")
     check, right = RIGHT[exercise]
     verdict = check(_edits_its_input(right))
     assert verdict.status == "wrong" and "in place" in verdict.message, verdict

@@ -1,6 +1,6 @@
-"""Lessons 06-12 and 14: an answer that calls the graduated ``helpers`` function its exercise asks the learner to write
-gets a friendly NOT YET that names the function (#48), as lessons 01-05's shortcuts and every lesson's ``reference_*``
-do.
+"""Lessons 06-12, 14, 15 and 17: an answer that calls the graduated ``helpers`` function its exercise asks the learner
+to write gets a friendly NOT YET that names the function (#48), as lessons 01-05's shortcuts and every lesson's
+``reference_*`` do.
 That the honest answers still pass is tests/course/test_reference_answers.py's (and each lesson's exercise tests')."""
 
 from __future__ import annotations
@@ -18,10 +18,22 @@ import helpers.delta_rule
 import helpers.flash
 import helpers.rotary
 import helpers.selection
-from course.exercises import lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14, lesson15
+from course.exercises import (
+    lesson06,
+    lesson07,
+    lesson08,
+    lesson09,
+    lesson10,
+    lesson11,
+    lesson12,
+    lesson14,
+    lesson15,
+    lesson17,
+)
 from course.exercises.graduated import GRADUATED_HELPERS
 from helpers.kv_cache import cache_bytes_per_token
 from helpers.latent_attention import LatentConfig, MultiHeadLatentAttention
+from helpers.lora import LoRALinear, add_lora, count_trainable, merge_lora
 from helpers.masks import causal_mask
 from helpers.models.translation.training import teacher_forcing
 from helpers.norms import RMSNorm
@@ -126,6 +138,36 @@ def indexer_target(weights):
     return helpers.selection.summed_attention(weights[None])[0]
 
 
+def new_adapter(out_features, in_features, rank, generator):
+    layer = LoRALinear(torch.nn.Linear(in_features, out_features), rank, 1.0, generator)
+    return layer.lora_A.detach(), layer.lora_B.detach()
+
+
+def _lora_layer(W, A, B, alpha):
+    layer = LoRALinear(torch.nn.Linear(W.size(1), W.size(0), bias=False), A.size(0), alpha)
+    with torch.no_grad():
+        for parameter, value in ((layer.base.weight, W), (layer.lora_A, A), (layer.lora_B, B)):
+            parameter.copy_(value)
+    return layer
+
+
+def lora_forward(x, W, A, B, alpha):
+    with torch.no_grad():
+        return _lora_layer(W, A, B, alpha)(x)
+
+
+def merge_weight(W, A, B, alpha):
+    model = torch.nn.Sequential(_lora_layer(W, A, B, alpha))
+    merge_lora(model)
+    return model[0].base.weight.detach().clone()
+
+
+def lora_parameter_count(shapes, rank):
+    model = torch.nn.Sequential(*(torch.nn.Linear(i, o) for o, i in shapes))
+    add_lora(model, [str(n) for n in range(len(shapes))], rank, 1.0)
+    return count_trainable(model)
+
+
 CASES = [
     (lesson06.check_teacher_forcing, teacher_forcing_batch, "`helpers.models.translation.training.teacher_forcing`"),
     (lesson07.check_online_softmax_update, online_softmax_update, "`helpers.flash.online_softmax_update`"),
@@ -145,6 +187,10 @@ CASES = [
     (lesson14.check_delta_step, delta_step_chunked, "`helpers.delta_rule.delta_rule_chunked`"),
     (lesson15.check_top_k_keys, top_k_keys, "`helpers.selection.causal_topk`"),
     (lesson15.check_indexer_target, indexer_target, "`helpers.selection.summed_attention`"),
+    (lesson17.check_new_adapter, new_adapter, "`helpers.lora.LoRALinear`"),
+    (lesson17.check_lora_forward, lora_forward, "`helpers.lora.LoRALinear`"),
+    (lesson17.check_merge_weight, merge_weight, "`helpers.lora."),  # merge_lora, or the merge it runs
+    (lesson17.check_lora_parameter_count, lora_parameter_count, "`helpers.lora."),
 ]
 
 
@@ -156,10 +202,10 @@ def test_calling_the_graduated_helper_is_not_yet_and_names_it(check, answer, hel
     assert "[NOT YET]" in capsys.readouterr().out
 
 
-def test_every_listed_exercise_is_a_check_of_lessons_06_to_12_14_or_15():
-    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12, 14 or 15 runs
+def test_every_listed_exercise_is_a_check_of_lessons_06_to_12_14_15_or_17():
+    """A renamed exercise would silently drop its entry: every key is the name some check of 06-12, 14, 15 or 17 runs
     under."""
-    modules = (lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14, lesson15)
+    modules = (lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14, lesson15, lesson17)
     sources = "".join(Path(module.__file__).read_text() for module in modules)
     names = set(re.findall(r'(?:run_check|_checked)\(\s*"([^"]+)"', sources))
     assert set(GRADUATED_HELPERS) <= names, set(GRADUATED_HELPERS) - names
