@@ -33,9 +33,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lesson06_seeds import fingerprint as translator_fingerprint  # noqa: E402  (after the path set-up above)
 
-from helpers.data.corpus import load_corpus  # noqa: E402
+from helpers.data.corpus import ParallelCorpus, load_corpus  # noqa: E402
 from helpers.models.language_model import TRANSLATE_REQUEST, chat_translate, load_pretrained_lm  # noqa: E402
-from helpers.models.translation import build_translator, fit, score_translations  # noqa: E402
+from helpers.models.translation import (  # noqa: E402
+    TrainingHistory,
+    Translator,
+    build_translator,
+    fit,
+    score_translations,
+)
 from helpers.models.translation.config import LESSON_CONFIG, LESSON_STEPS  # noqa: E402
 
 # The test lines (0-based) lesson 09 translates live: the running example (line 10) and the first five.
@@ -64,13 +70,18 @@ def score_both_sets(translate, test) -> dict:
     }
 
 
-def measure_translator(seed: int) -> dict:
+def train_translator(seed: int, train: ParallelCorpus, val: ParallelCorpus) -> tuple[Translator, TrainingHistory]:
+    """Lesson 06's model trained as lesson 06 trains it: ``LESSON_CONFIG`` with ``seed``, ``LESSON_STEPS`` steps,
+    one thread (``benchmarks/lesson17_side_by_side.py`` trains it here too)."""
     torch.set_num_threads(1)  # as lesson 06 trains it
+    translator = build_translator(train, replace(LESSON_CONFIG, seed=seed), device="cpu")
+    return translator, fit(translator, train, val, steps=LESSON_STEPS, progress=False)
+
+
+def measure_translator(seed: int) -> dict:
     train, val, test = (load_corpus("captions", split) for split in ("train", "val", "test"))
-    config = replace(LESSON_CONFIG, seed=seed)
     cpu = time.process_time()
-    translator = build_translator(train, config, device="cpu")
-    history = fit(translator, train, val, steps=LESSON_STEPS, progress=False)
+    translator, history = train_translator(seed, train, val)
     result = {
         "model": "translator",
         "seed": seed,
