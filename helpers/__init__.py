@@ -166,6 +166,7 @@ _EXPORTS = {
     "CaptionPair": "helpers.analysis.lora_translation",
     "TrainingRecord": "helpers.analysis.lora_translation",
     "UpdateSizes": "helpers.analysis.lora_translation",
+    "answer_loss": "helpers.analysis.lora_translation",
     "caption_scores": "helpers.analysis.lora_translation",
     "effective_rank": "helpers.analysis.lora_translation",
     "encode_corpus": "helpers.analysis.lora_translation",

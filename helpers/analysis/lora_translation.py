@@ -49,6 +49,7 @@ __all__ = [
     "CaptionPair",
     "TrainingRecord",
     "UpdateSizes",
+    "answer_loss",
     "caption_scores",
     "effective_rank",
     "encode_corpus",
