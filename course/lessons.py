@@ -132,6 +132,8 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("15_attention_that_selects.ipynb", "attention that selects", budget_s=150, grading_timeout_s=120,
            test_s=73, needs=("smollm2",), seed_variable="LESSON15_SEED"),
     Lesson("16_attention_as_a_kernel.ipynb", "attention as a kernel", needs=("triton",)),
+    Lesson("17_adapting_attention_with_lora.ipynb", "adapting attention with LoRA", budget_s=150,
+           grading_timeout_s=120, test_s=80, needs=("smollm2",), seed_variable="LESSON17_SEED"),
 )
 # fmt: on
 
