@@ -6,8 +6,12 @@ the update is (α / r) · B A and r is A's first size. Every case has out, in an
 or swapped factor has a shape of its own, and the numeric checks run a square case (out = in) first, where a
 transposition still computes and gives numbers of its own; B is never zero there (a zero B would hide every mistake
 in the update). A new adapter's A is the learner's own draw, in the learner's own order: it is judged by what it is
-(its shape, its bound, its spread over a few hundred numbers), B exactly (zeros). The count compares whole numbers,
-over cases chosen so that each usual mistake gives a number of its own.
+(its shape, its bound, its spread over a few hundred numbers), B exactly (zeros); torch.empty, whose memory may hold
+anything (zeros too), is told apart from the global random stream by calling the answer again with every random
+number the same. The numeric checks take a tensor and nothing else (a list of its numbers is refused), and a product
+whose shapes do not fit is answered with the shapes each factor and product has. The count compares whole numbers,
+over cases chosen so that each usual mistake gives a number of its own, and refuses an answer that changed the list
+of shapes it was given.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from course.call_recording import CallRecorder
 from course.exercises.feedback import (
     LearnerError,
     Mistakes,
@@ -110,8 +115,9 @@ _REACH = 0.75
 _SIGMAS = 6.0
 
 
-def _adapter_pair(result: Any, case: _AdapterCase) -> tuple[Tensor, Tensor]:
-    """(A, B) from the learner's answer, or a hint naming what is wrong with its form, shapes or dtype."""
+def _adapter_pair(result: Any, case: _AdapterCase, empty: str = "") -> tuple[Tensor, Tensor]:
+    """(A, B) from the learner's answer, or a hint naming what is wrong with its form, shapes or dtype (``empty``: the
+    torch.empty-like function the answer called, if any, named where it explains the numbers)."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         got = f"a {type(result).__name__}" + (f" of {len(result)} items" if isinstance(result, (tuple, list)) else "")
         raise wrong(f"return two tensors, (A, B), got {got} ({case.name}).")
@@ -128,7 +134,7 @@ def _adapter_pair(result: Any, case: _AdapterCase) -> tuple[Tensor, Tensor]:
                 f"the tensors without a dtype, or turn them into float32 ({case.name})."
             )
         if not bool(item.isfinite().all()):
-            raise wrong(f"{name} holds NaN or infinite numbers ({case.name}).")
+            raise wrong(f"{name} holds NaN or infinite numbers ({case.name}).{_empty_note(empty)}")
     return first.detach(), second.detach()
 
 
@@ -233,6 +239,20 @@ def _never_negative(A: Tensor, case: _AdapterCase) -> bool:
     return float(A.min()) >= 0 and bool(A.any())
 
 
+def _never_positive(A: Tensor, case: _AdapterCase) -> bool:
+    return float(A.max()) <= 0 and bool(A.any())
+
+
+def _off_centre(A: Tensor, case: _AdapterCase) -> bool:
+    """Both signs, but a mean far from 0 (over 4 standard errors of A's own spread): a shifted range. A centred draw
+    passes this in one case with a probability below 1e-4, in all three of them never; a draw in [-b/2, 3b/2) fails
+    it in one case with a probability about as small."""
+    values = A.double().flatten()
+    spread = float(values.std()) if values.numel() > 1 else 0.0
+    mean = abs(float(values.mean()))
+    return float(values.min()) < 0 < float(values.max()) and mean > 4 * spread / math.sqrt(values.numel())
+
+
 # A's usual mistakes: hint -> a test that A passes, in every case, when it was drawn that way (tried in order, once
 # some case's A is unlike the right draw).
 _A_MISTAKES: dict[str, Callable[[Tensor, _AdapterCase], bool]] = {
@@ -241,6 +261,16 @@ _A_MISTAKES: dict[str, Callable[[Tensor, _AdapterCase], bool]] = {
     "Draw A at random, B alone starts at zero.": _all_zero,
     "A holds one number everywhere: its rows are then alike, their gradients too, and they stay alike (the adapter "
     "trains as if its rank were 1). Draw each entry at random.": _one_number,
+    # Before any bound or spread is judged: a range off centre is first of all off centre (its numbers would pass
+    # for a normal draw's, whose root mean square a uniform draw in [-2b, 0) or [0, 2b) shares).
+    "A's entries are all 0 or less: the shift of torch.rand's [0, 1) goes too far. A uniform draw between "
+    "-1/√in_features and +1/√in_features is centred on zero, about half its entries negative and half positive: the "
+    "shift is half the width the draw is stretched to.": _never_positive,
+    "A's entries are all 0 or more: torch.rand draws from [0, 1), so shift and stretch it to cover -1/√in_features "
+    ".. +1/√in_features.": _never_negative,
+    "A's entries are not centred on 0: most lie on one side, the range is shifted (its shift does not match its "
+    "stretch). A uniform draw between -1/√in_features and +1/√in_features has its middle at zero: the shift is half "
+    "the width the draw is stretched to.": _off_centre,
     "A is drawn from a standard normal (torch.randn) and not scaled: its entries are far too large. nn.Linear, and "
     "peft for A, draw uniformly between -1/√in_features and +1/√in_features.": _normal(lambda case: 1.0),
     "A is uniform in (-1, 1), not scaled by 1/√in_features: far too large. nn.Linear, and peft for A, draw "
@@ -251,6 +281,15 @@ _A_MISTAKES: dict[str, Callable[[Tensor, _AdapterCase], bool]] = {
     "fan-in).": _uniform(lambda case: 1 / math.sqrt(case.rank)),
     "A's bound is 1/in_features: the square root is missing, the bound is 1/√in_features.": _uniform(
         lambda case: 1 / case.in_features
+    ),
+    "A's bound is 1/(2·in_features), not 1/√in_features: ** binds tighter than /, so 1/in_features**1/2 reads as "
+    "(1/in_features)/2. Write the power as ** 0.5, or put 1/2 in brackets, or use math.sqrt.": _uniform(
+        lambda case: 1 / (2 * case.in_features)
+    ),
+    "A is uniform in ±√(6/(in_features + rank)): that is xavier_uniform_'s bound (Glorot's, made to keep the "
+    "spread of both the forward and the backward pass). nn.Linear, and peft for A, draw uniformly between "
+    "-1/√in_features and +1/√in_features, from the fan-in alone.": _uniform(
+        lambda case: math.sqrt(6 / (case.in_features + case.rank))
     ),
     "A is uniform in ±√(6/in_features): that is kaiming_uniform_'s default (a = 0, made for ReLU layers). nn.Linear "
     "calls it with a = √5, which makes the bound 1/√in_features.": _uniform(
@@ -263,14 +302,38 @@ _A_MISTAKES: dict[str, Callable[[Tensor, _AdapterCase], bool]] = {
     "A is drawn from a normal distribution: its tails pass the bound. nn.Linear, and peft for A, draw uniformly "
     "between -1/√in_features and +1/√in_features (a normal with std 1/rank is peft's other option, "
     "init_lora_weights='gaussian').": _normal(lambda case: case.bound, lambda case: 1 / case.rank),
-    "A's entries are all 0 or more: torch.rand draws from [0, 1), so shift and stretch it to cover -1/√in_features "
-    ".. +1/√in_features.": _never_negative,
 }
 
 B_NOT_ZERO = (
     "B should start at zero. With B drawn at random (or any B not zero) the update B A is not zero, so the adapted "
     "model's output changes before any training step: it no longer starts as the pretrained model. A random and B "
     "zero still trains: B's first gradient is not zero (it sees A x), and A's follows once B has moved."
+)
+# The functions whose tensor holds whatever was in memory (zeros at times, old numbers at others).
+_EMPTY: dict[Callable[..., Any], str] = {
+    torch.empty: "torch.empty",
+    torch.empty_like: "torch.empty_like",
+    Tensor.new_empty: "new_empty",
+    torch.empty_strided: "torch.empty_strided",
+}
+# What torch.empty gives, for a hint that names it: {name} is the function the answer called.
+EMPTY_MEMORY = (
+    "{name} does not give zeros, its tensor holds whatever was in memory (zeros at times, other numbers at others, "
+    "NaN too, and not the same from one call to the next)"
+)
+EMPTY_B = (
+    "B changes from one call to the next although every random number drawn is the same: it is memory never "
+    "written, and {memory}. B must start at zero (then B A is zero and the adapted layer starts as the pretrained "
+    "one): make it with zeros."
+)
+EMPTY_A = (
+    "A changes from one call to the next although every random number drawn is the same: some of its entries are "
+    "memory never written, and {memory}. Draw every entry of A from the generator."
+)
+# After the generator rule's refusal, when calls with the same random numbers agreed but the answer called {name}.
+EMPTY_TOO = (
+    " It also calls {name}: {memory}, so a B made with it is not reliably zeros, and an A made with it changes unless "
+    "every entry is then drawn from the generator."
 )
 ROLES_SWAPPED = (
     "A and B swapped roles: here A is zero and B random. Either way B A starts at zero, but the exercise asks for "
@@ -279,15 +342,30 @@ ROLES_SWAPPED = (
 )
 
 
-def _adapter_verdict(pairs: Sequence[tuple[Tensor, Tensor]]) -> None:
-    """Raise the hint for the first problem found in the (A, B) of every case (shapes and dtypes are right)."""
+def _empty_called(recorder: CallRecorder) -> str:
+    """The torch.empty-like function the recorded call used ("" if none). Not one a module's constructor called
+    (nn.Linear makes its weight with torch.empty, then draws it): naming torch.empty there would mislead."""
+    modules = any("/torch/nn/modules/" in file.replace("\\", "/") for file, _ in recorder.entered())
+    return "" if modules else recorder.called(_EMPTY)
+
+
+def _empty_note(empty: str) -> str:
+    """A sentence for a hint about numbers that are not what B (or A) should hold, when ``empty`` was called."""
+    if not empty:
+        return ""
+    return f" (It calls {empty}: {EMPTY_MEMORY.format(name=empty)}.)"
+
+
+def _adapter_verdict(pairs: Sequence[tuple[Tensor, Tensor]], empty: str = "") -> None:
+    """Raise the hint for the first problem found in the (A, B) of every case (shapes and dtypes are right);
+    ``empty``: the torch.empty-like function the answer called, if any."""
     B_zero = [not bool(B.any()) for _, B in pairs]
     if not all(B_zero):
         A_zero = [not bool(A.any()) for A, _ in pairs]
         if all(A_zero) and not any(B_zero):
             raise wrong(ROLES_SWAPPED)
         first = B_zero.index(False)
-        raise wrong(f"{B_NOT_ZERO} ({_ADAPTER_CASES[first].name})")
+        raise wrong(f"{B_NOT_ZERO} ({_ADAPTER_CASES[first].name}){_empty_note(empty)}")
     problems = [_a_problem(A, case) for (A, _), case in zip(pairs, _ADAPTER_CASES, strict=True)]
     if not any(problems):
         return
@@ -317,6 +395,51 @@ def _hint_without_the_generator(new_adapter: Callable[..., Any]) -> str | None:
     return None
 
 
+def _same_numbers(a: Tensor, b: Tensor) -> bool:
+    """Equal shapes, dtypes and numbers (NaN equal to NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach(), b.detach()
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+# How many times an answer the generator rule refused is called again, every random number the same each time.
+_AGAIN = 4
+
+
+def _hint_for_unrepeatable(new_adapter: Callable[..., Any], case: _AdapterCase, refusal: _Wrong, empty: str) -> _Wrong:
+    """The hint for an answer that gave different results for two generators in the same state. The usual cause is
+    torch's global stream; torch.empty's memory is another, which the global stream cannot explain. So the answer is
+    called again a few times with no generator (every draw then comes from the global stream) and the global stream
+    seeded alike each time: every random number is the same, so what still changes is memory never written. A B that
+    is not zero is named as such; else the refusal stands, with a word on torch.empty where the answer called it."""
+    results = []
+    try:
+        for _ in range(_AGAIN):
+            torch.manual_seed(case.seed)  # inside run_check's fork_rng: the notebook's stream is untouched
+            with CallRecorder() as recorder:
+                results.append(call_learner(new_adapter, case.out_features, case.in_features, case.rank, None))
+            empty = empty or _empty_called(recorder)
+    except (LearnerError, _Wrong):  # it uses the generator itself (generator.manual_seed ...): nothing to compare
+        results = []
+    pairs = [
+        tuple(result)
+        for result in results
+        if isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)
+    ]
+    memory = EMPTY_MEMORY.format(name=empty or "torch.empty")
+    if pairs and len(pairs) == len(results):
+        for index, hint in ((1, EMPTY_B), (0, EMPTY_A)):
+            if not all(_same_numbers(pair[index], pairs[0][index]) for pair in pairs[1:]):
+                return wrong(f"{hint.format(memory=memory)} ({case.name})")
+        B = pairs[0][1]
+        if tuple(B.shape) == (case.out_features, case.rank) and bool(B.any()):  # NaN counts as not zero
+            return wrong(f"{B_NOT_ZERO} ({case.name}){_empty_note(empty)}")
+    if empty:
+        return wrong(f"{refusal}{EMPTY_TOO.format(name=empty, memory=memory)}")
+    return refusal
+
+
 @learner_check
 def check_new_adapter(new_adapter: Callable[[int, int, int, torch.Generator], tuple[Tensor, Tensor]]) -> Verdict:
     """Check ``new_adapter(out_features, in_features, rank, generator) -> (A, B)``: A (rank, in_features) uniform in
@@ -325,17 +448,24 @@ def check_new_adapter(new_adapter: Callable[[int, int, int, torch.Generator], tu
 
     def body() -> str:
         pairs = []
+        empty = ""  # a torch.empty-like function the answer called: its memory may hold anything, zeros too
         for case in _ADAPTER_CASES:
             generator = torch.Generator().manual_seed(case.seed)
+            recorder = CallRecorder()
             try:
-                result = call_learner(new_adapter, case.out_features, case.in_features, case.rank, generator)
+                with recorder:
+                    result = call_learner(new_adapter, case.out_features, case.in_features, case.rank, generator)
             except _Wrong as refusal:
+                empty = empty or _empty_called(recorder)
+                if "two generators in the same state" in str(refusal):
+                    raise _hint_for_unrepeatable(new_adapter, case, refusal, empty) from None
                 if "seeded differently" not in str(refusal):
                     raise
                 hint = _hint_without_the_generator(new_adapter)
                 raise (refusal if hint is None else wrong(f"{hint} {IGNORED_TOO}")) from None
-            pairs.append(_adapter_pair(result, case))
-        _adapter_verdict(pairs)
+            empty = empty or _empty_called(recorder)
+            pairs.append(_adapter_pair(result, case, empty))
+        _adapter_verdict(pairs, empty)
         return (
             "A (rank, in_features) drawn uniformly within ±1/√in_features from the generator, B (out_features, rank) "
             "zeros: the adapted layer starts as the pretrained one, and B's first gradient is not zero."
@@ -416,10 +546,13 @@ def _judge_cases(
     fallback: str,
     shape: Callable[[_LoRACase], tuple[tuple[int, ...], str, str]],
     shape_hint: Callable[[Tensor, _LoRACase], str | None] = lambda answer, case: None,
+    shapes: str = "",
 ) -> None:
     """Run every case, then raise the hint of the mistake that the answers share, or ``fallback`` at the first wrong
     case. A case where the learner's code raises, or gives a shape of its own, ends the run: if the cases before it
-    name a mistake (one that would raise on a non-square case, say), that mistake is named."""
+    name a mistake (one that would raise on a non-square case, say), that mistake is named; else a product whose
+    shapes did not fit is answered with ``shapes`` (each factor's and product's shape). A result that is not a tensor
+    is refused."""
     answers: list[Tensor] = []
     tables: list[Mistakes] = []
 
@@ -433,11 +566,13 @@ def _judge_cases(
             result = run(case)
         except LearnerError as error:
             named = named_so_far(f"your code raised {error} on {case.name}")
-            if named is None:
-                raise
-            raise named from None
+            if named is not None:
+                raise named from None
+            if shapes and _shapes_did_not_fit(error):
+                raise wrong(f"your code raised {error} on {case.name}. {shapes}") from None
+            raise
         try:
-            answer = as_tensor(result, "the result")
+            answer = _one_tensor(result, case)
             expected, name, letters = shape(case)
             if tuple(answer.shape) != expected:
                 hint = shape_hint(answer, case)
@@ -455,6 +590,36 @@ def _judge_cases(
     raise named or wrong(f"{fallback} ({cases[right.index(False)].name})")
 
 
+def _shapes_did_not_fit(error: LearnerError) -> bool:
+    """Whether the learner's error is a product or a sum whose shapes did not fit."""
+    marks = (
+        "cannot be multiplied",
+        "must match the size of tensor",
+        "size mismatch",
+        "inconsistent tensor size",
+        "batch1 tensor",
+        "batch2 tensor",
+        "does not broadcast",
+        "Expected size for first two dimensions",
+    )
+    return isinstance(error.error, RuntimeError) and any(mark in str(error.error) for mark in marks)
+
+
+def _one_tensor(result: Any, case: _LoRACase) -> Tensor:
+    """The learner's result as a float64 tensor; anything but a tensor (a list of its numbers, a number) refused."""
+    if not isinstance(result, Tensor):
+        got = f"a {type(result).__name__}"
+        if isinstance(result, (tuple, list)):
+            got += f" of {len(result)} items"
+        raise wrong(
+            f"the result should be one tensor (a torch.Tensor), got {got} ({case.name}): return the tensor the "
+            "torch operations give, as it is. A Python list or number (.tolist(), .item()) keeps the numbers but "
+            "drops the dtype, the device and the gradient, which the layer's callers (training A and B, merging) "
+            "need."
+        )
+    return as_tensor(result, "the result")
+
+
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the adapted layer's output
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +627,13 @@ FORWARD_FALLBACK = (
     "the output differs from the adapted layer's: the frozen layer's output (x times W transposed, as nn.Linear "
     "computes it) plus the update, x through A (down to r numbers) and then through B (up to out_features), times "
     "the scale α / r, r being A's first size. Shape (..., out)."
+)
+
+
+FORWARD_SHAPES = (
+    "The shapes: x is (..., in), W is (out, in), A is (r, in), B is (out, r). A product meets the last size of its "
+    "left factor with the first size of its right one: x Wᵀ is (..., out); x Aᵀ is (..., r), then times Bᵀ gives "
+    "(..., out), the output's shape. Check which factors are transposed, and their order."
 )
 
 
@@ -505,6 +677,7 @@ def check_lora_forward(lora_forward: Callable[[Tensor, Tensor, Tensor, Tensor, f
             _forward_mistakes,
             FORWARD_FALLBACK,
             lambda c: ((*c.x.shape[:-1], c.W.size(0)), "the output", "(..., out)"),
+            shapes=FORWARD_SHAPES,
         )
         return (
             "the frozen layer's output plus the update, x through A down to r numbers and through B back up, scaled "
@@ -526,6 +699,13 @@ MERGE_IN_PLACE = (
     "Merging here makes a NEW weight: LoRALinear.merge may write into W because the layer owns it, but this function "
     "is handed W by a caller who still needs it (to unmerge, to compare with the base model, or to merge another "
     "adapter)."
+)
+
+
+MERGE_SHAPES = (
+    "The shapes: W is (out, in), A is (r, in), B is (out, r). A product meets the last size of its left factor "
+    "with the first size of its right one, and what is added to W must have W's shape: B A is (out, in), the shape "
+    "of W ((out, r) times (r, in)), where A B and Bᵀ Aᵀ are (r, r)."
 )
 
 
@@ -584,6 +764,7 @@ def check_merge_weight(merge_weight: Callable[[Tensor, Tensor, Tensor, float], T
             MERGE_FALLBACK,
             lambda c: (tuple(c.W.shape), "the merged weight", "(out, in)"),
             _merge_shape_hint,
+            shapes=MERGE_SHAPES,
         )
         return (
             "a new weight W + (α / r) · B A, W left as it was: the merged layer computes what the adapted one did, "
@@ -654,6 +835,27 @@ def _as_count(answer: object, case: str) -> int:
     return as_int(answer, "a number of parameters", f"for {case}", why)
 
 
+def _same_shapes(given: list, kept: list[tuple[int, int]]) -> bool:
+    """Whether the list the learner was given still holds the shapes it was given, in order."""
+    return len(given) == len(kept) and all(
+        type(shape) is tuple and all(type(size) is int for size in shape) and shape == kept_shape
+        for shape, kept_shape in zip(given, kept, strict=True)
+    )
+
+
+def _count_in_place(name: str, given: list, kept: list[tuple[int, int]], case: str) -> _Wrong:
+    """The hint for an answer (the function ``name``) that changed the list of shapes it was given."""
+    if len(given) != len(kept):
+        what = f"it held {len(kept)} shapes and now holds {len(given)}: pop, remove, clear or del take them out"
+    else:
+        what = "its shapes are now in another order, or replaced: sort, reverse or an assignment changes it"
+    return wrong(
+        f"`{name}` changed the list `shapes` it was given, for {case} ({what}). The caller's list must "
+        "stay as it was: the caller still needs it (to build the adapters on those layers, say). Read the shapes "
+        "without changing the list."
+    )
+
+
 COUNT_FALLBACK = (
     "LoRA trains, for each adapted layer, its two factors A (r, in) and B (out, r), and nothing else; add their "
     "numbers over every layer in shapes (each shape is (out_features, in_features), as layer.weight.shape gives it)."
@@ -666,10 +868,14 @@ def check_lora_parameter_count(lora_parameter_count: Callable[[list[tuple[int, i
     layers' weights; the count is the sum of r · (out + in), A's and B's numbers."""
 
     def body() -> str:
-        answers = [
-            _as_count(call_learner(lora_parameter_count, list(shapes), rank), name)
-            for name, shapes, rank in _COUNT_CASES
-        ]
+        answers = []
+        for name, shapes, rank in _COUNT_CASES:
+            given = list(shapes)  # the learner's own copy each call; _COUNT_CASES keeps the shapes as they were
+            answer = call_learner(lora_parameter_count, given, rank)
+            if not _same_shapes(given, shapes):
+                function = getattr(lora_parameter_count, "__name__", "lora_parameter_count")
+                raise _count_in_place(function, given, shapes, name)
+            answers.append(_as_count(answer, name))
         expected = [reference_lora_parameter_count(shapes, rank) for _, shapes, rank in _COUNT_CASES]
         if answers == expected:
             smol = expected[0]

@@ -163,6 +163,17 @@ def _kaiming_default(o, i, r, g):
     return A
 
 
+def _xavier(o, i, r, g):
+    A = torch.empty(r, i)
+    nn.init.xavier_uniform_(A, generator=g)  # the bound is √(6 / (in + r)), Glorot's
+    return A
+
+
+def _bound_by_precedence(o, i, r, g):
+    bound = 1 / i**1 / 2  # meant as 1/√in: ** binds tighter, so this is 1/(2·in)
+    return _uniform((r, i), bound, g)
+
+
 @pytest.mark.parametrize(
     "answer, fragments",
     [
@@ -193,6 +204,13 @@ def _kaiming_default(o, i, r, g):
         (_adapter(draw_A=lambda o, i, r, g: torch.randn(r, i, generator=g) / math.sqrt(i)), ["normal distribution"]),
         (_adapter(draw_A=lambda o, i, r, g: torch.randn(r, i, generator=g) / r), ["normal distribution", "gaussian"]),
         (_adapter(draw_A=lambda o, i, r, g: torch.rand(r, i, generator=g) / math.sqrt(i)), ["all 0 or more"]),
+        (_adapter(draw_A=lambda o, i, r, g: (torch.rand(r, i, generator=g) * 2 - 2) / math.sqrt(i)),
+         ["all 0 or less", "centred on zero"]),
+        (_adapter(draw_A=lambda o, i, r, g: torch.rand(r, i, generator=g) * 2 / math.sqrt(i)), ["all 0 or more"]),
+        (_adapter(draw_A=lambda o, i, r, g: (torch.rand(r, i, generator=g) * 2 - 0.5) / math.sqrt(i)),
+         ["not centred on 0", "shifted"]),
+        (_adapter(draw_A=_xavier), ["xavier_uniform_", "√(6/(in_features + rank))"]),
+        (_adapter(draw_A=_bound_by_precedence), ["1/(2·in_features)", "** binds tighter"]),
         (_adapter(draw_A=lambda o, i, r, g: torch.full((r, i), 0.5 / math.sqrt(i))), ["one number everywhere",
                                                                                      "whatever the generator"]),
         (_adapter(draw_A=lambda o, i, r, g: _right_A(o, i, r, g).double()), ["A is torch.float64", "float32"]),
@@ -272,6 +290,87 @@ def test_the_generator_rules_reach_the_adapter():
     assert_hint(check_new_adapter(as_numpy), "numpy array")
 
 
+GLOBAL_STREAM = "some random numbers come from torch's global random stream"
+
+
+def _right_A_from_empty(o, i, r, g):
+    bound = 1 / math.sqrt(i)
+    return torch.empty(r, i).uniform_(-bound, bound, generator=g)
+
+
+def test_a_b_from_torch_empty_is_not_blamed_on_the_global_stream():
+    """torch.empty holds whatever was in memory: a B made with it is named (torch.empty, or B not zero), never the
+    global random stream; where it happens to hold zeros in every case there is nothing wrong to see, and it passes."""
+    for _ in range(5):
+        verdict = check_new_adapter(_adapter(draw_A=_right_A_from_empty, make_B=lambda o, i, r, g: torch.empty(o, r)))
+        assert CHECK_BUG not in verdict.message and GLOBAL_STREAM not in verdict.message, verdict
+        assert verdict.passed or "torch.empty" in verdict.message or "B should start at zero" in verdict.message
+
+
+def _memory(fill):
+    """torch.empty as it behaves at times: the memory it hands out holds ``fill()`` (zeros, old numbers, others on
+    each call). The real torch.empty is called, so a check that watches the calls sees it."""
+
+    def empty(*shape):
+        return torch.empty(*shape).fill_(fill())
+
+    return empty
+
+
+@pytest.mark.parametrize(
+    "fill, fragments",
+    [
+        (itertools.count(1).__next__, ["B changes from one call to the next", "torch.empty", "whatever was in memory"]),
+        (lambda: 3.0, ["B should start at zero", "torch.empty", "whatever was in memory"]),
+        (lambda: float("nan"), ["torch.empty", "whatever was in memory"]),
+    ],
+)
+def test_each_way_torch_empty_leaves_b_is_named(fill, fragments):
+    empty = _memory(fill)
+    verdict = check_new_adapter(_adapter(draw_A=_right_A_from_empty, make_B=lambda o, i, r, g: empty(o, r)))
+    assert_hint(verdict, *fragments)
+    assert GLOBAL_STREAM not in verdict.message and CHECK_BUG not in verdict.message
+
+
+def test_torch_empty_zeros_now_and_other_numbers_before_is_still_named():
+    """Memory that held other numbers in the generator rule's two calls, then zeros in every call after: the rule's
+    refusal stands (the global stream may be the cause too), and torch.empty is named beside it."""
+    fills = iter([1.0, 2.0])
+    empty = _memory(lambda: next(fills, 0.0))
+    verdict = check_new_adapter(_adapter(draw_A=_right_A_from_empty, make_B=lambda o, i, r, g: empty(o, r)))
+    assert_hint(verdict, "two generators in the same state", "It also calls torch.empty", "not reliably zeros")
+
+
+def test_a_b_made_by_a_module_is_not_blamed_on_torch_empty():
+    """nn.Linear makes its weight with torch.empty and then draws it: a B taken from one is not zero, and named so,
+    without a word on torch.empty (which the learner did not call)."""
+
+    def from_a_linear(o, i, r, g):
+        return _right_A(o, i, r, g), nn.Linear(r, o, bias=False).weight.detach()
+
+    verdict = check_new_adapter(from_a_linear)
+    assert_hint(verdict, "B should start at zero")
+    assert "torch.empty" not in verdict.message and GLOBAL_STREAM not in verdict.message
+
+
+def test_a_b_from_torch_empty_that_holds_zeros_passes():
+    empty = _memory(lambda: 0.0)
+    assert check_new_adapter(_adapter(draw_A=_right_A_from_empty, make_B=lambda o, i, r, g: empty(o, r))).passed
+
+
+def test_an_a_left_partly_unfilled_by_torch_empty_is_named():
+    empty = _memory(itertools.count(1).__next__)
+
+    def half_drawn(o, i, r, g):
+        A = empty(r, i)
+        A[:, : i // 2] = _uniform((r, i // 2), 1 / math.sqrt(i), g)
+        return A
+
+    verdict = check_new_adapter(_adapter(draw_A=half_drawn))
+    assert_hint(verdict, "A changes from one call to the next", "torch.empty", "every entry")
+    assert GLOBAL_STREAM not in verdict.message
+
+
 def test_the_adapter_mistakes_are_told_apart_on_every_case():
     """Each usual draw of A matches its own test in every case, and no test before it in the list (the order in
     which the check tries them), and the right draw matches none."""
@@ -287,6 +386,10 @@ def test_the_adapter_mistakes_are_told_apart_on_every_case():
         "half the range": lambda o, i, r, g: _uniform((r, i), 0.5 / math.sqrt(i), g),
         "normal distribution": lambda o, i, r, g: torch.randn(r, i, generator=g) / math.sqrt(i),
         "0 or more": lambda o, i, r, g: torch.rand(r, i, generator=g) / math.sqrt(i),
+        "0 or less": lambda o, i, r, g: (torch.rand(r, i, generator=g) * 2 - 2) / math.sqrt(i),
+        "not centred": lambda o, i, r, g: (torch.rand(r, i, generator=g) * 2 - 0.5) / math.sqrt(i),
+        "xavier_uniform_": _xavier,
+        "1/(2·in_features)": _bound_by_precedence,
     }
     hints = list(_A_MISTAKES)
     for seed in range(20):
@@ -368,6 +471,35 @@ def test_each_forward_mistake_is_named(answer, fragments):
     assert CHECK_BUG not in verdict.message
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda x, W, A, B, alpha: reference_lora_forward(x, W, A, B, alpha).tolist(),
+        lambda x, W, A, B, alpha: tuple(reference_lora_forward(x, W, A, B, alpha).tolist()),
+        lambda x, W, A, B, alpha: 1.5,
+    ],
+)
+def test_a_forward_that_is_not_a_tensor_is_refused(answer):
+    verdict = check_lora_forward(answer)
+    assert_hint(verdict, "should be one tensor (a torch.Tensor)", "got a")
+    assert CHECK_BUG not in verdict.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda x, W, A, B, alpha: x @ W.T + alpha / A.shape[0] * (x @ A @ B),
+        lambda x, W, A, B, alpha: x @ W.T + alpha / A.shape[0] * (x @ A.T @ B),
+        lambda x, W, A, B, alpha: x @ W.T + alpha / A.shape[0] * (x @ B.T @ A.T),
+    ],
+)
+def test_a_forward_whose_shapes_do_not_fit_is_told_the_shapes(answer):
+    verdict = check_lora_forward(answer)
+    assert_hint(verdict, "your code raised RuntimeError", "cannot be multiplied", "A is (r, in)", "B is (out, r)",
+                "x Aᵀ is (..., r)", "(..., out)")  # fmt: skip
+    assert CHECK_BUG not in verdict.message
+
+
 def test_the_forward_written_otherwise_passes():
     def with_f_linear(x, W, A, B, alpha):
         return F.linear(x, W) + F.linear(F.linear(x, A), B) * (alpha / A.size(0))
@@ -434,6 +566,33 @@ def test_each_merge_mistake_is_named(answer, fragments):
     assert CHECK_BUG not in verdict.message
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda W, A, B, alpha: (W + (alpha / A.shape[0]) * (B @ A)).tolist(),
+        lambda W, A, B, alpha: [row for row in W + (alpha / A.shape[0]) * (B @ A)],
+    ],
+)
+def test_a_merge_that_is_not_a_tensor_is_refused(answer):
+    verdict = check_merge_weight(answer)
+    assert_hint(verdict, "should be one tensor (a torch.Tensor)", "got a list")
+    assert CHECK_BUG not in verdict.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda W, A, B, alpha: W + alpha / A.shape[0] * (A @ B),
+        lambda W, A, B, alpha: W + alpha / A.shape[0] * (B.T @ A.T),
+    ],
+)
+def test_a_merge_whose_shapes_do_not_fit_is_told_the_shapes(answer):
+    verdict = check_merge_weight(answer)
+    assert_hint(verdict, "your code raised RuntimeError", "must match the size", "W is (out, in)", "A is (r, in)",
+                "B A is (out, in), the shape of W")  # fmt: skip
+    assert CHECK_BUG not in verdict.message
+
+
 def test_the_merge_written_otherwise_passes():
     def with_addmm(W, A, B, alpha):
         return torch.addmm(W, B, A, alpha=alpha / A.size(0))
@@ -487,6 +646,33 @@ def _per_layer(count):
     ],
 )  # fmt: skip
 def test_each_count_mistake_is_named(answer, fragments):
+    verdict = check_lora_parameter_count(answer)
+    assert_hint(verdict, *fragments)
+    assert CHECK_BUG not in verdict.message
+
+
+def _popping(shapes, rank):
+    total = 0
+    while shapes:
+        out_features, in_features = shapes.pop()
+        total += rank * (out_features + in_features)
+    return total
+
+
+def _sorting(shapes, rank):
+    shapes.sort()
+    return sum(rank * (o + i) for o, i in shapes)
+
+
+@pytest.mark.parametrize(
+    "answer, fragments",
+    [
+        (_popping, ["`_popping` changed the list `shapes`", "held 60 shapes and now holds 0", "must stay as it was"]),
+        (_sorting, ["changed the list `shapes`", "another order", "must stay as it was"]),
+        (lambda shapes, rank: shapes.clear() or 460_800, ["changed the list `shapes`", "now holds 0"]),
+    ],
+)
+def test_a_count_that_changes_the_callers_list_is_refused(answer, fragments):
     verdict = check_lora_parameter_count(answer)
     assert_hint(verdict, *fragments)
     assert CHECK_BUG not in verdict.message
@@ -599,6 +785,11 @@ def test_no_hint_writes_out_a_line_of_the_references_or_of_the_proposed_solution
     assert not leaks, leaks
 
 
+def _b_from_changing_memory():
+    empty = _memory(itertools.count(1).__next__)
+    return _adapter(make_B=lambda o, i, r, g: empty(o, r))
+
+
 @pytest.mark.parametrize(
     "check, answer, fragment",
     [
@@ -606,9 +797,13 @@ def test_no_hint_writes_out_a_line_of_the_references_or_of_the_proposed_solution
         (check_new_adapter, lambda o, i, r, g: (torch.zeros(r, i), torch.zeros(o, r)), "left at zero too"),
         (check_lora_forward, _forward(base=lambda x, W: x @ W), "W is not transposed"),
         (check_merge_weight, _merged_in_place, "a NEW weight"),
+        (check_new_adapter, _b_from_changing_memory(), "B changes from one call to the next"),
+        (check_lora_forward, lambda x, W, A, B, alpha: reference_lora_forward(x, W, A, B, alpha).tolist(),
+         "should be one tensor"),
+        (check_merge_weight, lambda W, A, B, alpha: W + alpha / A.shape[0] * (A @ B), "B A is (out, in)"),
         (check_lora_parameter_count, _per_layer(lambda o, i, r: r * (o + i) / 1), "even when it is whole"),
     ],
-)
+)  # fmt: skip
 def test_the_checks_say_the_same_over_the_wire(check, answer, fragment):
     """As `check` and nbgrader run them: the learner's code in a kernel, its results sent back."""
     from test_remote_checks import remotely
